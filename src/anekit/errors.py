@@ -1,0 +1,86 @@
+"""The user-facing error hierarchy: every error a user can cause is an AnekitError."""
+
+from __future__ import annotations
+
+
+class AnekitError(Exception):
+    """An error caused by the user's input; the CLI prints it and exits with status 2.
+
+    ``hint`` says how to fix it; ``where`` names the file, node or offset at fault.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, where: str | None = None):
+        self.message = message
+        self.hint = hint
+        self.where = where
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class FormatError(AnekitError):
+    """A malformed external file (ONNX, MIL, weight.bin, netplist, .hwx, bundle).
+
+    ``offset`` is the byte offset (binary formats) or ``line``/``column`` (text formats)
+    where the problem was found, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        where: str | None = None,
+        offset: int | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ):
+        self.offset = offset
+        self.line = line
+        self.column = column
+        loc = []
+        if offset is not None:
+            loc.append(f"offset 0x{offset:x}")
+        if line is not None:
+            loc.append(f"line {line}" + (f", column {column}" if column is not None else ""))
+        if loc:
+            where = f"{where} ({', '.join(loc)})" if where else ", ".join(loc)
+        super().__init__(message, hint=hint, where=where)
+
+
+class ModelError(AnekitError):
+    """A model that is well-formed but cannot be used as given (bad shapes, bad attributes)."""
+
+
+class UnsupportedModelError(ModelError):
+    """A model that uses operators anekit does not implement; lists all of them at once."""
+
+
+class ShapeError(ModelError):
+    """Shape or dtype inference failed; the message names the node and the op."""
+
+
+class InputError(AnekitError):
+    """Bad feeds passed to run(): a missing input, a wrong shape or dtype."""
+
+
+class TargetError(AnekitError):
+    """An unknown target name or an impossible target setting."""
+
+
+class MissingDependencyError(AnekitError):
+    """An optional dependency (an extra) is needed but not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the Python package '{package}', which is not installed",
+            hint=f"pip install 'anekit[{extra}]'",
+        )
+
+
+class InternalError(Exception):
+    """A bug in anekit (not the user's fault): the CLI exits with status 1."""

@@ -1,0 +1,1 @@
+"""Readers and writers of external formats (MIL, weight.bin, netplist, .hwx, bundle manifest)."""
