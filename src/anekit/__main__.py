@@ -1,0 +1,5 @@
+"""`python -m anekit` runs the command line."""
+
+from anekit.cli import entry
+
+entry()

@@ -1,0 +1,81 @@
+"""The `anekit` command line: one module per subcommand, registered here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from anekit import __version__
+from anekit.errors import AnekitError
+
+# Each module defines `register(subparsers)`, which adds its parser and sets
+# `func(args) -> int` as the handler. Order here is the order in `--help`.
+COMMAND_MODULES = (
+    "anekit.cli.info",
+    "anekit.cli.run",
+    "anekit.cli.check",
+    "anekit.cli.compile",
+    "anekit.cli.estimate",
+    "anekit.cli.inspect",
+    "anekit.cli.targets",
+)
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USER = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="anekit",
+        description="Compile, explain, estimate and simulate neural networks for the Apple Neural Engine.",
+    )
+    parser.add_argument("--version", action="version", version=f"anekit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # command not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USER
+    try:
+        return int(args.func(args) or 0)
+    except AnekitError as exc:
+        print(f"anekit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the boundary between anekit and the shell
+        if os.environ.get("ANEKIT_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"anekit {args.command}: internal error: {type(exc).__name__}: {exc}\n"
+            "  this is a bug in anekit; rerun with ANEKIT_DEBUG=1 for a traceback and report it",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()
