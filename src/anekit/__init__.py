@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from anekit.errors import (
     AnekitError,
     FormatError,
@@ -11,16 +13,47 @@ from anekit.errors import (
     TargetError,
     UnsupportedModelError,
 )
+from anekit.frontend.builder import Tensor, constant, graph, input, ops
+from anekit.ir import DType, Graph, Node, Value
+
 
 __version__ = "0.1.0"
 
+
+def from_onnx(model: Any, input_shapes: dict[str, Any] | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or onnx.ModelProto) as a Graph with static shapes."""
+    from anekit.frontend.onnx import from_onnx as _from_onnx
+
+    return _from_onnx(model, input_shapes)
+
+
+def from_torch(
+    module: Any, example_inputs: Any, input_names: list[str] | None = None, **kwargs: Any
+) -> Graph:
+    """Export a torch.nn.Module to ONNX in memory and import it (needs the `torch` extra)."""
+    from anekit.frontend.torch import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, input_names, **kwargs)
+
+
 __all__ = [
     "AnekitError",
+    "DType",
     "FormatError",
+    "Graph",
     "InputError",
     "ModelError",
+    "Node",
     "ShapeError",
     "TargetError",
+    "Tensor",
     "UnsupportedModelError",
+    "Value",
     "__version__",
+    "constant",
+    "from_onnx",
+    "from_torch",
+    "graph",
+    "input",
+    "ops",
 ]

@@ -1,0 +1,1 @@
+"""Frontends: the ONNX importer, the PyTorch entry and the Python builder API."""

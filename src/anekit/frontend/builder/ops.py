@@ -1,0 +1,511 @@
+"""Functional ops of the builder API (torch-like signatures over the IR ops)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import ModelError
+from anekit.frontend.builder.tensor import Tensor, as_tensor, constant, record
+from anekit.ir.dtypes import DType, to_dtype
+
+__all__ = [
+    "abs",
+    "add",
+    "argmax",
+    "attention",
+    "batch_norm",
+    "cast",
+    "clamp",
+    "clip",
+    "concat",
+    "conv1d",
+    "conv2d",
+    "cos",
+    "div",
+    "einsum",
+    "elu",
+    "embedding",
+    "equal",
+    "erf",
+    "exp",
+    "expand",
+    "flatten",
+    "gather",
+    "gelu",
+    "greater",
+    "group_norm",
+    "hard_sigmoid",
+    "hard_swish",
+    "identity",
+    "instance_norm",
+    "layer_norm",
+    "leaky_relu",
+    "less",
+    "linear",
+    "log",
+    "log_softmax",
+    "matmul",
+    "maximum",
+    "minimum",
+    "mul",
+    "neg",
+    "pad",
+    "permute",
+    "pow",
+    "reciprocal",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_sum",
+    "relu",
+    "reshape",
+    "rms_norm",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "slice",
+    "softmax",
+    "softplus",
+    "split",
+    "sqrt",
+    "squeeze",
+    "sub",
+    "tanh",
+    "tile",
+    "transpose",
+    "unsqueeze",
+    "where",
+    "clamp",
+    "permute",
+]
+
+TensorLike = Any  # a Tensor, a numpy array or a Python number
+
+
+def _pair(v: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(int(x) for x in v)
+    if len(v) != n:
+        raise ModelError(f"{what} needs {n} values, got {list(v)}")
+    return v
+
+
+# --- elementwise -----------------------------------------------------------------------
+
+
+def add(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("add", [a, b], name=name)
+
+
+def sub(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("sub", [a, b], name=name)
+
+
+def mul(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("mul", [a, b], name=name)
+
+
+def div(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("div", [a, b], name=name)
+
+
+def pow(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:  # noqa: A001
+    return record("pow", [a, b], name=name)
+
+
+def maximum(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("maximum", [a, b], name=name)
+
+
+def minimum(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("minimum", [a, b], name=name)
+
+
+def _unary(op: str):
+    def fn(x: TensorLike, *, name: str | None = None) -> Tensor:
+        return record(op, [x], name=name)
+
+    fn.__name__ = op
+    fn.__doc__ = f"Elementwise {op}."
+    return fn
+
+
+neg = _unary("neg")
+abs = _unary("abs")  # noqa: A001
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+reciprocal = _unary("reciprocal")
+erf = _unary("erf")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+silu = _unary("silu")
+softplus = _unary("softplus")
+hard_swish = _unary("hard_swish")
+sin = _unary("sin")
+cos = _unary("cos")
+identity = _unary("identity")
+
+
+def rsqrt(x: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("reciprocal", [record("sqrt", [x])], name=name)
+
+
+def leaky_relu(x: TensorLike, alpha: float = 0.01, *, name: str | None = None) -> Tensor:
+    return record("leaky_relu", [x], {"alpha": alpha}, name=name)
+
+
+def elu(x: TensorLike, alpha: float = 1.0, *, name: str | None = None) -> Tensor:
+    return record("elu", [x], {"alpha": alpha}, name=name)
+
+
+def hard_sigmoid(
+    x: TensorLike, alpha: float = 1 / 6, beta: float = 0.5, *, name: str | None = None
+) -> Tensor:
+    return record("hard_sigmoid", [x], {"alpha": alpha, "beta": beta}, name=name)
+
+
+def gelu(x: TensorLike, approximate: str = "none", *, name: str | None = None) -> Tensor:
+    """GELU, exact ('none') or the tanh approximation ('tanh')."""
+    return record("gelu", [x], {"approximate": approximate}, name=name)
+
+
+def clip(
+    x: TensorLike, min: float | None = None, max: float | None = None, *, name: str | None = None
+) -> Tensor:  # noqa: A002
+    return record("clip", [x], {"min": min, "max": max}, name=name)
+
+
+clamp = clip
+
+
+def cast(x: TensorLike, dtype: str | DType, *, name: str | None = None) -> Tensor:
+    return record("cast", [x], {"to": to_dtype(dtype)}, name=name)
+
+
+def where(cond: TensorLike, a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    return record("where", [cond, as_tensor(a, like), as_tensor(b, like)], name=name)
+
+
+def equal(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("equal", [a, b], name=name)
+
+
+def less(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("less", [a, b], name=name)
+
+
+def greater(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("greater", [a, b], name=name)
+
+
+# --- softmax and normalisation ----------------------------------------------------------
+
+
+def softmax(x: TensorLike, axis: int = -1, *, name: str | None = None) -> Tensor:
+    return record("softmax", [x], {"axis": axis}, name=name)
+
+
+def log_softmax(x: TensorLike, axis: int = -1, *, name: str | None = None) -> Tensor:
+    return record("log_softmax", [x], {"axis": axis}, name=name)
+
+
+def layer_norm(
+    x: TensorLike,
+    weight: TensorLike | None = None,
+    bias: TensorLike | None = None,
+    eps: float = 1e-5,
+    axis: int = -1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """Normalise over axes [axis, rank) (the last axis by default), then scale and shift."""
+    return record("layer_norm", [x, weight, bias], {"axis": axis, "epsilon": eps}, name=name)
+
+
+def rms_norm(
+    x: TensorLike,
+    weight: TensorLike | None = None,
+    eps: float = 1e-5,
+    axis: int = -1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    return record("rms_norm", [x, weight], {"axis": axis, "epsilon": eps}, name=name)
+
+
+def batch_norm(
+    x: TensorLike,
+    mean: TensorLike,
+    var: TensorLike,
+    weight: TensorLike | None = None,
+    bias: TensorLike | None = None,
+    eps: float = 1e-5,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """Inference-mode batch norm over axis 1 with running statistics."""
+    x = as_tensor(x)
+    c = x.shape[1]
+    weight = np.ones(c, np.float32) if weight is None else weight
+    bias = np.zeros(c, np.float32) if bias is None else bias
+    return record("batch_norm", [x, weight, bias, mean, var], {"epsilon": eps}, name=name)
+
+
+def instance_norm(
+    x: TensorLike,
+    weight: TensorLike,
+    bias: TensorLike,
+    eps: float = 1e-5,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    return record("instance_norm", [x, weight, bias], {"epsilon": eps}, name=name)
+
+
+def group_norm(
+    x: TensorLike,
+    num_groups: int,
+    weight: TensorLike,
+    bias: TensorLike,
+    eps: float = 1e-5,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    return record(
+        "group_norm", [x, weight, bias], {"num_groups": num_groups, "epsilon": eps}, name=name
+    )
+
+
+# --- linear algebra and convolution -------------------------------------------------------
+
+
+def matmul(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
+    return record("matmul", [a, b], name=name)
+
+
+def linear(
+    x: TensorLike, weight: TensorLike, bias: TensorLike | None = None, *, name: str | None = None
+) -> Tensor:
+    """x @ weight^T + bias, with weight [out_features, in_features] as in torch.nn.Linear."""
+    if isinstance(weight, Tensor):
+        wt = record("transpose", [weight], {"perm": (1, 0)})
+    else:
+        wt = constant(np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T))
+    y = record("matmul", [x, wt], name=None if bias is not None else name)
+    return y if bias is None else record("add", [y, bias], name=name)
+
+
+def einsum(equation: str, *operands: TensorLike, name: str | None = None) -> Tensor:
+    return record("einsum", list(operands), {"equation": equation}, name=name)
+
+
+def attention(
+    q: TensorLike,
+    k: TensorLike,
+    v: TensorLike,
+    mask: TensorLike | None = None,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    name: str | None = None,
+) -> Tensor:
+    """Scaled dot-product attention softmax(q k^T * scale + mask) v over the last two axes."""
+    return record("attention", [q, k, v, mask], {"scale": scale, "causal": causal}, name=name)
+
+
+def _conv(x, weight, bias, stride, padding, dilation, groups, n, name):
+    weight = as_tensor(weight)
+    kernel = weight.shape[2:]
+    strides = _pair(stride, n, "stride")
+    dil = _pair(dilation, n, "dilation")
+    if padding == "valid":
+        pads = (0,) * (2 * n)
+    elif padding == "same":
+        total = [(k - 1) * d for k, d in zip(kernel, dil, strict=True)]
+        pads = tuple(t // 2 for t in total) + tuple(t - t // 2 for t in total)
+    else:
+        p = _pair(padding, n, "padding")
+        pads = p + p
+    attrs = {"strides": strides, "pads": pads, "dilations": dil, "group": groups}
+    return record("conv", [x, weight, bias], attrs, name=name)
+
+
+def conv2d(
+    x: TensorLike,
+    weight: TensorLike,
+    bias: TensorLike | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | str = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """2-d convolution as torch.nn.functional.conv2d (padding may be 'same' or 'valid')."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2, name)
+
+
+def conv1d(
+    x: TensorLike,
+    weight: TensorLike,
+    bias: TensorLike | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | str = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1, name)
+
+
+# --- shapes -------------------------------------------------------------------------------
+
+
+def _resolve_shape(x: Tensor, shape: Sequence[int]) -> tuple[int, ...]:
+    shape = [int(d) for d in shape]
+    if shape.count(-1) > 1:
+        raise ModelError(f"reshape target {shape} has more than one -1")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if known == 0 or x.type.numel % known:
+            raise ModelError(f"cannot reshape {list(x.shape)} to {shape}")
+        shape[shape.index(-1)] = x.type.numel // known
+    return tuple(shape)
+
+
+def reshape(x: TensorLike, shape: Sequence[int], *, name: str | None = None) -> Tensor:
+    """Reshape to ``shape`` (one -1 allowed)."""
+    x = as_tensor(x)
+    return record("reshape", [x], {"shape": _resolve_shape(x, shape)}, name=name)
+
+
+def flatten(x: TensorLike, start_dim: int = 1, *, name: str | None = None) -> Tensor:
+    x = as_tensor(x)
+    start = start_dim % max(x.rank, 1)
+    return reshape(x, x.shape[:start] + (-1,), name=name)
+
+
+def squeeze(x: TensorLike, axes: Sequence[int] | None = None, *, name: str | None = None) -> Tensor:
+    x = as_tensor(x)
+    axes_n = (
+        {a % x.rank for a in axes}
+        if axes is not None
+        else {i for i, d in enumerate(x.shape) if d == 1}
+    )
+    return reshape(x, [d for i, d in enumerate(x.shape) if i not in axes_n], name=name)
+
+
+def unsqueeze(x: TensorLike, axes: Sequence[int] | int, *, name: str | None = None) -> Tensor:
+    x = as_tensor(x)
+    axes = (axes,) if isinstance(axes, int) else tuple(axes)
+    out_rank = x.rank + len(axes)
+    pos = {a % out_rank for a in axes}
+    it = iter(x.shape)
+    return reshape(x, [1 if i in pos else next(it) for i in range(out_rank)], name=name)
+
+
+def transpose(
+    x: TensorLike, perm: Sequence[int] | None = None, *, name: str | None = None
+) -> Tensor:
+    """Permute axes (reverse them when ``perm`` is None)."""
+    x = as_tensor(x)
+    perm = tuple(reversed(range(x.rank))) if perm is None else tuple(p % x.rank for p in perm)
+    return record("transpose", [x], {"perm": perm}, name=name)
+
+
+permute = transpose
+
+
+def concat(xs: Sequence[TensorLike], axis: int = 0, *, name: str | None = None) -> Tensor:
+    return record("concat", list(xs), {"axis": axis}, name=name)
+
+
+def split(
+    x: TensorLike, sizes: Sequence[int], axis: int = 0, *, name: str | None = None
+) -> tuple[Tensor, ...]:
+    out = record("split", [x], {"axis": axis, "sizes": tuple(sizes)}, name=name)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def slice(  # noqa: A001
+    x: TensorLike,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    axes: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    attrs = {"starts": starts, "ends": ends, "axes": axes or (), "steps": steps or ()}
+    return record("slice", [x], attrs, name=name)
+
+
+def gather(x: TensorLike, indices: TensorLike, axis: int = 0, *, name: str | None = None) -> Tensor:
+    if not isinstance(indices, Tensor):
+        indices = constant(np.asarray(indices, dtype=np.int64))
+    return record("gather", [x, indices], {"axis": axis}, name=name)
+
+
+def embedding(ids: TensorLike, table: TensorLike, *, name: str | None = None) -> Tensor:
+    """Rows of ``table`` [vocab, dim] selected by integer ``ids``."""
+    return gather(table, ids, axis=0, name=name)
+
+
+def expand(x: TensorLike, shape: Sequence[int], *, name: str | None = None) -> Tensor:
+    return record("expand", [x], {"shape": tuple(shape)}, name=name)
+
+
+def tile(x: TensorLike, repeats: Sequence[int], *, name: str | None = None) -> Tensor:
+    return record("tile", [x], {"repeats": tuple(repeats)}, name=name)
+
+
+def pad(
+    x: TensorLike,
+    pads: Sequence[int],
+    mode: str = "constant",
+    value: float = 0.0,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """Pad with ONNX-style ``pads`` (all begins, then all ends)."""
+    return record("pad", [x], {"pads": tuple(pads), "mode": mode, "value": value}, name=name)
+
+
+# --- reductions ---------------------------------------------------------------------------
+
+
+def _reduce(op: str):
+    def fn(
+        x: TensorLike,
+        axes: Sequence[int] | int | None = None,
+        keepdims: bool = True,
+        *,
+        name: str | None = None,
+    ) -> Tensor:
+        axes_t = () if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
+        return record(op, [x], {"axes": axes_t, "keepdims": keepdims}, name=name)
+
+    fn.__name__ = op
+    fn.__doc__ = f"{op} over ``axes`` (all axes when None)."
+    return fn
+
+
+reduce_sum = _reduce("reduce_sum")
+reduce_mean = _reduce("reduce_mean")
+reduce_max = _reduce("reduce_max")
+reduce_min = _reduce("reduce_min")
+
+
+def argmax(
+    x: TensorLike, axis: int = -1, keepdims: bool = False, *, name: str | None = None
+) -> Tensor:
+    return record("argmax", [x], {"axis": axis, "keepdims": keepdims}, name=name)

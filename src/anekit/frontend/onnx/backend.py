@@ -1,0 +1,91 @@
+"""An `onnx.backend.base.Backend` on anekit's importer and reference backend (for ONNX's tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep
+
+from anekit.frontend.onnx.importer import from_onnx
+
+# Input positions that carry shapes, axes or sizes rather than data. anekit compiles
+# static graphs, so when a model takes one of these as a graph input, this backend
+# freezes it to the value it is given at run time (compile per distinct value).
+SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "Trilu": (1,), "TopK": (1,),
+    "Range": (0, 1, 2), "ConstantOfShape": (0,), "Resize": (1, 2, 3), "Upsample": (1,),
+    "OneHot": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
+}  # fmt: skip
+
+
+def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
+    """Graph inputs that some node reads in a shape-argument position."""
+    graph_inputs = {vi.name for vi in model.graph.input} - {t.name for t in model.graph.initializer}
+    found = set()
+    for node in model.graph.node:
+        for pos in SHAPE_ARGUMENTS.get(node.op_type, ()):
+            if pos < len(node.input) and node.input[pos] in graph_inputs:
+                found.add(node.input[pos])
+    return found
+
+
+def _as_array(x: Any) -> np.ndarray:
+    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
+class AnekitRep(BackendRep):
+    """A prepared model: imported on first run (with shape arguments frozen), then run."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.frozen = shape_argument_inputs(model)
+        self._graphs: dict[bytes, Any] = {}
+        if not self.frozen:
+            self._graphs[b""] = from_onnx(model)
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        names = [
+            vi.name
+            for vi in self.model.graph.input
+            if vi.name not in {t.name for t in self.model.graph.initializer}
+        ]
+        if isinstance(inputs, dict):
+            feeds = {k: _as_array(v) for k, v in inputs.items()}
+        else:
+            seq = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+            feeds = {n: _as_array(x) for n, x in zip(names, seq, strict=False)}
+        consts = {n: feeds.pop(n) for n in sorted(self.frozen)}
+        key = b"".join(n.encode() + v.tobytes() + str(v.shape).encode() for n, v in consts.items())
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._graphs[key] = from_onnx(self.model, constant_inputs=consts)
+        out = graph.run(feeds)
+        return tuple(out[name] for name in graph.output_names)
+
+
+class AnekitBackend(Backend):
+    """`prepare` imports with `from_onnx`; `run` uses `Graph.run` (fp32 reference kernels)."""
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> AnekitRep:
+        return AnekitRep(model)
+
+    @classmethod
+    def run_model(
+        cls,
+        model: onnx.ModelProto,
+        inputs: Sequence[np.ndarray],
+        device: str = "CPU",
+        **kwargs: Any,
+    ):
+        return cls.prepare(model, device).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device == "CPU"

@@ -1,0 +1,137 @@
+"""What an ONNX op converter sees: its node's attributes, typed inputs, and an emitter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto
+
+from anekit.errors import ModelError
+from anekit.ir.registry import REQUIRED, TensorType
+
+if TYPE_CHECKING:
+    from anekit.frontend.onnx.importer import Importer
+
+
+def attribute_value(attr: AttributeProto) -> Any:
+    """A Python value for an ONNX attribute (lists become tuples, tensors arrays)."""
+    t = attr.type
+    if t == AttributeProto.FLOAT:
+        return attr.f
+    if t == AttributeProto.INT:
+        return attr.i
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if t == AttributeProto.TENSOR:
+        return onnx.numpy_helper.to_array(attr.t)
+    if t == AttributeProto.FLOATS:
+        return tuple(attr.floats)
+    if t == AttributeProto.INTS:
+        return tuple(attr.ints)
+    if t == AttributeProto.STRINGS:
+        return tuple(s.decode("utf-8", errors="replace") for s in attr.strings)
+    if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        raise ModelError(
+            f"attribute '{attr.name}' holds a sub-graph; control flow is not supported"
+        )
+    raise ModelError(f"attribute '{attr.name}' has an unsupported type {t}")
+
+
+class NodeContext:
+    """One ONNX node being converted. Converters call ``emit`` and return the output names."""
+
+    def __init__(self, importer: Importer, node: onnx.NodeProto, name: str, opset: int):
+        self._imp = importer
+        self.node = node
+        self.name = name
+        self.op_type = node.op_type
+        self.opset = opset
+        self._attrs = {a.name: a for a in node.attribute}
+
+    # --- attributes ----------------------------------------------------------------------
+
+    def has_attr(self, name: str) -> bool:
+        return name in self._attrs
+
+    def attr(self, name: str, default: Any = REQUIRED) -> Any:
+        if name in self._attrs:
+            return attribute_value(self._attrs[name])
+        if default is REQUIRED:
+            raise ModelError(f"missing required attribute '{name}'")
+        return default
+
+    # --- inputs --------------------------------------------------------------------------
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of inputs, not counting trailing absent optional ones."""
+        names = list(self.node.input)
+        while names and not names[-1]:
+            names.pop()
+        return len(names)
+
+    def input(self, i: int) -> str | None:
+        """The IR value name of input i, or None when absent."""
+        if i >= len(self.node.input) or not self.node.input[i]:
+            return None
+        return self._imp.lookup(self.node.input[i])
+
+    def inputs(self) -> list[str | None]:
+        return [self.input(i) for i in range(self.n_inputs)]
+
+    def type(self, i: int) -> TensorType:
+        name = self.input(i)
+        if name is None:
+            raise ModelError(f"input {i} is required")
+        return self._imp.values[name].type
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.type(i).shape
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The value of input i if it is a constant (after folding), else None."""
+        name = self.input(i)
+        return None if name is None else self._imp.constants.get(name)
+
+    def require_const(self, i: int, what: str) -> np.ndarray:
+        value = self.const(i)
+        if value is None:
+            if self.input(i) is None:
+                raise ModelError(f"input {i} ({what}) is required")
+            raise ModelError(
+                f"input '{self.node.input[i]}' ({what}) must be a constant once input shapes are fixed, "
+                "but it is computed from the data",
+                hint="anekit compiles static graphs; fix the input shapes with input_shapes= / --shape",
+            )
+        return value
+
+    def ints_input(
+        self, i: int, what: str, default: Sequence[int] | None = None
+    ) -> tuple[int, ...] | None:
+        if self.input(i) is None:
+            return None if default is None else tuple(default)
+        return tuple(int(v) for v in self.require_const(i, what).reshape(-1))
+
+    # --- emitting ------------------------------------------------------------------------
+
+    def emit(
+        self,
+        op: str,
+        inputs: Sequence[str | None],
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        final: bool = False,
+    ) -> str | tuple[str, ...]:
+        """Add an IR op (folded to a constant when every input is constant).
+
+        ``final=True`` gives its outputs the ONNX node's output names.
+        """
+        names = tuple(self.node.output) if final else None
+        outs = self._imp.emit(op, list(inputs), attrs, node=self, output_names=names)
+        return outs[0] if len(outs) == 1 else outs
+
+    def constant(self, array: np.ndarray, hint: str = "c") -> str:
+        return self._imp.add_constant(np.asarray(array), f"{self.name}/{hint}")

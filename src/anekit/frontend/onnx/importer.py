@@ -1,0 +1,369 @@
+"""The ONNX importer: checks the whole model, folds shape sub-graphs, builds an ir.Graph."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelError
+from anekit.frontend.onnx.context import NodeContext
+from anekit.frontend.onnx.converters import CONVERTERS
+from anekit.frontend.onnx.loader import load_model, onnx_type_name, tensor_to_array
+from anekit.ir.dtypes import DType, dtype_of_array
+from anekit.ir.edit import GraphEditor
+from anekit.ir.graph import Graph, Node, Value
+from anekit.ir.interpret import run_node
+from anekit.ir.registry import InferError, infer_types
+
+# IR dtypes for graph inputs and outputs.
+_IO_DTYPES: dict[int, DType] = {
+    onnx.TensorProto.FLOAT: DType.FP32,
+    onnx.TensorProto.FLOAT16: DType.FP16,
+    onnx.TensorProto.INT8: DType.INT8,
+    onnx.TensorProto.UINT8: DType.UINT8,
+    onnx.TensorProto.INT32: DType.INT32,
+    onnx.TensorProto.INT64: DType.INT64,
+    onnx.TensorProto.BOOL: DType.BOOL,
+}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+MIN_OPSET = 1
+
+
+def from_onnx(
+    model: str | os.PathLike | bytes | onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    constant_inputs: Mapping[str, np.ndarray] | None = None,
+) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as an ir.Graph with static shapes.
+
+    ``input_shapes`` fixes dynamic input dimensions, e.g. ``{"input_ids": (1, 64)}``.
+    ``constant_inputs`` freezes inputs to given values (they stop being graph inputs),
+    e.g. a shape or axes argument that a model takes as an input.
+    """
+    proto, base_dir = load_model(model)
+    return Importer(proto, base_dir, input_shapes, constant_inputs).run()
+
+
+def check_supported(graph: onnx.GraphProto, domains: Mapping[str, int]) -> None:
+    """Raise one UnsupportedModelError naming every unsupported op with counts and nodes."""
+    missing: OrderedDict[str, list[str]] = OrderedDict()
+    for i, node in enumerate(graph.node):
+        domain = node.domain or ""
+        key = node.op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{node.op_type}"
+        if domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS:
+            continue
+        missing.setdefault(key, []).append(node.name or f"#{i}")
+    if missing:
+        parts = []
+        for op, names in missing.items():
+            shown = ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{op} x{len(names)} ({shown})")
+        total = sum(len(v) for v in missing.values())
+        raise UnsupportedModelError(
+            f"the model uses {len(missing)} unsupported op type(s) in {total} node(s): "
+            + "; ".join(parts),
+            hint="see the README's table of supported ONNX ops",
+        )
+
+
+class Importer:
+    """State of one import: value table, constants, and the IR nodes emitted so far."""
+
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        base_dir: Path | None,
+        input_shapes: Mapping[str, Sequence[int]] | None,
+        constant_inputs: Mapping[str, np.ndarray] | None = None,
+    ):
+        self.proto = proto
+        self.constant_inputs = {k: np.asarray(v) for k, v in (constant_inputs or {}).items()}
+        self.base_dir = base_dir
+        self.input_shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+        self.values: dict[str, Value] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+        self.alias: dict[str, str] = {}  # ONNX name -> IR value name
+        self._taken: set[str] = set()
+        self._node_names: set[str] = set()  # ONNX node names seen
+        self._ir_nodes: set[str] = set()  # IR node names emitted
+        self.opset = self._default_opset()
+
+    def _default_opset(self) -> int:
+        domains = {o.domain or "": o.version for o in self.proto.opset_import}
+        version = domains.get("", domains.get("ai.onnx"))
+        if version is None:
+            raise ModelError("the model declares no default-domain opset")
+        if version < MIN_OPSET:
+            raise ModelError(
+                f"opset {version} is too old; anekit reads opsets {MIN_OPSET} and newer",
+                hint="upgrade it with onnx.version_converter.convert_version(model, 17)",
+            )
+        return version
+
+    # --- names and values ---------------------------------------------------------------
+
+    def fresh(self, hint: str) -> str:
+        name, k = hint, 0
+        while name in self._taken:
+            k += 1
+            name = f"{hint}_{k}"
+        self._taken.add(name)
+        return name
+
+    def lookup(self, onnx_name: str) -> str:
+        try:
+            return self.alias[onnx_name]
+        except KeyError:
+            raise ModelError(f"value '{onnx_name}' is used before it is defined") from None
+
+    def bind(self, onnx_name: str, ir_name: str) -> None:
+        self.alias[onnx_name] = ir_name
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str:
+        if array.dtype == np.float64:
+            raise ModelError(f"constant '{hint}' is float64, which anekit does not support")
+        name = self.fresh(hint)
+        array = np.asarray(array, order="C")
+        self.values[name] = Value(name, array.shape, dtype_of_array(array))
+        self.constants[name] = array
+        return name
+
+    # --- the import ---------------------------------------------------------------------
+
+    def run(self) -> Graph:
+        g = self.proto.graph
+        domains = {o.domain or "": o.version for o in self.proto.opset_import}
+        check_supported(g, domains)
+        init_names = {t.name for t in g.initializer}
+        for t in g.initializer:
+            self._add_initializer(t)
+        graph_inputs = [vi for vi in g.input if vi.name not in init_names]
+        names = [vi.name for vi in graph_inputs]
+        for option, given in (
+            ("input_shapes", self.input_shapes),
+            ("constant_inputs", self.constant_inputs),
+        ):
+            unknown = sorted(set(given) - set(names))
+            if unknown:
+                raise ModelError(
+                    f"{option} names {unknown}, which are not inputs of the model; its inputs are {names}"
+                )
+        inputs = []
+        for vi in graph_inputs:
+            if vi.name in self.constant_inputs:
+                self._freeze_input(vi)
+            else:
+                inputs.append(self._add_input(vi))
+        for i, node in enumerate(_topological(g)):
+            self._convert(node, i)
+        outputs = []
+        for vi in g.output:
+            if vi.name not in self.alias:
+                raise ModelError(f"graph output '{vi.name}' is never computed")
+            outputs.append(self.alias[vi.name])
+        graph = Graph(
+            inputs=inputs,
+            outputs=[self.values[o] for o in outputs],
+            nodes=self.nodes,
+            values=self.values,
+            constants=self.constants,
+            name=g.name or "model",
+            metadata={"source": "onnx", "opset": self.opset, "producer": self.proto.producer_name},
+        )
+        return self._finish(graph, [vi.name for vi in g.output])
+
+    def _finish(self, graph: Graph, onnx_outputs: list[str]) -> Graph:
+        """Dead-code elimination; graph outputs renamed to the ONNX output names."""
+        ed = GraphEditor(graph)
+        ed.name_outputs(onnx_outputs)
+        return ed.build()
+
+    def _add_initializer(self, t: onnx.TensorProto) -> None:
+        arr = tensor_to_array(t, self.base_dir)
+        if arr.dtype not in (
+            np.float32,
+            np.float16,
+            np.int8,
+            np.uint8,
+            np.int32,
+            np.int64,
+            np.bool_,
+        ):
+            if arr.dtype == np.float64:
+                arr = arr.astype(np.float32)  # fp64 weights are stored as fp32: the IR has no fp64
+            elif arr.dtype.kind in "iu":
+                arr = arr.astype(np.int64)
+        name = self.fresh(t.name)
+        self.values[name] = Value(name, arr.shape, dtype_of_array(arr))
+        arr.flags.writeable = False
+        self.constants[name] = arr
+        self.bind(t.name, name)
+
+    def _freeze_input(self, vi: onnx.ValueInfoProto) -> None:
+        value = self.constant_inputs[vi.name]
+        want = _IO_DTYPES.get(vi.type.tensor_type.elem_type)
+        if want is None or value.dtype != want.numpy:
+            raise ModelError(
+                f"constant_inputs['{vi.name}'] has dtype {value.dtype}; the model declares {want}"
+            )
+        self.bind(vi.name, self.add_constant(value, vi.name))
+
+    def _add_input(self, vi: onnx.ValueInfoProto) -> Value:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(
+                f"input '{vi.name}' is not a tensor (sequences and maps are not supported)"
+            )
+        if tt.elem_type not in _IO_DTYPES:
+            raise ModelError(
+                f"input '{vi.name}' has element type {onnx_type_name(tt.elem_type)}; anekit inputs are "
+                "fp32, fp16, int8, uint8, int32, int64 or bool"
+            )
+        if vi.name in self.input_shapes:
+            shape = self.input_shapes[vi.name]
+            declared = list(tt.shape.dim)
+            if tt.HasField("shape") and len(declared) != len(shape):
+                raise ModelError(
+                    f"input_shapes gives '{vi.name}' rank {len(shape)}, but the model declares rank {len(declared)}"
+                )
+            for k, (d, s) in enumerate(zip(declared, shape, strict=False)):
+                if d.HasField("dim_value") and d.dim_value != s:
+                    raise ModelError(
+                        f"input_shapes gives '{vi.name}' dimension {k} = {s}, but the model fixes it to {d.dim_value}"
+                    )
+        else:
+            if not tt.HasField("shape"):
+                raise ModelError(
+                    f"input '{vi.name}' has no declared shape",
+                    hint=f"pass input_shapes={{'{vi.name}': (...)}} or --shape {vi.name}=1x3x224x224",
+                )
+            shape_l = []
+            for k, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value") and d.dim_value >= 0:
+                    shape_l.append(int(d.dim_value))
+                else:
+                    label = f" ('{d.dim_param}')" if d.dim_param else ""
+                    example = "x".join(
+                        str(x.dim_value) if x.HasField("dim_value") else "N" for x in tt.shape.dim
+                    )
+                    raise ModelError(
+                        f"input '{vi.name}' dimension {k}{label} is dynamic; anekit needs static shapes",
+                        hint=f"fix it with input_shapes={{'{vi.name}': (...)}} or --shape {vi.name}={example}",
+                    )
+            shape = tuple(shape_l)
+        name = self.fresh(vi.name)
+        value = Value(name, shape, _IO_DTYPES[tt.elem_type])
+        self.values[name] = value
+        self.bind(vi.name, name)
+        return value
+
+    def _convert(self, node: onnx.NodeProto, index: int) -> None:
+        base = node.name or f"{node.op_type}_{index}"
+        name = base
+        k = 0
+        while name in self._node_names:
+            k += 1
+            name = f"{base}_{k}"
+        self._node_names.add(name)
+        ctx = NodeContext(self, node, name, self.opset)
+        try:
+            result = CONVERTERS[node.op_type](ctx)
+        except AnekitError as exc:
+            exc.where = exc.where or f"ONNX node '{name}' ({node.op_type})"
+            raise
+        except InferError as exc:
+            raise ShapeError(str(exc), where=f"ONNX node '{name}' ({node.op_type})") from None
+        outs = (result,) if isinstance(result, str) else tuple(result)
+        for onnx_name, ir_name in zip(node.output, outs, strict=False):
+            if onnx_name:
+                self.bind(onnx_name, ir_name)
+        unbound = [o for o in node.output[len(outs) :] if o]
+        if unbound:
+            raise ModelError(
+                f"output(s) {unbound} are not produced by anekit's converter",
+                where=f"ONNX node '{name}' ({node.op_type})",
+            )
+
+    def emit(
+        self,
+        op: str,
+        inputs: list[str | None],
+        attrs: Mapping[str, Any] | None,
+        *,
+        node: NodeContext,
+        output_names: tuple[str, ...] | None,
+    ) -> tuple[str, ...]:
+        ins = [i or "" for i in inputs]
+        types = [self.values[i].type if i else None for i in ins]
+        try:
+            norm, out_types = infer_types(op, types, attrs)
+        except InferError as exc:
+            raise ShapeError(
+                f"{exc}", where=f"ONNX node '{node.name}' ({node.op_type}) as {op}"
+            ) from None
+        if output_names is not None and len(output_names) >= len(out_types):
+            names = [
+                self.fresh(n) if n else self.fresh(f"{node.name}/unused")
+                for n in output_names[: len(out_types)]
+            ]
+        else:
+            names = [self.fresh(f"{node.name}/{op}") for _ in out_types]
+        if all(i == "" or i in self.constants for i in ins):
+            # every input is known: compute now (this folds shape sub-graphs)
+            args = [self.constants[i] if i else None for i in ins]
+            vals = [Value(n, t.shape, t.dtype) for n, t in zip(names, out_types, strict=True)]
+            probe = Node(op, node.name, tuple(ins), tuple(names), norm)
+            for n, arr in zip(names, run_node(probe, args, vals), strict=True):
+                arr = np.asarray(arr, order="C")
+                arr.flags.writeable = False
+                self.values[n] = Value(n, arr.shape, dtype_of_array(arr))
+                self.constants[n] = arr
+            return tuple(names)
+        for n, t in zip(names, out_types, strict=True):
+            self.values[n] = Value(n, t.shape, t.dtype)
+        self.nodes.append(
+            Node(
+                op, self._ir_node_name(node.name, op), tuple(ins), tuple(names), norm, (node.name,)
+            )
+        )
+        return tuple(names)
+
+    def _ir_node_name(self, onnx_name: str, op: str) -> str:
+        """The first IR node of an ONNX node takes its name; the rest '<name>/<op>[_k]'."""
+        name = onnx_name if onnx_name not in self._ir_nodes else f"{onnx_name}/{op}"
+        base, k = name, 0
+        while name in self._ir_nodes:
+            k += 1
+            name = f"{base}_{k}"
+        self._ir_nodes.add(name)
+        return name
+
+
+def _topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes in dependency order (ONNX requires it, but not every exporter complies)."""
+    produced = {i.name for i in g.input} | {t.name for t in g.initializer}
+    ordered: list[onnx.NodeProto] = []
+    pending = list(g.node)
+    while pending:
+        progress = []
+        rest = []
+        for n in pending:
+            if all((not i) or i in produced for i in n.input):
+                progress.append(n)
+                produced.update(o for o in n.output if o)
+            else:
+                rest.append(n)
+        if not progress:
+            missing = sorted({i for n in rest for i in n.input if i and i not in produced})[:5]
+            raise ModelError(f"the graph reads undefined values {missing} (or has a cycle)")
+        ordered.extend(progress)
+        pending = rest
+    return ordered

@@ -1,0 +1,134 @@
+"""Loading ONNX models from files, bytes or protos, with bounds-checked external data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from anekit.errors import FormatError, ModelError
+
+# ONNX element type -> numpy dtype for the types anekit reads from files.
+ONNX_TO_NUMPY: dict[int, np.dtype] = {
+    TensorProto.FLOAT: np.dtype(np.float32),
+    TensorProto.FLOAT16: np.dtype(np.float16),
+    TensorProto.INT8: np.dtype(np.int8),
+    TensorProto.UINT8: np.dtype(np.uint8),
+    TensorProto.INT32: np.dtype(np.int32),
+    TensorProto.INT64: np.dtype(np.int64),
+    TensorProto.BOOL: np.dtype(np.bool_),
+    TensorProto.DOUBLE: np.dtype(np.float64),
+    TensorProto.INT16: np.dtype(np.int16),
+    TensorProto.UINT16: np.dtype(np.uint16),
+    TensorProto.UINT32: np.dtype(np.uint32),
+    TensorProto.UINT64: np.dtype(np.uint64),
+}
+
+
+def onnx_type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type {elem_type}"
+
+
+def load_model(
+    model: str | os.PathLike | bytes | onnx.ModelProto,
+) -> tuple[onnx.ModelProto, Path | None]:
+    """Parse a model without its external data; return it with its directory (for external data)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, bytes | bytearray):
+        return _parse(bytes(model), "<bytes>"), None
+    path = Path(model)
+    if not path.exists():
+        raise ModelError(f"model file '{path}' does not exist")
+    if path.is_dir():
+        raise ModelError(f"'{path}' is a directory, not an ONNX model file")
+    data = path.read_bytes()
+    return _parse(data, str(path)), path.resolve().parent
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    if not data:
+        raise FormatError("the file is empty, not an ONNX model", where=where)
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises DecodeError and friends
+        raise FormatError(
+            "not a valid ONNX model: the protobuf could not be decoded (truncated or not ONNX)",
+            where=where,
+            hint="check that the file is a complete .onnx export",
+        ) from None
+    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
+        raise FormatError(
+            "not an ONNX model: no graph found (is this really an .onnx file?)", where=where
+        )
+    return proto
+
+
+def tensor_to_array(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
+    """A TensorProto as a numpy array; external data is read with every bound checked."""
+    if tensor.data_location == TensorProto.EXTERNAL:
+        return _read_external(tensor, base_dir)
+    if tensor.data_type not in ONNX_TO_NUMPY:
+        raise ModelError(
+            f"initializer '{tensor.name}' has element type {onnx_type_name(tensor.data_type)}, "
+            "which anekit does not support"
+        )
+    try:
+        return onnx.numpy_helper.to_array(tensor)
+    except Exception as exc:  # noqa: BLE001 - malformed tensor payloads
+        raise FormatError(f"initializer '{tensor.name}' is malformed: {exc}") from None
+
+
+def _read_external(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
+    info = {e.key: e.value for e in tensor.external_data}
+    name = tensor.name
+    if base_dir is None:
+        raise ModelError(
+            f"initializer '{name}' stores its data in an external file, but the model was given "
+            "without a directory",
+            hint="pass the model's file path instead of a ModelProto, or load it with onnx.load()",
+        )
+    location = info.get("location")
+    if not location:
+        raise FormatError(f"initializer '{name}': external data has no location")
+    target = (base_dir / location).resolve()
+    if base_dir not in target.parents:
+        raise FormatError(
+            f"initializer '{name}': external data path '{location}' leaves the model's directory"
+        )
+    if not target.is_file():
+        raise ModelError(
+            f"initializer '{name}': external data file '{location}' is missing next to the model"
+        )
+    dtype = ONNX_TO_NUMPY.get(tensor.data_type)
+    if dtype is None:
+        raise ModelError(
+            f"initializer '{name}' has unsupported type {onnx_type_name(tensor.data_type)}"
+        )
+    shape = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in shape):
+        raise FormatError(f"initializer '{name}' has a negative dimension {list(shape)}")
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dtype.itemsize
+    try:
+        offset = int(info.get("offset", 0))
+        length = int(info.get("length", nbytes))
+    except ValueError:
+        raise FormatError(
+            f"initializer '{name}': external data offset/length are not integers"
+        ) from None
+    size = target.stat().st_size
+    if offset < 0 or length != nbytes or offset + length > size:
+        raise FormatError(
+            f"initializer '{name}': external data [{offset}, {offset + length}) does not fit "
+            f"'{location}' ({size} bytes) or does not hold {list(shape)} x {dtype}"
+        )
+    arr = np.fromfile(target, dtype=dtype, count=count, offset=offset)
+    return arr.reshape(shape)

@@ -1,0 +1,130 @@
+"""Runs a Graph with each op's fp32 numpy kernel (the reference backend's engine)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import InputError, InternalError
+from anekit.ir.dtypes import DType
+from anekit.ir.graph import Graph, Node, Value
+
+# (node, input arrays, output arrays) -> None; lets tools observe every intermediate.
+Observer = Callable[[Node, list[np.ndarray | None], list[np.ndarray]], None]
+
+
+def coerce_feed(value: Value, array: Any) -> np.ndarray:
+    """Check a user feed against a graph input; convert dtype within the same kind."""
+    arr = np.asarray(array)
+    if tuple(arr.shape) != value.shape:
+        raise InputError(
+            f"input '{value.name}' has shape {list(arr.shape)}, but the graph expects {list(value.shape)}"
+        )
+    want = value.dtype
+    kind = arr.dtype.kind
+    ok = (
+        (want.is_float and kind in "fiub")
+        or (want.is_int and kind in "iub")
+        or (want is DType.BOOL and kind == "b")
+    )
+    if not ok:
+        raise InputError(
+            f"input '{value.name}' has dtype {arr.dtype}, but the graph expects {want}",
+            hint="convert the array, e.g. array.astype(numpy.float32)",
+        )
+    return np.asarray(arr, dtype=want.numpy, order="C")
+
+
+def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    expected = {v.name: v for v in graph.inputs}
+    missing = [n for n in expected if n not in feeds]
+    extra = [n for n in feeds if n not in expected]
+    if missing or extra:
+        sig = ", ".join(f"{v.name}: {v.type}" for v in graph.inputs)
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {missing}")
+        if extra:
+            parts.append(f"unknown input(s) {extra}")
+        raise InputError("; ".join(parts) + f"; the graph takes ({sig})")
+    return {n: coerce_feed(v, feeds[n]) for n, v in expected.items()}
+
+
+def _last_uses(graph: Graph) -> dict[int, list[str]]:
+    """node index -> values that are dead after that node (for freeing memory early)."""
+    last: dict[str, int] = {}
+    for idx, n in enumerate(graph.nodes):
+        for i in n.inputs:
+            if i and i not in graph.constants:
+                last[i] = idx
+    keep = set(graph.output_names)
+    out: dict[int, list[str]] = {}
+    for name, idx in last.items():
+        if name not in keep:
+            out.setdefault(idx, []).append(name)
+    return out
+
+
+def run_node(
+    node: Node, args: list[np.ndarray | None], out_values: list[Value]
+) -> list[np.ndarray]:
+    """Apply one node's kernel: fp16 widened to fp32, results cast to the declared types."""
+    opdef = node.opdef
+    wide = [a.astype(np.float32) if a is not None and a.dtype == np.float16 else a for a in args]
+    result = opdef.kernel(*wide, **node.attrs)
+    results = list(result) if isinstance(result, tuple | list) else [result]
+    if len(results) != len(out_values):
+        raise InternalError(
+            f"kernel of '{node.op}' returned {len(results)} outputs for node '{node.name}', "
+            f"expected {len(out_values)}"
+        )
+    outs = []
+    for r, v in zip(results, out_values, strict=True):
+        arr = np.asarray(r)
+        if arr.shape != v.shape:
+            raise InternalError(
+                f"node '{node.name}' ({node.op}): kernel produced shape {list(arr.shape)}, "
+                f"inference declared {list(v.shape)}"
+            )
+        if arr.dtype != v.dtype.numpy:
+            arr = arr.astype(v.dtype.numpy)
+        outs.append(arr)
+    return outs
+
+
+def run_graph(
+    graph: Graph,
+    feeds: Mapping[str, Any],
+    *,
+    observer: Observer | None = None,
+    keep_all: bool = False,
+) -> dict[str, np.ndarray]:
+    """Evaluate ``graph`` on ``feeds``; outputs in graph order keyed by output name.
+
+    ``keep_all`` returns every intermediate value as well (for pass-by-pass debugging).
+    """
+    env: dict[str, np.ndarray] = dict(graph.constants)
+    env.update(check_feeds(graph, feeds))
+    dead = {} if keep_all else _last_uses(graph)
+    with np.errstate(all="ignore"):  # inf/nan are data here, as in onnxruntime
+        for idx, node in enumerate(graph.nodes):
+            args = [env[i] if i else None for i in node.inputs]
+            try:
+                outs = run_node(node, args, [graph.values[o] for o in node.outputs])
+            except InternalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - name the node for the user
+                raise InternalError(
+                    f"node '{node.name}' ({node.op}) failed in the reference kernel: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            if observer is not None:
+                observer(node, args, outs)
+            env.update(zip(node.outputs, outs, strict=True))
+            for name in dead.get(idx, ()):
+                env.pop(name, None)
+    if keep_all:
+        return env
+    return {name: env[name] for name in graph.output_names}

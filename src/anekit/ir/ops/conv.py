@@ -1,0 +1,101 @@
+"""Convolution over 1 to 3 spatial axes (NC + spatial layout, weights M x C/group x kernel)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from anekit.ir.ops._infer import Attrs, Types, float_only
+from anekit.ir.registry import Attr, InferError, TensorType, declare
+
+CONV_ATTRS = (
+    Attr("strides", "ints", (), doc="per spatial axis; empty = all 1"),
+    Attr("pads", "ints", (), doc="begins for each spatial axis, then ends; empty = all 0"),
+    Attr("dilations", "ints", (), doc="per spatial axis; empty = all 1"),
+    Attr("group", "int", 1),
+)
+
+
+def conv_geometry(
+    spatial: int, attrs: Attrs
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(strides, pads, dilations) with defaults filled for ``spatial`` axes."""
+    strides = attrs["strides"] or (1,) * spatial
+    pads = attrs["pads"] or (0,) * (2 * spatial)
+    dilations = attrs["dilations"] or (1,) * spatial
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+        raise InferError(
+            f"strides/dilations need {spatial} values and pads {2 * spatial} for {spatial} spatial axes"
+        )
+    if any(s <= 0 for s in strides) or any(d <= 0 for d in dilations) or any(p < 0 for p in pads):
+        raise InferError("strides and dilations must be positive and pads non-negative")
+    return tuple(strides), tuple(pads), tuple(dilations)
+
+
+def conv_output_size(
+    size: int, k: int, stride: int, pad_begin: int, pad_end: int, dilation: int
+) -> int:
+    return (size + pad_begin + pad_end - ((k - 1) * dilation + 1)) // stride + 1
+
+
+def _conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    float_only(ins, range(len(ins)))
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    if x.rank < 3 or w.rank != x.rank:
+        raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
+    sp = x.rank - 2
+    strides, pads, dil = conv_geometry(sp, attrs)
+    g = attrs["group"]
+    if g <= 0 or x.shape[1] % g or w.shape[0] % g:
+        raise InferError(
+            f"input/output channels should be divisible by num group: C={x.shape[1]}, M={w.shape[0]}, group={g}"
+        )
+    if w.shape[1] * g != x.shape[1]:
+        raise InferError(f"weight expects {w.shape[1] * g} input channels, input has {x.shape[1]}")
+    if b is not None and b.shape != (w.shape[0],):
+        raise InferError(f"bias shape {list(b.shape)} must be [{w.shape[0]}]")
+    out = []
+    for i in range(sp):
+        o = conv_output_size(
+            x.shape[2 + i], w.shape[2 + i], strides[i], pads[i], pads[i + sp], dil[i]
+        )
+        if o <= 0:
+            raise InferError(
+                f"kernel {list(w.shape[2:])} does not fit the padded input {list(x.shape[2:])}"
+            )
+        out.append(o)
+    return [TensorType((x.shape[0], w.shape[0], *out), x.dtype)]
+
+
+@declare("conv", inputs=("x", "weight", "bias?"), attrs=CONV_ATTRS, infer=_conv_infer, kind="conv")
+def conv(x, weight, bias, strides, pads, dilations, group):
+    """N-d cross-correlation (as ONNX Conv) with explicit pads"""
+    sp = x.ndim - 2
+    strides, pads, dil = conv_geometry(
+        sp, {"strides": strides, "pads": pads, "dilations": dilations}
+    )
+    n, c = x.shape[:2]
+    m, cg = weight.shape[:2]
+    kernel = weight.shape[2:]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + sp]) for i in range(sp)])
+    out_sp = [
+        conv_output_size(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[i + sp], dil[i])
+        for i in range(sp)
+    ]
+    o = int(np.prod(out_sp))
+    wg = weight.reshape(group, m // group, cg, -1)  # g, mg, cg, K
+    acc = np.zeros((n, group, m // group, o), dtype=np.float32)
+    # One grouped matmul per kernel offset keeps memory at one input-sized slice.
+    for kidx, offs in enumerate(itertools.product(*(range(k) for k in kernel))):
+        sl = tuple(
+            slice(offs[i] * dil[i], offs[i] * dil[i] + (out_sp[i] - 1) * strides[i] + 1, strides[i])
+            for i in range(sp)
+        )
+        patch = xp[(slice(None), slice(None), *sl)].reshape(n, group, cg, o)
+        acc += np.matmul(wg[None, :, :, :, kidx], patch)
+    y = acc.reshape(n, m, *out_sp)
+    if bias is not None:
+        y = y + bias.reshape((1, m) + (1,) * sp)
+    return y

@@ -1,0 +1,125 @@
+"""ONNX's own node test cases, run through AnekitBackend (from_onnx + Graph.run).
+
+Every case whose ops anekit imports runs. A case is left out only by the explicit
+lists below: ONNX op types anekit does not import, element types outside anekit's
+seven dtypes, and single cases with the reason written next to them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx.backend.test.case import node as node_cases
+from onnx.backend.test.runner import Runner
+
+from anekit.frontend.onnx import CONVERTERS
+from anekit.frontend.onnx.backend import AnekitBackend
+
+# ONNX op types (default domain) that anekit does not import. Keep this list exact:
+# test_unsupported_list_is_honest fails if an op here is supported or an op is missing.
+UNSUPPORTED_OPS = {
+    "AffineGrid", "Attention", "AveragePool", "Bernoulli", "BitCast", "BitShift", "BitwiseAnd",
+    "BitwiseNot", "BitwiseOr", "BitwiseXor", "BlackmanWindow", "CausalConvWithState", "CenterCropPad",
+    "Col2Im", "Compress", "ConvInteger", "ConvTranspose", "CumProd", "CumSum", "DFT", "DeformConv",
+    "DepthToSpace", "DequantizeLinear", "Det", "DynamicQuantizeLinear", "EyeLike", "GRU", "GatherND",
+    "GlobalAveragePool", "GlobalMaxPool", "GridSample", "HammingWindow", "HannWindow", "Hardmax", "If",
+    "ImageDecoder", "LRN", "LSTM", "LinearAttention", "Loop", "LpNormalization", "LpPool",
+    "MatMulInteger", "MaxPool", "MaxUnpool", "MeanVarianceNormalization", "MelWeightMatrix",
+    "NegativeLogLikelihoodLoss", "NonMaxSuppression", "NonZero", "OneHot", "OptionalGetElement",
+    "OptionalHasElement", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RNN", "RandomUniformLike",
+    "RegexFullMatch", "Resize", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "Scan",
+    "Scatter", "ScatterElements", "ScatterND", "SequenceEmpty", "SequenceInsert", "SequenceLength",
+    "SequenceMap", "Shrink", "SoftmaxCrossEntropyLoss", "SpaceToDepth", "SplitToSequence",
+    "StringConcat", "StringNormalizer", "StringSplit", "SwiGLU", "Swish", "TensorScatter",
+    "TfIdfVectorizer", "TopK", "Unique", "Upsample",
+}  # fmt: skip
+
+# Element types anekit tensors can have (fp32, fp16, int8, uint8, int32, int64, bool).
+SUPPORTED_ELEM_TYPES = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL,
+}  # fmt: skip
+
+# Single cases left out, each with its reason.
+EXCLUDED_CASES: dict[str, str] = {
+    "test_training_dropout": "training-mode Dropout is random; anekit imports inference graphs",
+    "test_training_dropout_default": "training-mode Dropout is random",
+    "test_training_dropout_default_mask": "training-mode Dropout is random",
+    "test_training_dropout_mask": "training-mode Dropout is random",
+    "test_batchnorm_example_training_mode": "BatchNormalization in training mode updates statistics",
+    "test_batchnorm_epsilon_training_mode": "BatchNormalization in training mode updates statistics",
+    "test_attention_local_window_gqa_rank4_mask_expanded": "casts to double inside the graph",
+    "test_reduce_log_sum_exp_empty_set_expanded": "casts to double inside the graph",
+}
+
+
+def _collect() -> list:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return node_cases.collect_testcases(None)
+
+
+ALL_CASES = _collect()
+
+
+def _ops(case) -> set[str]:
+    return {n.op_type for n in case.model.graph.node if (n.domain or "") in ("", "ai.onnx")}
+
+
+def _foreign_domain(case) -> bool:
+    return any((n.domain or "") not in ("", "ai.onnx") for n in case.model.graph.node)
+
+
+def _dtypes_supported(case) -> bool:
+    g = case.model.graph
+    for vi in list(g.input) + list(g.output):
+        if (
+            not vi.type.HasField("tensor_type")
+            or vi.type.tensor_type.elem_type not in SUPPORTED_ELEM_TYPES
+        ):
+            return False
+    return True
+
+
+def _included(case) -> bool:
+    return (
+        not (_ops(case) & UNSUPPORTED_OPS)
+        and not _foreign_domain(case)
+        and _dtypes_supported(case)
+        and case.name not in EXCLUDED_CASES
+    )
+
+
+INCLUDED = [c for c in ALL_CASES if _included(c)]
+
+
+@pytest.mark.parametrize("case", INCLUDED, ids=[c.name for c in INCLUDED])
+def test_node_case(case) -> None:
+    rep = AnekitBackend.prepare(case.model)
+    for inputs, expected in case.data_sets:
+        outputs = rep.run(inputs)
+        expected = [
+            onnx.numpy_helper.to_array(e) if isinstance(e, onnx.TensorProto) else np.asarray(e)
+            for e in expected
+        ]
+        Runner.assert_similar_outputs(expected, outputs, rtol=case.rtol, atol=case.atol)
+
+
+def test_unsupported_list_is_honest() -> None:
+    seen = {op for c in ALL_CASES for op in _ops(c)}
+    assert not (UNSUPPORTED_OPS & set(CONVERTERS)), "supported ops listed as unsupported"
+    assert seen - set(CONVERTERS) - UNSUPPORTED_OPS == set(), "ops neither supported nor listed"
+
+
+def test_every_supported_op_has_a_running_case() -> None:
+    covered = {op for c in INCLUDED for op in _ops(c)}
+    seen = {op for c in ALL_CASES for op in _ops(c)}
+    assert (set(CONVERTERS) & seen) - covered == set()
+
+
+def test_excluded_cases_exist() -> None:
+    names = {c.name for c in ALL_CASES}
+    assert set(EXCLUDED_CASES) <= names
