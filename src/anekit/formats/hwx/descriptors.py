@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -85,10 +86,12 @@ def _read_descriptor(
         )
     header = view.words(base + offset, layout.header_size // 4, "a task descriptor header")
     following = header[layout.next_pointer_offset // 4]
-    if following and not (offset < following < section.size and following % 4 == 0):
+    first_allowed = offset + layout.header_size
+    if following and not (first_allowed <= following < section.size and following % 4 == 0):
         raise view.error(
-            f"expected the next-descriptor offset to point forward inside {section.full_name} "
-            f"(0x{offset:x} < next < 0x{section.size:x}, 4-byte aligned), found 0x{following:x}",
+            f"expected the next-descriptor offset to point past this descriptor's header and inside "
+            f"{section.full_name} (0x{first_allowed:x} <= next < 0x{section.size:x}, 4-byte aligned), "
+            f"found 0x{following:x}",
             base + offset + layout.next_pointer_offset,
         )
     bound = following or section.size
@@ -141,13 +144,21 @@ def decode_fields(
     return MappingProxyType(fields)
 
 
-def register_at(
-    layout: GenerationLayout | None, descriptors: tuple[TaskDescriptor, ...], section_offset: int
-) -> tuple[int | None, str | None]:
-    """(descriptor index, "<group>.<register>") of the word at `section_offset` of the descriptor section."""
-    for descriptor in descriptors:
-        if not descriptor.offset <= section_offset < descriptor.offset + descriptor.size:
-            continue
+def register_locator(
+    layout: GenerationLayout | None, descriptors: tuple[TaskDescriptor, ...]
+) -> Callable[[int], tuple[int | None, str | None]]:
+    """A function: offset in the descriptor section -> (descriptor index, "<group>.<register>")."""
+    starts = [
+        descriptor.offset for descriptor in descriptors
+    ]  # strictly increasing along the chain
+
+    def locate(section_offset: int) -> tuple[int | None, str | None]:
+        at = bisect.bisect_right(starts, section_offset) - 1
+        if at < 0:
+            return None, None
+        descriptor = descriptors[at]
+        if section_offset >= descriptor.offset + descriptor.size:
+            return None, None
         if layout is None:
             return descriptor.index, None
         relative = section_offset - descriptor.offset
@@ -164,4 +175,5 @@ def register_at(
                     return descriptor.index, f"{specs[0].group}.{specs[0].register}"
                 return descriptor.index, f"{stream.name or 'unknown'}@0x{address:x}"
         return descriptor.index, None
-    return None, None
+
+    return locate

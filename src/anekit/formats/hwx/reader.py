@@ -10,7 +10,7 @@ from anekit.errors import FormatError
 from anekit.formats.hwx.banner import parse_banner
 from anekit.formats.hwx.binary import ByteView
 from anekit.formats.hwx.container import read_container
-from anekit.formats.hwx.descriptors import read_descriptors, register_at
+from anekit.formats.hwx.descriptors import read_descriptors, register_locator
 from anekit.formats.hwx.model import HwxFile
 from anekit.formats.hwx.registers import layout_for_cpusubtype
 from anekit.formats.hwx.relocations import read_relocations
@@ -61,10 +61,11 @@ def parse(data: bytes, where: str | None = None) -> HwxFile:
 
     relocations = read_relocations(view, sections, symbols)
     if descriptor_section is not None:
+        locate = register_locator(layout, descriptors)
         located = []
         for relocation in relocations:
             if relocation.section == descriptor_section.full_name:
-                index, register = register_at(layout, descriptors, relocation.address)
+                index, register = locate(relocation.address)
                 relocation = replace(relocation, descriptor=index, register=register)
             located.append(relocation)
         relocations = tuple(located)

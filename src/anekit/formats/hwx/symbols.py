@@ -36,6 +36,7 @@ class Symbol:
     desc: int
     value: int
     entry_offset: int  # file offset of the 16-byte nlist entry
+    name_offset: int  # file offset of the name in the string table
 
     @property
     def is_stab(self) -> bool:
@@ -105,7 +106,7 @@ def read_symbols(
                 at,
             )
         name = view.cstring(symtab.stroff + strx, str_end, f"the name of symbol {index}")
-        symbol = Symbol(index, name, n_type, sect, desc, value, at)
+        symbol = Symbol(index, name, n_type, sect, desc, value, at, symtab.stroff + strx)
         if symbol.in_section and not 1 <= sect <= len(sections):
             raise view.error(
                 f"expected symbol {name!r} to name a section 1..{len(sections)}, found {sect}",
@@ -124,7 +125,7 @@ def read_catalog(view: ByteView, symbols: tuple[Symbol, ...]) -> tuple[CatalogTy
         if match is None:
             raise view.error(
                 f"expected a type catalog stab name:t<id>=<definition>, found {symbol.name!r}",
-                symbol.entry_offset,
+                symbol.name_offset,
             )
         catalog.append(CatalogType(int(match.group(2)), match.group(1), match.group(3) or ""))
     return tuple(catalog)
@@ -135,7 +136,7 @@ def parse_tensor_stab(view: ByteView, symbol: Symbol) -> tuple[str, tuple[Tensor
     expected = "a tensor stab name:t<id>=ar1;0;<extent>;<id>=s<stride><axis>:...:<element type>"
     match = _TENSOR_STAB.fullmatch(symbol.name)
     if match is None:
-        raise view.error(f"expected {expected}, found {symbol.name!r}", symbol.entry_offset)
+        raise view.error(f"expected {expected}, found {symbol.name!r}", symbol.name_offset)
     parts = match.group(3).split(":")
     axes = []
     for part in parts[:-1]:
@@ -143,17 +144,17 @@ def parse_tensor_stab(view: ByteView, symbol: Symbol) -> tuple[str, tuple[Tensor
         if axis is None or int(axis.group(2)) != 0:
             raise view.error(
                 f"expected {expected}; the part {part!r} is not ar1;0;<extent>;<id>=s<stride><axis>",
-                symbol.entry_offset,
+                symbol.name_offset,
             )
         letter = axis.group(6)
         if any(a.axis == letter for a in axes):
             raise view.error(
                 f"expected each axis once in tensor stab {symbol.name!r}; {letter!r} repeats",
-                symbol.entry_offset,
+                symbol.name_offset,
             )
         axes.append(TensorAxis(letter, int(axis.group(3)), int(axis.group(5))))
     if not axes or _ELEMENT.fullmatch(parts[-1]) is None:
-        raise view.error(f"expected {expected}, found {symbol.name!r}", symbol.entry_offset)
+        raise view.error(f"expected {expected}, found {symbol.name!r}", symbol.name_offset)
     return match.group(1), tuple(axes), int(parts[-1])
 
 
@@ -177,7 +178,7 @@ def read_tensors(
         if element not in types:
             raise view.error(
                 f"expected tensor {name!r}'s element type t{element} to be defined in the type catalog",
-                symbol.entry_offset,
+                symbol.name_offset,
             )
         by_axis = {axis.axis: axis for axis in axes}
         n, c, h, w = (by_axis[a].extent if a in by_axis else 1 for a in AXES)

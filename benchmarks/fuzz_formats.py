@@ -1,0 +1,468 @@
+"""Mutation fuzzer for anekit's format readers: every mutated fixture must decode or raise FormatError.
+
+Each target is one `FuzzTarget` entry (a name, its fixtures, how to decode bytes, and the
+offsets worth corrupting). A case takes one fixture, applies one seeded mutation (bit
+flips, random overwrites, inserted or deleted runs, a header/table field set to an
+extreme value, truncation at a structural boundary) and decodes the result. Anything
+other than success or `anekit.errors.FormatError` (another exception, or a case slower
+than the time limit) is a finding, recorded with its case seed so it can be replayed:
+
+    python benchmarks/fuzz_formats.py                       # 12,000 cases, seed 6
+    python benchmarks/fuzz_formats.py --replay hwx:h13_relu:6:417
+
+Results go to benchmarks/results/fuzz_formats.json (written atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anekit.errors import FormatError
+
+FIXTURES = Path(os.environ.get("ANEKIT_FIXTURES", "/work/shared/fixtures"))
+RESULTS = Path(__file__).resolve().parent / "results" / "fuzz_formats.json"
+DEFAULT_SEED = 6
+DEFAULT_CASES = 12_000
+SLOW_CASE_SECONDS = 2.0
+EXTREME_VALUES = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    0x10,
+    0x3F,
+    0x40,
+    0x7F,
+    0x80,
+    0xFF,
+    0x100,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x10000,
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A little-endian integer in a fixture worth corrupting (header, table entry, count)."""
+
+    offset: int
+    size: int  # 1, 2, 4 or 8 bytes
+    name: str
+
+
+@dataclass(frozen=True)
+class FuzzTarget:
+    """One reader under test. `decode` must do everything a user-facing command does."""
+
+    name: str
+    fixtures: Callable[[], list[Path]]
+    decode: Callable[[bytes], Any]
+    fields: Callable[[bytes], list[Field]]  # structural fields of a pristine fixture
+    boundaries: Callable[[bytes], list[int]]  # offsets where truncation is interesting
+
+
+@dataclass
+class Tally:
+    cases: int = 0
+    ok: int = 0
+    format_error: int = 0
+    findings: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "cases": self.cases,
+            "ok": self.ok,
+            "format_error": self.format_error,
+            "findings": self.findings,
+        }
+
+
+@dataclass
+class Run:
+    seed: int
+    tallies: dict[str, dict[str, Tally]] = field(default_factory=dict)  # target -> fixture -> tally
+    by_mutation: dict[str, dict[str, Tally]] = field(
+        default_factory=dict
+    )  # target -> mutation -> tally
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ---- the .hwx target ---------------------------------------------------------------------
+
+
+def _hwx_decode(data: bytes) -> Any:
+    from anekit.formats import hwx
+
+    return hwx.read(data).to_json()
+
+
+def _hwx_fields(data: bytes) -> list[Field]:
+    """Every header, command, segment, section, symtab, relocation and descriptor field."""
+    from anekit.formats import hwx
+
+    f = hwx.read(data)
+    fields = [Field(4 * i, 4, f"header[{i}]") for i in range(8)]
+    for command in f.commands:
+        fields += [Field(command.offset, 4, "cmd"), Field(command.offset + 4, 4, "cmdsize")]
+        if command.kind in ("io_buffer", "mapped_region"):
+            fields += [
+                Field(command.offset + 8, 4, "io name offset"),
+                Field(command.offset + 16, 4, "io address"),
+            ]
+        elif command.kind == "thread":
+            fields += [
+                Field(command.offset + 8, 4, "thread flavor"),
+                Field(command.offset + 12, 4, "thread count"),
+            ]
+        elif command.kind == "symtab":
+            fields += [Field(command.offset + 8 + 4 * i, 4, f"symtab[{i}]") for i in range(4)]
+    for segment in f.segments:
+        at = segment.command_offset
+        fields += [Field(at + 24 + 8 * i, 8, f"{segment.name} range[{i}]") for i in range(4)]
+        fields += [
+            Field(at + 56 + 4 * i, 4, f"{segment.name} prot/nsects/flags[{i}]") for i in range(4)
+        ]
+        for i, section in enumerate(segment.sections):
+            base = at + 72 + 80 * i
+            fields += [
+                Field(base + 32, 8, f"{section.full_name} addr"),
+                Field(base + 40, 8, f"{section.full_name} size"),
+            ]
+            fields += [
+                Field(base + 48 + 4 * k, 4, f"{section.full_name} word[{k}]") for k in range(5)
+            ]
+    for symbol in f.symbols:
+        fields += [
+            Field(symbol.entry_offset, 4, "n_strx"),
+            Field(symbol.entry_offset + 5, 1, "n_sect"),
+            Field(symbol.entry_offset + 8, 8, "n_value"),
+        ]
+    for relocation in f.relocations:
+        fields += [
+            Field(relocation.entry_offset, 4, "r_address"),
+            Field(relocation.entry_offset + 4, 4, "r_info"),
+        ]
+    text = f.section("__TEXT", "__text")
+    if text is not None:
+        for descriptor in f.task_descriptors:
+            base = text.offset + descriptor.offset
+            fields += [
+                Field(base + 4 * i, 4, f"td header[{i}]") for i in range(len(descriptor.header))
+            ]
+            fields += [
+                Field(text.offset + s.offset, 4, f"stream header {s.name}")
+                for s in descriptor.streams
+            ]
+    return fields
+
+
+def _hwx_boundaries(data: bytes) -> list[int]:
+    from anekit.formats import hwx
+
+    f = hwx.read(data)
+    points = {0, 4, 8, 16, 20, 24, 28, 32, f.size - 1}
+    for command in f.commands:
+        points.update((command.offset, command.offset + 8, command.offset + command.size - 1))
+    for section in f.sections:
+        if section.has_file_data:
+            points.update(
+                (section.offset, section.offset + section.size - 1, section.offset + section.size)
+            )
+        if section.nreloc:
+            points.update((section.reloff, section.reloff + 8 * section.nreloc - 1))
+    symtab = next((c for c in f.commands if c.kind == "symtab"), None)
+    if symtab is not None and f.symbols:
+        first = f.symbols[0]
+        points.update((first.entry_offset, f.symbols[-1].entry_offset + 15, first.name_offset))
+    text = f.section("__TEXT", "__text")
+    if text is not None:
+        for descriptor in f.task_descriptors:
+            points.update(text.offset + s.offset for s in descriptor.streams)
+            points.add(text.offset + descriptor.offset + 0x1C)
+    return sorted(p for p in points if 0 <= p < f.size)
+
+
+def hwx_target() -> FuzzTarget:
+    return FuzzTarget(
+        name="hwx",
+        fixtures=lambda: sorted((FIXTURES / "hwx").glob("*.hwx")),
+        decode=_hwx_decode,
+        fields=_hwx_fields,
+        boundaries=_hwx_boundaries,
+    )
+
+
+# Add other readers here, one entry each (netplist, weight.bin, MIL text, ...).
+TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {"hwx": hwx_target}
+
+
+# ---- mutations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A pristine fixture and what its target says is worth corrupting."""
+
+    name: str
+    data: bytes
+    fields: tuple[Field, ...]
+    boundaries: tuple[int, ...]
+
+
+def _hot_offset(rng: random.Random, fixture: Prepared) -> int:
+    """Half the time near a structural field, else anywhere in the file."""
+    if fixture.fields and rng.random() < 0.5:
+        target = rng.choice(fixture.fields)
+        return min(len(fixture.data) - 1, target.offset + rng.randrange(target.size))
+    return rng.randrange(len(fixture.data))
+
+
+def mutate_bit_flips(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    data = bytearray(fixture.data)
+    flips = [(_hot_offset(rng, fixture), rng.randrange(8)) for _ in range(rng.randint(1, 16))]
+    for offset, bit in flips:
+        data[offset] ^= 1 << bit
+    return bytes(data), "bit_flips " + ",".join(f"0x{o:x}:{b}" for o, b in flips)
+
+
+def mutate_overwrite(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    data = bytearray(fixture.data)
+    offset = _hot_offset(rng, fixture)
+    run = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 32)))
+    data[offset : offset + len(run)] = run[: len(data) - offset]
+    return bytes(data), f"overwrite 0x{offset:x} {run.hex()}"
+
+
+def mutate_insert(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    offset = _hot_offset(rng, fixture)
+    run = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64)))
+    return fixture.data[:offset] + run + fixture.data[offset:], f"insert 0x{offset:x} {run.hex()}"
+
+
+def mutate_delete(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    offset = _hot_offset(rng, fixture)
+    size = rng.randint(1, 64)
+    return fixture.data[:offset] + fixture.data[offset + size :], f"delete 0x{offset:x}+{size}"
+
+
+def mutate_field_extreme(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    if not fixture.fields:
+        return mutate_overwrite(rng, fixture)
+    target = rng.choice(fixture.fields)
+    top = (1 << (8 * target.size)) - 1
+    current = int.from_bytes(fixture.data[target.offset : target.offset + target.size], "little")
+    candidates = [
+        *EXTREME_VALUES,
+        top,
+        top - 1,
+        top >> 1,
+        (top >> 1) + 1,
+        len(fixture.data),
+        len(fixture.data) + 1,
+        len(fixture.data) - 1,
+        current + 1,
+        current - 1,
+        current * 2,
+        current + 0x4000,
+        rng.getrandbits(8 * target.size),
+    ]
+    value = rng.choice(candidates) & top
+    data = bytearray(fixture.data)
+    data[target.offset : target.offset + target.size] = value.to_bytes(target.size, "little")
+    return bytes(data), f"field {target.name}@0x{target.offset:x} = 0x{value:x}"
+
+
+def mutate_truncate(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    point = (
+        rng.choice(fixture.boundaries) if fixture.boundaries else rng.randrange(len(fixture.data))
+    )
+    point = max(0, min(len(fixture.data) - 1, point + rng.choice((-1, 0, 0, 1, 4))))
+    return fixture.data[:point], f"truncate at 0x{point:x}"
+
+
+MUTATIONS: dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]] = {
+    "bit_flips": mutate_bit_flips,
+    "overwrite": mutate_overwrite,
+    "insert": mutate_insert,
+    "delete": mutate_delete,
+    "field_extreme": mutate_field_extreme,
+    "truncate": mutate_truncate,
+}
+
+
+# ---- running -----------------------------------------------------------------------------
+
+
+def case_rng(target: str, fixture: str, seed: int, case: int) -> random.Random:
+    return random.Random(f"{target}:{fixture}:{seed}:{case}")
+
+
+def run_case(
+    target: FuzzTarget, fixture: Prepared, seed: int, case: int
+) -> tuple[str, str, dict[str, Any] | None]:
+    """(mutation kind, outcome "ok" / "format_error" / "finding", finding record or None)."""
+    rng = case_rng(target.name, fixture.name, seed, case)
+    kind = rng.choice(sorted(MUTATIONS))
+    data, description = MUTATIONS[kind](rng, fixture)
+    start = time.perf_counter()
+    try:
+        target.decode(data)
+        outcome, problem = "ok", None
+    except FormatError:
+        outcome, problem = "format_error", None
+    except Exception as exc:  # noqa: BLE001 - the point of the fuzzer
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        outcome = "finding"
+        problem = (
+            f"{type(exc).__name__}: {exc}"[:300] + f" at {Path(frame.filename).name}:{frame.lineno}"
+        )
+    elapsed = time.perf_counter() - start
+    if outcome != "finding" and elapsed > SLOW_CASE_SECONDS:
+        outcome, problem = "finding", f"slow: {elapsed:.2f}s"
+    if outcome != "finding":
+        return kind, outcome, None
+    record = {
+        "target": target.name,
+        "fixture": fixture.name,
+        "seed": seed,
+        "case": case,
+        "replay": f"{target.name}:{fixture.name}:{seed}:{case}",
+        "mutation": description[:500],
+        "problem": problem,
+    }
+    return kind, outcome, record
+
+
+def prepare(target: FuzzTarget) -> list[Prepared]:
+    prepared = []
+    for path in target.fixtures():
+        data = path.read_bytes()
+        prepared.append(
+            Prepared(path.stem, data, tuple(target.fields(data)), tuple(target.boundaries(data)))
+        )
+    return prepared
+
+
+def fuzz(target_names: list[str], cases: int, seed: int) -> tuple[Run, float]:
+    run = Run(seed)
+    targets = [TARGET_FACTORIES[name]() for name in target_names]
+    plan = [(target, fixture) for target in targets for fixture in prepare(target)]
+    per_fixture = -(-cases // len(plan))
+    start = time.perf_counter()
+    for target, fixture in plan:
+        tallies = run.tallies.setdefault(target.name, {})
+        mutations = run.by_mutation.setdefault(target.name, {})
+        for case in range(per_fixture):
+            kind, outcome, record = run_case(target, fixture, seed, case)
+            for tally in (
+                tallies.setdefault(fixture.name, Tally()),
+                mutations.setdefault(kind, Tally()),
+            ):
+                tally.cases += 1
+                if outcome == "ok":
+                    tally.ok += 1
+                elif outcome == "format_error":
+                    tally.format_error += 1
+                else:
+                    tally.findings += 1
+            if record is not None:
+                run.findings.append(record)
+    return run, time.perf_counter() - start
+
+
+def report(run: Run, seconds: float) -> dict[str, Any]:
+    total = sum(t.cases for fixtures in run.tallies.values() for t in fixtures.values())
+    return {
+        "benchmark": "fuzz_formats",
+        "seed": run.seed,
+        "cases": total,
+        "seconds": round(seconds, 3),
+        "cases_per_second": round(total / seconds, 1) if seconds else None,
+        "findings": len(run.findings),
+        "targets": {
+            name: {
+                "fixtures": {fixture: tally.as_dict() for fixture, tally in fixtures.items()},
+                "mutations": {
+                    kind: tally.as_dict() for kind, tally in sorted(run.by_mutation[name].items())
+                },
+            }
+            for name, fixtures in run.tallies.items()
+        },
+        "finding_records": run.findings,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def write_atomically(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def replay(spec: str) -> int:
+    target_name, fixture_name, seed, case = spec.split(":")
+    target = TARGET_FACTORIES[target_name]()
+    fixture = next(p for p in prepare(target) if p.name == fixture_name)
+    rng = case_rng(target_name, fixture_name, int(seed), int(case))
+    kind = rng.choice(sorted(MUTATIONS))
+    data, description = MUTATIONS[kind](rng, fixture)
+    print(f"{spec}: {description}")
+    target.decode(data)  # let the exception, if any, show its traceback
+    print("decoded without error")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--targets", nargs="+", default=sorted(TARGET_FACTORIES), choices=sorted(TARGET_FACTORIES)
+    )
+    parser.add_argument(
+        "--cases", type=int, default=DEFAULT_CASES, help="total cases, spread evenly over fixtures"
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--replay", metavar="TARGET:FIXTURE:SEED:CASE", help="rerun one case with its traceback"
+    )
+    args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay)
+    run, seconds = fuzz(args.targets, args.cases, args.seed)
+    doc = report(run, seconds)
+    write_atomically(args.out, doc)
+    print(
+        f"{doc['cases']} cases in {doc['seconds']} s ({doc['cases_per_second']} cases/s), {doc['findings']} findings"
+    )
+    for record in run.findings[:20]:
+        print(f"  {record['replay']}: {record['mutation'][:80]} -> {record['problem']}")
+    return 1 if run.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

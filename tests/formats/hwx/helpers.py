@@ -1,0 +1,22 @@
+"""Shared helpers for the .hwx reader tests: the real Apple fixtures and byte patching."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+FIXTURES = Path("/work/shared/fixtures")
+HWX_DIR = FIXTURES / "hwx"
+HWX_FILES = sorted(HWX_DIR.glob("*.hwx"))
+HWX_IDS = [path.stem for path in HWX_FILES]
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (HWX_DIR / f"{name}.hwx").read_bytes()
+
+
+def patched(data: bytes, offset: int, fmt: str, value: int) -> bytes:
+    """A copy of `data` with one little-endian field at `offset` replaced."""
+    out = bytearray(data)
+    struct.pack_into("<" + fmt, out, offset, value)
+    return bytes(out)
