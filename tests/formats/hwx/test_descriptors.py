@@ -173,3 +173,20 @@ def test_next_pointer_into_its_own_header_is_rejected():
     # A chain of overlapping descriptors could otherwise make tens of thousands of them.
     with pytest.raises(FormatError, match="past this descriptor's header"):
         hwx.read(patched(fixture_bytes("h13_relu"), 0x4000 + 0x1C, "I", 0x4))
+
+
+def test_concat_second_descriptor_writes_after_the_first_ones_channels(decoded):
+    f = decoded["h13_concat"]
+    first, second = f.task_descriptors
+    (output,) = f.outputs
+    channel_stride = output.strides[1]
+    # The first pass writes input_0's channels from the start of the output window; the
+    # second pass's destination base skips exactly those channels.
+    assert first.fields["TileDMADst.BaseAddr.Addr"] == 0
+    assert (
+        second.fields["TileDMADst.BaseAddr.Addr"] * 64
+        == first.fields["Common.Cout.Cout"] * channel_stride
+    )
+    # Header word 1 announces the size of the next descriptor, in words, minus one.
+    assert first.fields["Header.Word1.NextSize"] == second.size // 4 - 1
+    assert second.fields["Header.Word1.NextSize"] == 0
