@@ -217,10 +217,12 @@ class GraphEditor:
 
     def build(self, *, dce: bool = True) -> Graph:
         """A new, valid-ordered Graph with the original output names kept."""
+        if dce:
+            live = {n.name for n in _live_nodes(self._toposort(), set(self.output_names))}
+            for name in [n for n in self._nodes if n not in live]:
+                self.remove(name)
         self._restore_output_names()
         nodes = self._toposort()
-        if dce:
-            nodes = _live_nodes(nodes, set(self.output_names))
         used = {i for n in nodes for i in n.inputs if i} | set(self.output_names)
         constants = {k: v for k, v in self.constants.items() if k in used}
         keep = used | {o for n in nodes for o in n.outputs} | {v.name for v in self.inputs}
@@ -237,32 +239,24 @@ class GraphEditor:
 
     def _restore_output_names(self) -> None:
         """Outputs are keyed by name for users: keep the original names after rewrites."""
-        input_names = {v.name for v in self.inputs}
+        reserved = {v.name for v in self.inputs} | set(self.constants)
         for pos, (orig, cur) in enumerate(
             zip(self._original_outputs, self.output_names, strict=True)
         ):
-            if orig == cur:
-                continue
-            producer = self.producer(cur)
-            orig_free = (
-                orig not in input_names
-                and orig not in self.constants
-                and self.producer(orig) is None
-            )
-            single_use = self.output_names.count(cur) == 1
-            if producer is not None and orig_free and single_use:
-                self._rename_value(cur, orig)
-            else:
-                # An input, a constant or a shared value: copy it out under the old name.
-                if (
-                    orig in self.values
-                    and self.producer(orig) is None
-                    and orig not in input_names
-                    and orig not in self.constants
-                ):
-                    del self.values[orig]
-                    self._taken.discard(orig)
+            if orig == cur or orig in reserved:
+                continue  # unchanged, or the name now belongs to an input/constant
+            holder = self.producer(orig)
+            if holder is not None:
+                # a live intermediate still has the old name: give it a new one
+                self._rename_value(orig, self.fresh(f"{orig}_pre"))
+            elif orig in self.values:
+                del self.values[orig]
+            cur_producer = self.producer(cur)
+            shared = self.output_names.count(cur) > 1 or cur in reserved or cur_producer is None
+            if shared or any(cur in n.inputs for n in self._nodes.values()):
                 self.add("identity", [cur], outputs=[orig], name=self.fresh(f"{orig}_out"))
+            else:
+                self._rename_value(cur, orig)
             self.output_names[pos] = orig
 
     def _rename_value(self, old: str, new: str) -> None:

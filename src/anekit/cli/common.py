@@ -1,0 +1,135 @@
+"""Argument parsing and printing shared by the CLI commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError, InputError, ModelError
+
+
+def add_shape_option(parser: Any) -> None:
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
+        help="fix an input's shape, e.g. --shape input_ids=1x64 (repeatable)",
+    )
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """'name=1x3x224x224' -> {'name': (1, 3, 224, 224)}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        parts = dims.replace(",", "x").split("x") if dims else []
+        if not sep or not name or not parts or not all(p.strip().isdigit() for p in parts):
+            raise AnekitError(
+                f"--shape '{spec}' is not NAME=DIMS",
+                hint="write dimensions separated by x, e.g. --shape input_ids=1x64",
+            )
+        shapes[name] = tuple(int(p) for p in parts)
+    return shapes
+
+
+def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """'name=file.npy' -> {'name': array}, with clear errors for missing or bad files."""
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--input '{spec}' is not NAME=FILE.npy", hint="e.g. --input x=x.npy")
+        feeds[name] = load_array(Path(path), name)
+    return feeds
+
+
+def load_array(path: Path, name: str) -> np.ndarray:
+    if not path.is_file():
+        raise InputError(f"input file '{path}' for '{name}' does not exist")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - numpy raises several types for bad files
+        raise InputError(
+            f"'{path}' is not a readable .npy file ({type(exc).__name__}: {exc})"
+        ) from None
+    if isinstance(arr, np.lib.npyio.NpzFile):
+        keys = list(arr.keys())
+        if len(keys) != 1:
+            raise InputError(
+                f"'{path}' is an .npz with {len(keys)} arrays; pass one .npy per input"
+            )
+        arr = arr[keys[0]]
+    return arr
+
+
+def describe_array(arr: np.ndarray) -> str:
+    """A one-line summary: shape, dtype, and min/mean/max (or the values when tiny)."""
+    shape = "x".join(map(str, arr.shape)) or "scalar"
+    if arr.size == 0:
+        return f"{arr.dtype}[{shape}] (empty)"
+    if arr.size <= 6:
+        return f"{arr.dtype}[{shape}] = {np.array2string(arr.reshape(-1), precision=5, separator=', ')}"
+    if arr.dtype.kind in "fc":
+        finite = arr[np.isfinite(arr)]
+        stats = (
+            f"min {finite.min():.6g}  mean {finite.mean():.6g}  max {finite.max():.6g}"
+            if finite.size
+            else "no finite values"
+        )
+        bad = arr.size - finite.size
+        return f"{arr.dtype}[{shape}]  {stats}" + (f"  ({bad} non-finite)" if bad else "")
+    if arr.dtype == np.bool_:
+        return f"{arr.dtype}[{shape}]  {int(arr.sum())} true of {arr.size}"
+    return f"{arr.dtype}[{shape}]  min {arr.min()}  max {arr.max()}"
+
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write an .npz atomically (temp file in the same directory, then rename)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise AnekitError(f"output '{path}' must end in .npz")
+    if not path.parent.exists():
+        raise AnekitError(f"output directory '{path.parent}' does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **dict(arrays))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def load_model_graph(path: str, shapes: Mapping[str, tuple[int, ...]]):
+    """An ONNX model file as a Graph (the error names the file when it is not ONNX)."""
+    from anekit.frontend.onnx import from_onnx
+
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file '{p}' does not exist")
+    return from_onnx(p, shapes or None)

@@ -1,0 +1,79 @@
+"""`anekit run MODEL --input NAME=FILE.npy ...`: run a model and summarise (or save) its outputs."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from anekit.cli.common import (
+    add_shape_option,
+    describe_array,
+    load_model_graph,
+    parse_inputs,
+    parse_shapes,
+    save_npz,
+)
+from anekit.errors import AnekitError
+
+# A runner takes (path, feeds, backend, shapes) and returns outputs keyed by name.
+Runner = Callable[
+    [Path, Mapping[str, np.ndarray], str, Mapping[str, tuple[int, ...]]], dict[str, np.ndarray]
+]
+
+
+def _run_onnx(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
+    if backend != "reference":
+        raise AnekitError(
+            f"backend '{backend}' runs compiled programs; an ONNX model runs on 'reference'",
+            hint="compile it first: anekit compile MODEL -t m4 -o model.anekit",
+        )
+    return load_model_graph(str(path), shapes).run(feeds)
+
+
+def _runner_for(path: Path) -> Runner:
+    """Pick how to run ``path`` from what it is (later: bundles, MIL text, netplists)."""
+    return RUNNERS.get(path.suffix.lower(), _run_onnx)
+
+
+# file suffix -> runner; ONNX is the default for anything else
+RUNNERS: dict[str, Runner] = {".onnx": _run_onnx}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a model on inputs from .npy files")
+    p.add_argument("model", help="an ONNX model file")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input (repeatable)",
+    )
+    p.add_argument("--output", "-o", metavar="OUT.npz", help="save every output into an .npz file")
+    p.add_argument(
+        "--backend",
+        default="reference",
+        choices=["reference", "sim"],
+        help="where to run (default: reference)",
+    )
+    add_shape_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.model)
+    if not path.exists():
+        raise AnekitError(f"model '{path}' does not exist")
+    feeds = parse_inputs(args.input)
+    outputs = _runner_for(path)(path, feeds, args.backend, parse_shapes(args.shape))
+    width = max((len(k) for k in outputs), default=0)
+    for name, arr in outputs.items():
+        print(f"{name:<{width}}  {describe_array(np.asarray(arr))}")
+    if args.output:
+        save_npz(Path(args.output), outputs)
+        print(f"saved {len(outputs)} output(s) to {args.output}")
+    return 0

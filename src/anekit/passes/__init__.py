@@ -1,0 +1,1 @@
+"""Compiler passes: canonicalize, decompose, layout, fuse, legalize, validate, segment."""
