@@ -7,7 +7,8 @@ extreme value, truncation at a structural boundary) and decodes the result. Anyt
 other than success or `anekit.errors.FormatError` (another exception, or a case slower
 than the time limit) is a finding, recorded with its case seed so it can be replayed:
 
-    python benchmarks/fuzz_formats.py                       # 12,000 cases, seed 6
+    python benchmarks/fuzz_formats.py                  # 12,000 cases per target, seed 6
+    python benchmarks/fuzz_formats.py --targets hwx    # only the .hwx reader
     python benchmarks/fuzz_formats.py --replay hwx:h13_relu:6:417
 
 Results go to benchmarks/results/fuzz_formats.json (written atomically).
@@ -72,7 +73,7 @@ class FuzzTarget:
     """One reader under test. `decode` must do everything a user-facing command does."""
 
     name: str
-    fixtures: Callable[[], list[Path]]
+    fixtures: Callable[[], list[tuple[str, bytes]]]  # (name, pristine bytes)
     decode: Callable[[bytes], Any]
     fields: Callable[[bytes], list[Field]]  # structural fields of a pristine fixture
     boundaries: Callable[[bytes], list[int]]  # offsets where truncation is interesting
@@ -98,9 +99,9 @@ class Tally:
 class Run:
     seed: int
     tallies: dict[str, dict[str, Tally]] = field(default_factory=dict)  # target -> fixture -> tally
-    by_mutation: dict[str, dict[str, Tally]] = field(
-        default_factory=dict
-    )  # target -> mutation -> tally
+    # target -> mutation kind -> tally
+    by_mutation: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # target -> time decoding its cases
     findings: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -202,15 +203,105 @@ def _hwx_boundaries(data: bytes) -> list[int]:
 def hwx_target() -> FuzzTarget:
     return FuzzTarget(
         name="hwx",
-        fixtures=lambda: sorted((FIXTURES / "hwx").glob("*.hwx")),
+        fixtures=lambda: [
+            (path.stem, path.read_bytes()) for path in sorted((FIXTURES / "hwx").glob("*.hwx"))
+        ],
         decode=_hwx_decode,
         fields=_hwx_fields,
         boundaries=_hwx_boundaries,
     )
 
 
-# Add other readers here, one entry each (netplist, weight.bin, MIL text, ...).
-TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {"hwx": hwx_target}
+# ---- the weight.bin target (files written by coremltools' own MILBlob writer) -------------
+
+
+def _weight_bin_fixtures() -> list[tuple[str, bytes]]:
+    """Two weight.bin files from coremltools' `_BlobStorageWriter`: every dtype it writes."""
+    import numpy as np
+
+    try:
+        from coremltools.libmilstoragepython import _BlobStorageWriter
+    except ImportError as exc:
+        raise SystemExit(
+            f"the weight.bin target needs coremltools (pip install 'anekit[coreml]'): {exc}"
+        ) from None
+    rng = np.random.default_rng(0)
+    groups = {
+        "coremltools_wide": [
+            ("fp16", rng.standard_normal(37).astype(np.float16)),
+            ("float", rng.standard_normal(19).astype(np.float32)),
+            ("int8", rng.integers(-128, 128, 33).astype(np.int8)),
+            ("uint8", rng.integers(0, 256, 70).astype(np.uint8)),
+            ("int16", rng.integers(-999, 999, 9).astype(np.int16)),
+            ("uint16", rng.integers(0, 999, 9).astype(np.uint16)),
+            ("int32", rng.integers(-999, 999, 5).astype(np.int32)),
+            ("uint32", rng.integers(0, 999, 5).astype(np.uint32)),
+        ],
+        "coremltools_sub_byte": [
+            ("int4", rng.integers(-8, 8, 13).astype(np.int8)),
+            ("uint1", rng.integers(0, 2, 13).astype(np.uint8)),
+            ("uint2", rng.integers(0, 4, 13).astype(np.uint8)),
+            ("uint3", rng.integers(0, 8, 13).astype(np.uint8)),
+            ("uint4", rng.integers(0, 16, 13).astype(np.uint8)),
+            ("uint6", rng.integers(0, 64, 13).astype(np.uint8)),
+        ],
+    }
+    fixtures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, arrays in groups.items():
+            path = Path(tmp) / f"{name}.bin"
+            writer = _BlobStorageWriter(str(path))
+            for dtype, array in arrays:
+                getattr(writer, f"write_{dtype}_data")(array)
+            del writer  # the file is complete once the writer is destroyed
+            fixtures.append((name, path.read_bytes()))
+    return fixtures
+
+
+def _weight_bin_decode(data: bytes) -> Any:
+    from anekit.formats.blob import BlobReader
+
+    with BlobReader(data) as reader:
+        return [reader.read(record.offset) for record in reader.records()]
+
+
+def _weight_bin_records(data: bytes) -> list[int]:
+    from anekit.formats.blob import BlobReader
+
+    with BlobReader(data) as reader:
+        return [record.offset for record in reader.records()]
+
+
+def _weight_bin_fields(data: bytes) -> list[Field]:
+    fields = [Field(0, 4, "count"), Field(4, 4, "version")]
+    for at in _weight_bin_records(data):
+        fields += [Field(at, 4, "sentinel"), Field(at + 4, 4, "dtype"), Field(at + 8, 8, "size")]
+        fields += [Field(at + 16, 8, "data offset"), Field(at + 24, 8, "padding bits")]
+    return fields
+
+
+def _weight_bin_boundaries(data: bytes) -> list[int]:
+    points = {0, 8, 63, 64}
+    for at in _weight_bin_records(data):
+        points.update((at, at + 32, at + 63, at + 64))
+    return sorted(p for p in points if p < len(data))
+
+
+def weight_bin_target() -> FuzzTarget:
+    return FuzzTarget(
+        "weight.bin",
+        _weight_bin_fixtures,
+        _weight_bin_decode,
+        _weight_bin_fields,
+        _weight_bin_boundaries,
+    )
+
+
+# Add other readers here, one entry each (netplist, MIL text, ...).
+TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {
+    "hwx": hwx_target,
+    "weight.bin": weight_bin_target,
+}
 
 
 # ---- mutations ---------------------------------------------------------------------------
@@ -352,23 +443,26 @@ def run_case(
 
 def prepare(target: FuzzTarget) -> list[Prepared]:
     prepared = []
-    for path in target.fixtures():
-        data = path.read_bytes()
+    for name, data in target.fixtures():
         prepared.append(
-            Prepared(path.stem, data, tuple(target.fields(data)), tuple(target.boundaries(data)))
+            Prepared(name, data, tuple(target.fields(data)), tuple(target.boundaries(data)))
         )
     return prepared
 
 
 def fuzz(target_names: list[str], cases: int, seed: int) -> tuple[Run, float]:
+    """`cases` cases for each target, spread evenly over that target's fixtures."""
     run = Run(seed)
     targets = [TARGET_FACTORIES[name]() for name in target_names]
-    plan = [(target, fixture) for target in targets for fixture in prepare(target)]
-    per_fixture = -(-cases // len(plan))
+    plan = []
+    for target in targets:
+        fixtures = prepare(target)
+        plan += [(target, fixture, -(-cases // len(fixtures))) for fixture in fixtures]
     start = time.perf_counter()
-    for target, fixture in plan:
+    for target, fixture, per_fixture in plan:
         tallies = run.tallies.setdefault(target.name, {})
         mutations = run.by_mutation.setdefault(target.name, {})
+        started = time.perf_counter()
         for case in range(per_fixture):
             kind, outcome, record = run_case(target, fixture, seed, case)
             for tally in (
@@ -384,6 +478,7 @@ def fuzz(target_names: list[str], cases: int, seed: int) -> tuple[Run, float]:
                     tally.findings += 1
             if record is not None:
                 run.findings.append(record)
+        run.seconds[target.name] = run.seconds.get(target.name, 0.0) + time.perf_counter() - started
     return run, time.perf_counter() - start
 
 
@@ -398,6 +493,11 @@ def report(run: Run, seconds: float) -> dict[str, Any]:
         "findings": len(run.findings),
         "targets": {
             name: {
+                "cases": sum(t.cases for t in fixtures.values()),
+                "seconds": round(run.seconds[name], 3),
+                "cases_per_second": round(
+                    sum(t.cases for t in fixtures.values()) / run.seconds[name], 1
+                ),
                 "fixtures": {fixture: tally.as_dict() for fixture, tally in fixtures.items()},
                 "mutations": {
                     kind: tally.as_dict() for kind, tally in sorted(run.by_mutation[name].items())
@@ -443,7 +543,10 @@ def main(argv: list[str] | None = None) -> int:
         "--targets", nargs="+", default=sorted(TARGET_FACTORIES), choices=sorted(TARGET_FACTORIES)
     )
     parser.add_argument(
-        "--cases", type=int, default=DEFAULT_CASES, help="total cases, spread evenly over fixtures"
+        "--cases",
+        type=int,
+        default=DEFAULT_CASES,
+        help="cases per target, spread evenly over its fixtures",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -459,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{doc['cases']} cases in {doc['seconds']} s ({doc['cases_per_second']} cases/s), {doc['findings']} findings"
     )
+    for name, target in doc["targets"].items():
+        print(f"  {name}: {target['cases']} cases, {target['cases_per_second']} cases/s")
     for record in run.findings[:20]:
         print(f"  {record['replay']}: {record['mutation'][:80]} -> {record['problem']}")
     return 1 if run.findings else 0

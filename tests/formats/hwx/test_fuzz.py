@@ -124,7 +124,7 @@ def _load_benchmark():
 def test_fuzz_benchmark_runs_and_finds_nothing(tmp_path):
     fuzz = _load_benchmark()
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--cases", "54", "--seed", "1", "--out", str(out)]) == 0
+    assert fuzz.main(["--targets", "hwx", "--cases", "54", "--seed", "1", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["cases"] == 54 and doc["findings"] == 0 and doc["finding_records"] == []
     fixtures = doc["targets"]["hwx"]["fixtures"]
