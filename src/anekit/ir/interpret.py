@@ -25,7 +25,7 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
     want = value.dtype
     kind = arr.dtype.kind
     ok = (
-        (want.is_float and kind in "fiub")
+        (want.is_float and kind in "fiu")
         or (want.is_int and kind in "iub")
         or (want is DType.BOOL and kind == "b")
     )
