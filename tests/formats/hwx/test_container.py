@@ -180,3 +180,15 @@ def test_missing_file_and_directory_are_format_errors(tmp_path):
         hwx.read(tmp_path / "absent.hwx")
     with pytest.raises(FormatError, match="cannot read"):
         hwx.read(tmp_path)
+
+
+def test_segments_are_read_whatever_their_name(decoded):
+    # Newer compilers add a __DEBUG segment: nothing in the reader depends on segment names
+    # except __FVMLIB windows and the __TEXT,__text descriptors.
+    data = fixture_bytes("h13_relu").replace(
+        b"__PAGEZERO\0\0\0\0\0\0", b"__DEBUG".ljust(16, b"\0"), 1
+    )
+    f = hwx.read(data)
+    assert [s.name for s in f.segments][0] == "__DEBUG"
+    assert f.tensors == decoded["h13_relu"].tensors
+    assert f.task_descriptors == decoded["h13_relu"].task_descriptors

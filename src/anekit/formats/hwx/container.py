@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from anekit.formats.hwx.binary import ByteView
 from anekit.formats.hwx.binary import decode_text as _text
@@ -18,19 +19,20 @@ LC_IDENT = 0x8
 LC_SEGMENT_64 = 0x19
 LC_MAPPED_REGION = 0x40  # newer compilers: {name offset, pad, u64 vmaddr, name}
 
-COMMAND_KINDS = {
-    LC_SYMTAB: "symtab",
-    LC_THREAD: "thread",
-    LC_IO_BUFFER: "io_buffer",
-    LC_IDENT: "identification",
-    LC_SEGMENT_64: "segment",
-    LC_MAPPED_REGION: "mapped_region",
-}
+COMMAND_KINDS = MappingProxyType(
+    {
+        LC_SYMTAB: "symtab",
+        LC_THREAD: "thread",
+        LC_IO_BUFFER: "io_buffer",
+        LC_IDENT: "identification",
+        LC_SEGMENT_64: "segment",
+        LC_MAPPED_REGION: "mapped_region",
+    }
+)
 
 _HEADER = struct.Struct("<8I")
-_SEGMENT = struct.Struct(
-    "<16s4Q4I"
-)  # after cmd/cmdsize: segname, vm/file ranges, prots, nsects, flags
+# After cmd/cmdsize: segname, vmaddr/vmsize/fileoff/filesize, maxprot/initprot/nsects/flags.
+_SEGMENT = struct.Struct("<16s4Q4I")
 _SECTION = struct.Struct("<16s16s2Q8I")
 _SYMTAB = struct.Struct("<4I")
 _MAPPED = struct.Struct("<2IQ")
