@@ -1,4 +1,12 @@
 """Every IR op declaration; importing this package fills the registry."""
 
 from anekit.ir import engine  # noqa: E402,F401  (the goc and ane_layer ops)
-from anekit.ir.ops import conv, elementwise, linalg, norm, reduce, shape  # noqa: F401
+from anekit.ir.ops import (  # noqa: F401
+    conv,
+    elementwise,
+    linalg,
+    norm,
+    pool,
+    reduce,
+    shape,
+)

@@ -99,3 +99,114 @@ def conv(x, weight, bias, strides, pads, dilations, group):
     if bias is not None:
         y = y + bias.reshape((1, m) + (1,) * sp)
     return y
+
+
+def conv_transpose_output_size(
+    size: int, k: int, stride: int, pad_begin: int, pad_end: int, dilation: int, out_pad: int
+) -> int:
+    return stride * (size - 1) + out_pad + (k - 1) * dilation + 1 - pad_begin - pad_end
+
+
+def _transpose_geometry(
+    sp: int, attrs: Attrs
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    strides = attrs["strides"] or (1,) * sp
+    pads = attrs["pads"] or (0,) * (2 * sp)
+    dilations = attrs["dilations"] or (1,) * sp
+    out_pad = attrs["output_padding"] or (0,) * sp
+    if len(strides) != sp or len(dilations) != sp or len(out_pad) != sp or len(pads) != 2 * sp:
+        raise InferError(
+            f"strides/dilations/output_padding need {sp} values and pads {2 * sp} "
+            f"for {sp} spatial axes"
+        )
+    if min(strides) <= 0 or min(dilations) <= 0 or min(out_pad) < 0:
+        raise InferError("strides and dilations must be positive and output_padding non-negative")
+    return tuple(strides), tuple(pads), tuple(dilations), tuple(out_pad)
+
+
+def _conv_transpose_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    float_only(ins, range(len(ins)))
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    if x.rank < 3 or w.rank != x.rank:
+        raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
+    sp = x.rank - 2
+    strides, pads, dil, out_pad = _transpose_geometry(sp, attrs)
+    g = attrs["group"]
+    if g <= 0 or x.shape[1] % g:
+        raise InferError(f"{x.shape[1]} input channels do not divide into {g} groups")
+    if w.shape[0] != x.shape[1]:
+        raise InferError(
+            f"weight [C, M/group, k...] = {list(w.shape)} expects {w.shape[0]} input channels, "
+            f"input has {x.shape[1]}"
+        )
+    m = w.shape[1] * g
+    if b is not None and b.shape != (m,):
+        raise InferError(f"bias shape {list(b.shape)} must be [{m}]")
+    out = []
+    for i in range(sp):
+        o = conv_transpose_output_size(
+            x.shape[2 + i], w.shape[2 + i], strides[i], pads[i], pads[sp + i], dil[i], out_pad[i]
+        )
+        if o <= 0:
+            raise InferError(f"pads {list(pads)} leave no output for input {list(x.shape[2:])}")
+        out.append(o)
+    return [TensorType((x.shape[0], m, *out), x.dtype)]
+
+
+@declare(
+    "conv_transpose",
+    inputs=("x", "weight", "bias?"),
+    attrs=(
+        Attr("strides", "ints", ()),
+        Attr("pads", "ints", (), doc="cropped from each end; a negative pad appends zeros"),
+        Attr("dilations", "ints", ()),
+        Attr("output_padding", "ints", (), doc="extra output at the end of each spatial axis"),
+        Attr("group", "int", 1),
+    ),
+    infer=_conv_transpose_infer,
+    kind="conv",
+)
+def conv_transpose(x, weight, bias, strides, pads, dilations, output_padding, group):
+    """N-d transposed convolution (as ONNX ConvTranspose), weight [C, M/group, k...]"""
+    sp = x.ndim - 2
+    attrs = {
+        "strides": strides,
+        "pads": pads,
+        "dilations": dilations,
+        "output_padding": output_padding,
+    }
+    strides, pads, dil, out_pad = _transpose_geometry(sp, attrs)
+    n, c = x.shape[:2]
+    cg, mg = c // group, weight.shape[1]
+    in_sp = x.shape[2:]
+    kernel = weight.shape[2:]
+    out_sp = [
+        conv_transpose_output_size(
+            in_sp[i], kernel[i], strides[i], pads[i], pads[sp + i], dil[i], out_pad[i]
+        )
+        for i in range(sp)
+    ]
+    # accumulate the un-cropped result in a buffer that also covers negative pads
+    shift = [max(-pads[i], 0) for i in range(sp)]
+    full = [strides[i] * (in_sp[i] - 1) + (kernel[i] - 1) * dil[i] + 1 for i in range(sp)]
+    size = [max(full[i], pads[i] + out_sp[i]) + shift[i] for i in range(sp)]
+    buf = np.zeros((n, group, mg, *size), dtype=np.float32)
+    xg = x.reshape(n, group, cg, -1)
+    wg = np.swapaxes(weight.reshape(group, cg, mg, -1), 1, 2)  # g, mg, cg, K
+    for kidx, offs in enumerate(itertools.product(*(range(k) for k in kernel))):
+        part = np.matmul(wg[None, :, :, :, kidx], xg).reshape(n, group, mg, *in_sp)
+        sl = tuple(
+            slice(
+                shift[i] + offs[i] * dil[i],
+                shift[i] + offs[i] * dil[i] + strides[i] * (in_sp[i] - 1) + 1,
+                strides[i],
+            )
+            for i in range(sp)
+        )
+        buf[(slice(None), slice(None), slice(None), *sl)] += part
+    crop = tuple(slice(shift[i] + pads[i], shift[i] + pads[i] + out_sp[i]) for i in range(sp))
+    y = buf[(slice(None), slice(None), slice(None), *crop)].reshape(n, group * mg, *out_sp)
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * sp)
+    return y

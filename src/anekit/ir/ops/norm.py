@@ -182,3 +182,38 @@ def group_norm(x, scale, bias, num_groups, epsilon):
     var = ((g - mean) ** 2).mean(axis=-1, keepdims=True)
     y = ((g - mean) / np.sqrt(var + np.float32(epsilon))).reshape(x.shape)
     return y * _per_channel(scale, x.ndim) + _per_channel(bias, x.ndim)
+
+
+def _lrn_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    float_only(ins)
+    if ins[0].rank < 3:
+        raise InferError(f"lrn input needs rank >= 3 (N, C, spatial...), got {ins[0]}")
+    if attrs["size"] <= 0:
+        raise InferError(f"size must be positive, got {attrs['size']}")
+    return [ins[0]]
+
+
+@declare(
+    "lrn",
+    inputs=("x",),
+    attrs=(
+        Attr("size", "int"),
+        Attr("alpha", "float", 1e-4),
+        Attr("beta", "float", 0.75),
+        Attr("bias", "float", 1.0),
+    ),
+    infer=_lrn_infer,
+    kind="norm",
+)
+def lrn(x, size, alpha, beta, bias):
+    """local response norm across channels: x / (bias + alpha/size * sum of x^2 over the window)^beta"""
+    before, after = (
+        (size - 1) // 2,
+        size // 2,
+    )  # window [c - floor((size-1)/2), c + ceil((size-1)/2)]
+    sq = np.pad(x * x, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    c = x.shape[1]
+    window = np.zeros_like(x)
+    for k in range(size):  # one shifted slice per window offset
+        window += sq[:, k : k + c]
+    return x / (np.float32(bias) + np.float32(alpha / size) * window) ** np.float32(beta)

@@ -1,6 +1,13 @@
 """ONNX op converters, one module per op family; CONVERTERS is the op table."""
 
-from anekit.frontend.onnx.converters import elementwise, linalg, nn, reduce, shape  # noqa: F401
+from anekit.frontend.onnx.converters import (  # noqa: F401
+    elementwise,
+    linalg,
+    nn,
+    pool,
+    reduce,
+    shape,
+)
 from anekit.frontend.onnx.converters._table import CONVERTERS, converter
 
 __all__ = ["CONVERTERS", "converter"]

@@ -117,3 +117,43 @@ def _per_channel(cx: NodeContext, per_group: str, groups: int, channels: int) ->
     column = cx.emit("reshape", [per_group], {"shape": (groups, 1)})
     tiled = cx.emit("tile", [column], {"repeats": (1, channels // groups)})
     return cx.emit("reshape", [tiled], {"shape": (channels,)})
+
+
+@converter("ConvTranspose")
+def conv_transpose(cx: NodeContext):
+    x_shape, w_shape = cx.shape(0), cx.shape(1)
+    sp = len(x_shape) - 2
+    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
+    if kernel != tuple(w_shape[2:]):
+        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
+    strides = tuple(cx.attr("strides", (1,) * sp))
+    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    out_pad = tuple(cx.attr("output_padding", (0,) * sp))
+    auto = cx.attr("auto_pad", "NOTSET") or "NOTSET"
+    output_shape = cx.attr("output_shape", None)
+    if output_shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        output_shape = tuple(d * s for d, s in zip(x_shape[2:], strides, strict=True))
+    if output_shape is not None:
+        # the spec's rule: pads follow from the requested size; the odd one goes to the end
+        # for SAME_UPPER, to the start otherwise (a negative total appends zeros)
+        output_shape = tuple(output_shape)[-sp:]
+        begins, ends = [], []
+        for i in range(sp):
+            natural = strides[i] * (x_shape[2 + i] - 1) + out_pad[i]
+            total = natural + (kernel[i] - 1) * dilations[i] + 1 - output_shape[i]
+            small = total // 2
+            begins.append(small if auto == "SAME_UPPER" else total - small)
+            ends.append(total - small if auto == "SAME_UPPER" else small)
+        pads = tuple(begins + ends)
+    elif auto == "VALID":
+        pads = (0,) * (2 * sp)
+    else:
+        pads = tuple(cx.attr("pads", (0,) * (2 * sp)))
+    attrs = {
+        "strides": strides,
+        "pads": pads,
+        "dilations": dilations,
+        "output_padding": out_pad,
+        "group": cx.attr("group", 1),
+    }
+    return cx.emit("conv_transpose", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
