@@ -1,0 +1,119 @@
+"""MIL text: a parser, a printer and the program tree they share (Apple's ``model.mil`` form).
+
+The tree (all frozen dataclasses, compared by value)::
+
+    Program(version="1.3", build_info=(("coremlc-version", "3520.5.1"), ...),
+            functions=(Function(...),), attributes=())
+    Function(name="main", opset="ios18", inputs=(Binding("x", TensorType("fp16", (1, 64, 1, 16))),),
+             operations=(Operation(...), ...), outputs=("y",), attributes=())
+    Operation(op="conv",
+              outputs=(Binding("y0", TensorType("fp16", (1, 32, 1, 16))),),
+              inputs=(("dilations", Var("dl")), ..., ("x", Var("x"))),        # (...) part
+              attributes=(("name", Scalar(ScalarType("string"), "y0")),))    # [...] part
+
+- Types: ``ScalarType(dtype)``, ``TensorType(dtype, shape)`` (dims are ints, ``"?"`` or symbol
+  names), ``ListType(element, length)``, ``TupleType(elements)``, ``DictType(key, value)``,
+  ``StateType(wrapped)``. Element dtypes: bool, string, fp16/32/64, int4/8/16/32/64,
+  uint1/2/3/4/6/8/16/32/64 (``DTYPES``).
+- Values (literals): ``Scalar(type, value)`` (exact: floats are rounded to their dtype and print
+  as hex floats, bit for bit), ``Tensor(type, data)`` holding a read-only numpy array,
+  ``BlobFile(type, path, offset)``, ``ListValue``, ``TupleValue``, ``DictValue``.
+- Arguments: ``Var(name)``, a value, or ``ArgList(items)`` for ``values = (x, y)``.
+
+Example::
+
+    from anekit.formats import mil
+    from anekit.formats.mil import TensorType, const, operation, Function, Program
+
+    t = TensorType("fp16", (1, 4, 1, 16))
+    f = Function("main", "ios18", (mil.Binding("x", t),),
+                 (operation("relu", ("y", t), {"x": "x"}),), ("y",))
+    text = mil.print_program(Program("1.3", (("coremlc-version", "3520.5.1"),), (f,)))
+    assert mil.parse(text) == Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
+
+``parse`` checks syntax and names (defined before use, once); errors are
+:class:`MilSyntaxError` (a ``FormatError``) with ``line``, ``column`` and the offending line
+quoted with a caret. Nested blocks (``cond``, ``while_loop``) are reported as unsupported.
+"""
+
+from __future__ import annotations
+
+from .ast import (
+    DTYPES,
+    ArgList,
+    Argument,
+    Binding,
+    BlobFile,
+    DictType,
+    DictValue,
+    DType,
+    Function,
+    ListType,
+    ListValue,
+    MilType,
+    Operation,
+    Param,
+    Program,
+    Scalar,
+    ScalarType,
+    StateType,
+    Tensor,
+    TensorType,
+    TupleType,
+    TupleValue,
+    Value,
+    Var,
+    dtype_info,
+    element_dtype,
+    format_float,
+    is_scalar,
+)
+from .build import argument, blob_const, const, literal, operation, string
+from .lexer import MilSyntaxError
+from .parser import MAX_DEPTH, parse, parse_file
+from .printer import format_operation, format_type, format_value, print_program
+
+__all__ = [
+    "DTYPES",
+    "MAX_DEPTH",
+    "ArgList",
+    "Argument",
+    "Binding",
+    "BlobFile",
+    "DType",
+    "DictType",
+    "DictValue",
+    "Function",
+    "ListType",
+    "ListValue",
+    "MilSyntaxError",
+    "MilType",
+    "Operation",
+    "Param",
+    "Program",
+    "Scalar",
+    "ScalarType",
+    "StateType",
+    "Tensor",
+    "TensorType",
+    "TupleType",
+    "TupleValue",
+    "Value",
+    "Var",
+    "argument",
+    "blob_const",
+    "const",
+    "dtype_info",
+    "element_dtype",
+    "format_float",
+    "format_operation",
+    "format_type",
+    "format_value",
+    "is_scalar",
+    "literal",
+    "operation",
+    "parse",
+    "parse_file",
+    "print_program",
+    "string",
+]
