@@ -352,3 +352,14 @@ def test_random_corruption_only_raises_format_error(data):
         r.read(data.draw(st.integers(0, 2**64)))
     except FormatError:
         pass
+
+
+def test_read_checks_the_expected_dtype():
+    w = BlobWriter()
+    offset = w.add(np.arange(4, dtype=np.float32))
+    r = BlobReader(w.to_bytes())
+    assert r.read(offset, (2, 2), dtype="fp32").shape == (2, 2)
+    with pytest.raises(
+        FormatError, match="expected a fp16 blob at offset 64, the record holds fp32"
+    ):
+        r.read(offset, dtype="fp16")

@@ -305,9 +305,20 @@ class BlobReader:
     def __len__(self) -> int:
         return len(self._records)
 
-    def read(self, offset: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """The array stored at record ``offset``: 1-D, or reshaped to ``shape`` if given."""
+    def read(
+        self, offset: int, shape: tuple[int, ...] | None = None, dtype: str | None = None
+    ) -> np.ndarray:
+        """The array stored at record ``offset``: 1-D, or reshaped to ``shape`` if given.
+
+        ``dtype`` (a name such as ``fp16`` or ``int4``, as a MIL ``BLOBFILE``'s tensor type
+        states it) is checked against the record's own type.
+        """
         record = self.record(offset)
+        if dtype is not None and dtype != record.dtype.name:
+            raise self._error(
+                f"expected a {dtype} blob at offset {offset}, the record holds {record.dtype.name}",
+                offset + 4,
+            )
         data = self._buf[record.data_offset : record.end]
         dtype = record.dtype
         if dtype.sub_byte:

@@ -342,3 +342,23 @@ def test_error_excerpt_of_a_very_long_line_is_bounded():
     err = error_for(text)
     assert err.column == 5001
     assert max(len(line) for line in str(err).splitlines()) < 200
+
+
+@pytest.mark.parametrize(
+    ("literal", "message", "anchor"),
+    [
+        ("tensor<int32, [3]>([1, 2.5, 3])", "expected a int32 literal, found '2.5'", "2.5"),
+        ("tensor<int8, [3]>([1, 2, 300])", "300 is outside the int8 range", "300"),
+        ("tensor<fp16, [2]>([1, 0x1p+99999])", "bad fp16 literal", "0x1p+99999"),
+        ('tensor<string, [2]>(["a", "\\q"])', "unknown escape", '"\\q"'),
+        ("tensor<int32, [3]>([1, [2], 3])", "mixes elements and lists", "[2]"),
+        ("tensor<int32, [2, 2]>([[1, 2], [3]])", "different lengths", "[3]"),
+        ("tensor<int32, [2, 2]>([[1, 2], 3])", "mixes elements and lists", "3])"),
+    ],
+)
+def test_errors_inside_tensor_literals_point_at_the_element(literal, message, anchor):
+    text = GOOD.replace("val = int32(1)", f"val = {literal}")
+    offset = text.index(literal) + literal.index(anchor)
+    err = error_for(text)
+    assert message in err.message
+    assert err.column == offset - (text.rfind("\n", 0, offset) + 1) + 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from dataclasses import fields as dataclass_fields
 from functools import cached_property
 from types import MappingProxyType
 from typing import TypeAlias, TypeVar
@@ -55,8 +54,12 @@ def _identifier(name: object, what: str) -> None:
 def _pairs(pairs: object, what: str, check: type | tuple[type, ...]) -> tuple:
     """Normalize a mapping or sequence of (key, value) into a tuple of pairs, checking both."""
     items = tuple(pairs.items()) if isinstance(pairs, Mapping) else tuple(tuple(p) for p in pairs)
+    seen: set[str] = set()
     for key, value in items:
         _identifier(key, f"{what} key")
+        if key in seen:
+            raise ValueError(f"{what} {key!r} is given twice")
+        seen.add(key)
         if not isinstance(value, check):
             raise ValueError(f"{what} {key!r} has the value {value!r}, not a MIL value")
     return items
@@ -69,8 +72,10 @@ def unchecked(cls: type[_T], *fields: object) -> _T:
     parse time of large programs.
     """
     obj = object.__new__(cls)
-    for f, value in zip(dataclass_fields(cls), fields, strict=True):  # type: ignore[arg-type]
-        object.__setattr__(obj, f.name, value)
+    names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    if len(names) != len(fields):
+        raise TypeError(f"{cls.__name__} has {len(names)} fields, got {len(fields)}")
+    obj.__dict__.update(zip(names, fields, strict=True))  # frozen: skip __setattr__
     return obj
 
 

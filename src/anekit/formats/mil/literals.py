@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .ast import unchecked
 from .lexer import MilSyntaxError, syntax_error, token_offset, tokenize
 from .types import (
     DTYPES,
@@ -28,7 +29,16 @@ from .types import (
     TensorType,
     TupleType,
 )
-from .values import BlobFile, DictValue, ListValue, Scalar, Tensor, TupleValue, Value
+from .values import (
+    BlobFile,
+    DictValue,
+    ListValue,
+    Scalar,
+    Tensor,
+    TupleValue,
+    Value,
+    round_float,
+)
 
 MAX_DEPTH = 64  # nesting of types and literal payloads
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z", re.ASCII)
@@ -197,7 +207,11 @@ class LiteralParser:
                     raise self.error(
                         f"expected '[' or BLOBFILE for {t}, found {self.describe(tok)}"
                     )
-                return Scalar(t, self.element(DTYPES[t.dtype]))
+                info = DTYPES[t.dtype]
+                value = self.element(info)
+                if info.kind == "float":
+                    value = round_float(value, info)  # type: ignore[arg-type]
+                return unchecked(Scalar, t, value)  # element() checked kind and range
             if isinstance(t, ListType):
                 return ListValue(t, tuple(self.items("[", "]", lambda n: t.element, depth)))
             if isinstance(t, TupleType):
@@ -266,11 +280,12 @@ class LiteralParser:
 
     def tensor(self, t: TensorType, depth: int) -> Tensor:
         """``[e, e, ...]`` or nested lists, flattened in C order."""
-        flat: list[str] = []
-        shape = self.nested(flat, depth, [])
+        flat: list[int] = []  # token indices of the elements
+        shape = self.nested(flat, depth)
         info = DTYPES[t.dtype]
-        values = [self.convert(tok, info) for tok in flat]
-        if isinstance(shape, list) and len(shape) > 1:  # nested brackets fix the shape
+        toks = self.toks
+        values = [self.convert(toks[k], info, k) for k in flat]
+        if len(shape) > 1:  # nested brackets fix the shape
             dims = tuple(shape)
         elif t.is_static:
             dims = t.shape  # type: ignore[assignment]
@@ -286,16 +301,11 @@ class LiteralParser:
         elif info.kind == "int":
             array = np.array(values, dtype=info.numpy_dtype)
         else:
-            with np.errstate(over="ignore"):
-                array = np.array(values, dtype=np.float64 if info.kind == "float" else np.bool_)
-        try:
-            array = array.reshape(dims)  # type: ignore[arg-type]
-        except ValueError:
-            raise ValueError(f"{len(values)} elements do not make the shape {list(dims)}") from None
-        return Tensor(t, array)
+            array = np.array(values, dtype=np.float64 if info.kind == "float" else np.bool_)
+        return Tensor(t, array.reshape(dims))  # type: ignore[arg-type]
 
-    def nested(self, flat: list[str], depth: int, shape: list[int]) -> list[int]:
-        """Collect element tokens of a (possibly nested) bracket list; return its shape."""
+    def nested(self, flat: list[int], depth: int) -> list[int]:
+        """Collect the token indices of a (possibly nested) bracket list; return its shape."""
         self.depth_check(depth)
         self.expect("[")
         toks = self.toks
@@ -305,30 +315,32 @@ class LiteralParser:
             if count:
                 self.expect(",")
             if toks[self.i] == "[":
-                sub = self.nested(flat, depth + 1, [])
+                if count and inner is None:
+                    raise self.error("a nested list mixes elements and lists")
+                start = self.i
+                sub = self.nested(flat, depth + 1)
                 if inner is None:
                     inner = sub
                 elif sub != inner:
-                    raise self.error("nested lists of different lengths")
+                    raise self.error("nested lists of different lengths", start)
             else:
+                tok = toks[self.i]
                 if inner is not None:
                     raise self.error("a nested list mixes elements and lists")
-                tok = toks[self.i]
                 if tok in _PUNCTUATION or tok == END:
                     raise self.error(f"expected a literal element, found {self.describe(tok)}")
-                flat.append(tok)
+                flat.append(self.i)
                 self.i += 1
             count += 1
         self.i += 1
         return [count, *(inner or [])]
 
     def element(self, info: DType) -> bool | int | float | str:
-        tok = self.toks[self.i]
-        value = self.convert(tok, info)
+        value = self.convert(self.toks[self.i], info, self.i)
         self.i += 1
         return value
 
-    def convert(self, tok: str, info: DType) -> bool | int | float | str:
+    def convert(self, tok: str, info: DType, at: int) -> bool | int | float | str:
         """One literal element token as a Python value of ``info``'s kind."""
         kind = info.kind
         if kind == "float":
@@ -336,26 +348,28 @@ class LiteralParser:
                 try:
                     value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
                 except (ValueError, OverflowError):
-                    raise self.error(f"bad {info.name} literal {self.describe(tok)}") from None
+                    raise self.error(f"bad {info.name} literal {self.describe(tok)}", at) from None
                 if math.isinf(value) and tok.lstrip("+-") != "inf":
-                    raise self.error(f"{info.name} literal {self.describe(tok)} is out of range")
+                    raise self.error(
+                        f"{info.name} literal {self.describe(tok)} is out of range", at
+                    )
                 return math.nan if math.isnan(value) else value
         elif kind == "int":
             if _INT.match(tok) and len(tok) <= _MAX_INT_DIGITS:
                 value = int(tok)
                 if not info.low <= value <= info.high:
                     raise self.error(
-                        f"{value} is outside the {info.name} range [{info.low}, {info.high}]"
+                        f"{value} is outside the {info.name} range [{info.low}, {info.high}]", at
                     )
                 return value
         elif kind == "bool":
             if tok in ("true", "false"):
                 return tok == "true"
         elif tok[0] == '"' and len(tok) > 1:
-            return self.unescape(tok)
-        raise self.error(f"expected a {info.name} literal, found {self.describe(tok)}")
+            return self.unescape(tok, at)
+        raise self.error(f"expected a {info.name} literal, found {self.describe(tok)}", at)
 
-    def unescape(self, tok: str) -> str:
+    def unescape(self, tok: str, at: int) -> str:
         body = tok[1:-1]
         if "\\" not in body:
             return body
@@ -366,6 +380,6 @@ class LiteralParser:
                 return chr(int(code[1:], 16))
             if code in _ESCAPES:
                 return _ESCAPES[code]
-            raise self.error(f"unknown escape \\{code} in a string")
+            raise self.error(f"unknown escape \\{code} in a string", at)
 
         return _ESCAPE.sub(one, body)
