@@ -8,5 +8,6 @@ from anekit.ir.ops import (  # noqa: F401
     norm,
     pool,
     reduce,
+    resize,
     shape,
 )

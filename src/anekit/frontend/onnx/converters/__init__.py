@@ -6,6 +6,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     nn,
     pool,
     reduce,
+    resize,
     shape,
 )
 from anekit.frontend.onnx.converters._table import CONVERTERS, converter

@@ -1,0 +1,135 @@
+"""Converters for Resize, Upsample and the pixel shuffles (DepthToSpace, SpaceToDepth)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.errors import ModelError
+from anekit.frontend.onnx.context import NodeContext
+from anekit.frontend.onnx.converters._table import converter
+
+
+def _floats_input(cx: NodeContext, i: int, what: str) -> tuple[float, ...] | None:
+    """A constant float input, or None when absent or empty (Resize passes '' or [])."""
+    if cx.input(i) is None:
+        return None
+    value = cx.require_const(i, what)
+    return tuple(float(v) for v in value.reshape(-1)) if value.size else None
+
+
+def _resize_geometry(
+    cx: NodeContext, axes: tuple[int, ...], scales: tuple[float, ...] | None, sizes
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Full-rank (sizes, scales) from the node's scales or sizes on ``axes``."""
+    in_shape = cx.shape(0)
+    rank = len(in_shape)
+    out = list(in_shape)
+    factors = [1.0] * rank
+    if scales is not None:
+        if len(scales) != len(axes):
+            raise ModelError(f"scales has {len(scales)} values for {len(axes)} axes")
+        for a, s in zip(axes, scales, strict=True):
+            if not s > 0:
+                raise ModelError(f"scales must be positive, got {list(scales)}")
+            factors[a] = s
+            # floor(scale * size), in fp32 as onnxruntime (and torch's sizes) round it
+            out[a] = int(np.float32(s) * np.float32(in_shape[a]))
+        return tuple(out), tuple(factors)
+    if sizes is None:
+        raise ModelError("Resize needs scales or sizes")
+    if len(sizes) != len(axes):
+        raise ModelError(f"sizes has {len(sizes)} values for {len(axes)} axes")
+    for a, s in zip(axes, sizes, strict=True):
+        if in_shape[a] == 0 or s <= 0:
+            raise ModelError(f"cannot resize axis {a} of size {in_shape[a]} to {s}")
+        factors[a] = s / in_shape[a]
+        out[a] = int(s)
+    policy = cx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        if policy not in ("not_larger", "not_smaller"):
+            raise ModelError(f"unknown keep_aspect_ratio_policy '{policy}'")
+        chosen = [factors[a] for a in axes]
+        scale = min(chosen) if policy == "not_larger" else max(chosen)
+        for a in axes:
+            factors[a] = scale
+            out[a] = int(scale * in_shape[a] + 0.5)  # round half up, as the spec
+    return tuple(out), tuple(factors)
+
+
+@converter("Resize")
+def resize(cx: NodeContext):
+    rank = len(cx.shape(0))
+    if cx.opset < 11:  # Resize-10: (X, scales), asymmetric coordinates, onnxruntime's rounding
+        scales = _floats_input(cx, 1, "scales")
+        sizes, factors = _resize_geometry(cx, tuple(range(rank)), scales, None)
+        attrs = {
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "simple",
+        }
+        mode = cx.attr("mode", "nearest")
+    else:
+        axes = tuple(a % rank for a in cx.attr("axes", range(rank)))
+        if len(set(axes)) != len(axes):
+            raise ModelError(f"axes {list(axes)} repeat an axis")
+        scales = _floats_input(cx, 2, "scales")
+        sizes_in = cx.ints_input(3, "sizes") if cx.input(3) is not None else None
+        if scales is not None and sizes_in:
+            raise ModelError("Resize takes scales or sizes, not both")
+        sizes, factors = _resize_geometry(cx, axes, scales, sizes_in or None)
+        ctm = cx.attr("coordinate_transformation_mode", "half_pixel")
+        attrs = {
+            "coordinate_transformation_mode": ctm,
+            "nearest_mode": cx.attr("nearest_mode", "round_prefer_floor"),
+            "cubic_coeff_a": cx.attr("cubic_coeff_a", -0.75),
+            "exclude_outside": cx.attr("exclude_outside", 0),
+            "extrapolation_value": cx.attr("extrapolation_value", 0.0),
+            "antialias": cx.attr("antialias", 0),
+        }
+        if ctm == "tf_crop_and_resize":
+            roi = _floats_input(cx, 1, "roi")
+            if roi is None or len(roi) != 2 * len(axes):
+                raise ModelError(f"tf_crop_and_resize needs a roi of {2 * len(axes)} values")
+            full = [0.0] * rank + [1.0] * rank
+            for k, a in enumerate(axes):
+                full[a], full[rank + a] = roi[k], roi[len(axes) + k]
+            attrs["roi"] = tuple(full)
+        mode = cx.attr("mode", "nearest")
+    attrs.update({"sizes": sizes, "scales": factors, "mode": _mode(mode)})
+    return cx.emit("resize", [cx.input(0)], attrs, final=True)
+
+
+def _mode(mode: str) -> str:
+    mode = mode.lower()
+    if mode == "bilinear":  # Upsample-7 spelling
+        return "linear"
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ModelError(f"unknown resize mode '{mode}'")
+    return mode
+
+
+@converter("Upsample")
+def upsample(cx: NodeContext):
+    """Upsample (opsets 7 and 9): Resize with asymmetric coordinates and floor rounding."""
+    rank = len(cx.shape(0))
+    if cx.opset < 9:
+        scales = tuple(float(s) for s in cx.attr("scales"))
+    else:
+        scales = _floats_input(cx, 1, "scales")
+    if scales is None or any(s < 1 for s in scales):
+        raise ModelError(f"Upsample scales must be >= 1, got {scales}")
+    sizes, factors = _resize_geometry(cx, tuple(range(rank)), scales, None)
+    attrs = {
+        "sizes": sizes,
+        "scales": factors,
+        "mode": _mode(cx.attr("mode", "nearest")),
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "simple",
+    }
+    return cx.emit("resize", [cx.input(0)], attrs, final=True)
+
+
+@converter("DepthToSpace", "SpaceToDepth")
+def pixel_shuffle(cx: NodeContext):
+    op = "depth_to_space" if cx.op_type == "DepthToSpace" else "space_to_depth"
+    attrs = {"block_size": cx.attr("blocksize"), "mode": cx.attr("mode", "DCR")}
+    return cx.emit(op, [cx.input(0)], attrs, final=True)
