@@ -56,3 +56,11 @@ def test_random_values_round_trip_exactly(value):
     op = Operation("const", (Binding("c", ScalarType("bool")),), (), (("val", value),))
     program = Program("1.3", (), (Function("main", "ios18", (), (op,), ("c",)),))
     assert parse(print_program(program)) == program
+
+
+def test_legacy_file_prints_back_in_legacy_spelling():
+    # Older coremlc output indents operations by 12 spaces; the printer always uses 8.
+    text = (DATA / "legacy_ios16.mil").read_text()
+    expected = text.replace("\n            ", "\n        ")
+    assert expected != text
+    assert print_program(parse(text), legacy_scalars=True) == expected

@@ -31,6 +31,10 @@ Example::
     text = mil.print_program(Program("1.3", (("coremlc-version", "3520.5.1"),), (f,)))
     assert mil.parse(text) == Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
 
+``print_program`` writes the canonical spelling of FACTS section 1 (``name = string("x")``,
+4-space indentation, hex floats); ``print_program(p, legacy_scalars=True)`` writes scalar types
+the older way (``tensor<string, []>("x")``), as iOS 16/17-era coremlc output does.
+
 ``parse`` checks syntax and names (defined before use, once); errors are
 :class:`MilSyntaxError` (a ``FormatError``) with ``line``, ``column`` and the offending line
 quoted with a caret. Nested blocks (``cond``, ``while_loop``) are reported as unsupported.

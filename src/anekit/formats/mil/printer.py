@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from .ast import ArgList, Function, Operation, Program, Var
-from .types import DictType, MilType, ScalarType, TensorType
+from .types import DictType, ListType, MilType, ScalarType, StateType, TensorType, TupleType
 from .values import (
     BlobFile,
     DictValue,
@@ -26,6 +26,8 @@ from .values import (
 )
 
 INDENT = "    "
+_STRING = ScalarType("string")
+_UINT64 = ScalarType("uint64")
 _NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f]')
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
@@ -60,14 +62,29 @@ def _tensor_elements(data: np.ndarray) -> str:
 
 
 class _Printer:
-    def __init__(self) -> None:
+    def __init__(self, legacy_scalars: bool = False) -> None:
+        self.legacy = legacy_scalars
         self.type_text: dict[MilType, str] = {}  # memo: large programs repeat few types
 
     def type(self, t: MilType) -> str:
         text = self.type_text.get(t)
         if text is None:
-            text = self.type_text[t] = str(t)
+            text = self.type_text[t] = self.spell(t) if self.legacy else str(t)
         return text
+
+    def spell(self, t: MilType) -> str:
+        """``t`` with every scalar type written the older way, as ``tensor<dtype, []>``."""
+        if isinstance(t, ScalarType):
+            return f"tensor<{t.dtype}, []>"
+        if isinstance(t, ListType):
+            return f"list<{self.spell(t.element)}, {t.length}>"
+        if isinstance(t, TupleType):
+            return f"tuple<{', '.join(self.spell(e) for e in t.elements)}>"
+        if isinstance(t, DictType):
+            return f"dict<{self.spell(t.key)}, {self.spell(t.value)}>"
+        if isinstance(t, StateType):
+            return f"state<{self.spell(t.wrapped)}>"
+        return str(t)
 
     def payload(self, v: Value) -> str:
         """A value without its type prefix, as it appears inside ``TYPE(...)`` or nested."""
@@ -76,7 +93,8 @@ class _Printer:
         if isinstance(v, Tensor):
             return f"[{_tensor_elements(v.data)}]"
         if isinstance(v, BlobFile):
-            return f"BLOBFILE(path = string({quote(v.path)}), offset = uint64({v.offset}))"
+            string, uint64 = self.type(_STRING), self.type(_UINT64)
+            return f"BLOBFILE(path = {string}({quote(v.path)}), offset = {uint64}({v.offset}))"
         if isinstance(v, ListValue):
             return f"[{', '.join(self.payload(x) for x in v.items)}]"
         if isinstance(v, TupleValue):
@@ -133,25 +151,30 @@ class _Printer:
 
 
 def _build_info(entries: tuple[tuple[str, str], ...]) -> DictValue:
-    string = ScalarType("string")
     return DictValue(
-        DictType(string, string), tuple((Scalar(string, k), Scalar(string, v)) for k, v in entries)
+        DictType(_STRING, _STRING),
+        tuple((Scalar(_STRING, k), Scalar(_STRING, v)) for k, v in entries),
     )
 
 
-def print_program(program: Program) -> str:
-    """The canonical MIL text of ``program``."""
-    return _Printer().program(program)
+def print_program(program: Program, *, legacy_scalars: bool = False) -> str:
+    """The canonical MIL text of ``program``.
+
+    ``legacy_scalars=True`` writes every scalar type in the older rank-0 tensor spelling
+    (``tensor<string, []>("x")``, also inside BLOBFILE and buildInfo), as coremlc wrote
+    iOS 16/17-era programs. The tree is printed as stored otherwise.
+    """
+    return _Printer(legacy_scalars).program(program)
 
 
-def format_operation(op: Operation) -> str:
+def format_operation(op: Operation, *, legacy_scalars: bool = False) -> str:
     """One operation as its MIL line (no indentation, no newline)."""
-    return _Printer().operation(op)
+    return _Printer(legacy_scalars).operation(op)
 
 
-def format_value(value: Value) -> str:
+def format_value(value: Value, *, legacy_scalars: bool = False) -> str:
     """A literal value as MIL text, e.g. ``tensor<int32, [2]>([1, 1])``."""
-    return _Printer().value(value)
+    return _Printer(legacy_scalars).value(value)
 
 
 def format_type(t: MilType | TensorType) -> str:
