@@ -81,6 +81,20 @@ __all__ = [
     "where",
     "clamp",
     "permute",
+    "avg_pool1d",
+    "avg_pool2d",
+    "conv_transpose2d",
+    "depth_to_space",
+    "global_avg_pool",
+    "global_max_pool",
+    "interpolate",
+    "lrn",
+    "max_pool1d",
+    "max_pool2d",
+    "pixel_shuffle",
+    "pixel_unshuffle",
+    "resize",
+    "upsample",
 ]
 
 TensorLike = Any  # a Tensor, a numpy array or a Python number
@@ -509,3 +523,257 @@ def argmax(
     x: TensorLike, axis: int = -1, keepdims: bool = False, *, name: str | None = None
 ) -> Tensor:
     return record("argmax", [x], {"axis": axis, "keepdims": keepdims}, name=name)
+
+
+# --- pooling, resampling and transposed convolution ---------------------------------------
+
+
+def _window(x, kernel_size, stride, padding, dilation, n):
+    kernel = _pair(kernel_size, n, "kernel_size")
+    strides = kernel if stride is None else _pair(stride, n, "stride")
+    p = _pair(padding, n, "padding")
+    return {
+        "kernel": kernel,
+        "strides": strides,
+        "pads": p + p,
+        "dilations": _pair(dilation, n, "dilation"),
+    }
+
+
+def max_pool2d(
+    x: TensorLike,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    name: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """2-d max pooling as torch.nn.functional.max_pool2d (stride defaults to the kernel).
+
+    With ``return_indices`` also returns int64 indices flattened over the whole input
+    (ONNX's convention; torch's are per (n, c) plane).
+    """
+    attrs = _window(x, kernel_size, stride, padding, dilation, 2)
+    attrs.update(ceil_mode=ceil_mode, return_indices=return_indices)
+    return record("max_pool", [x], attrs, name=name)
+
+
+def max_pool1d(
+    x: TensorLike,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    attrs = _window(x, kernel_size, stride, padding, dilation, 1)
+    return record("max_pool", [x], {**attrs, "ceil_mode": ceil_mode}, name=name)
+
+
+def avg_pool2d(
+    x: TensorLike,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """2-d average pooling as torch.nn.functional.avg_pool2d (pads counted by default)."""
+    attrs = _window(x, kernel_size, stride, padding, 1, 2)
+    attrs.update(ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    return record("avg_pool", [x], attrs, name=name)
+
+
+def avg_pool1d(
+    x: TensorLike,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    attrs = _window(x, kernel_size, stride, padding, 1, 1)
+    attrs.update(ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    return record("avg_pool", [x], attrs, name=name)
+
+
+def _spatial_axes(x: TensorLike) -> tuple[int, ...]:
+    rank = as_tensor(x).type.rank
+    if rank < 3:
+        raise ModelError(f"global pooling needs rank >= 3 (N, C, spatial...), got rank {rank}")
+    return tuple(range(2, rank))
+
+
+def global_avg_pool(x: TensorLike, *, name: str | None = None) -> Tensor:
+    """Mean over every spatial axis, kept as size 1 (N, C, 1, ...)."""
+    return record("reduce_mean", [x], {"axes": _spatial_axes(x), "keepdims": True}, name=name)
+
+
+def global_max_pool(x: TensorLike, *, name: str | None = None) -> Tensor:
+    """Max over every spatial axis, kept as size 1 (N, C, 1, ...)."""
+    return record("reduce_max", [x], {"axes": _spatial_axes(x), "keepdims": True}, name=name)
+
+
+def lrn(
+    x: TensorLike,
+    size: int,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 1.0,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """Local response norm across channels (ONNX LRN; equals torch's for odd sizes)."""
+    attrs = {"size": size, "alpha": alpha, "beta": beta, "bias": k}
+    return record("lrn", [x], attrs, name=name)
+
+
+def conv_transpose2d(
+    x: TensorLike,
+    weight: TensorLike,
+    bias: TensorLike | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """2-d transposed convolution as torch.nn.functional.conv_transpose2d.
+
+    ``weight`` is [in_channels, out_channels / groups, kH, kW].
+    """
+    p = _pair(padding, 2, "padding")
+    attrs = {
+        "strides": _pair(stride, 2, "stride"),
+        "pads": p + p,
+        "dilations": _pair(dilation, 2, "dilation"),
+        "output_padding": _pair(output_padding, 2, "output_padding"),
+        "group": groups,
+    }
+    return record("conv_transpose", [x, weight, bias], attrs, name=name)
+
+
+def resize(
+    x: TensorLike,
+    sizes: Sequence[int],
+    *,
+    scales: Sequence[float] | None = None,
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    cubic_coeff_a: float = -0.75,
+    antialias: bool = False,
+    name: str | None = None,
+) -> Tensor:
+    """Resample to the full output shape ``sizes`` with ONNX Resize semantics.
+
+    ``scales`` (per axis) maps coordinates; it defaults to sizes / input shape.
+    """
+    shape = as_tensor(x).shape
+    sizes = tuple(int(s) for s in sizes)
+    if len(sizes) != len(shape):
+        raise ModelError(f"sizes {list(sizes)} must give every axis of the {len(shape)}-d input")
+    if scales is None:
+        scales = tuple(o / i if i else 1.0 for o, i in zip(sizes, shape, strict=True))
+    attrs = {
+        "sizes": sizes,
+        "scales": tuple(scales),
+        "mode": mode,
+        "coordinate_transformation_mode": coordinate_transformation_mode,
+        "nearest_mode": nearest_mode,
+        "cubic_coeff_a": cubic_coeff_a,
+        "antialias": antialias,
+    }
+    return record("resize", [x], attrs, name=name)
+
+
+_INTERPOLATE_MODES = {
+    # torch mode -> (IR mode, nearest rounding, coordinates without align_corners)
+    "nearest": ("nearest", "floor", "asymmetric"),
+    "nearest-exact": ("nearest", "round_prefer_ceil", "half_pixel"),
+    "linear": ("linear", "floor", "pytorch_half_pixel"),
+    "bilinear": ("linear", "floor", "pytorch_half_pixel"),
+    "trilinear": ("linear", "floor", "pytorch_half_pixel"),
+    "bicubic": ("cubic", "floor", "pytorch_half_pixel"),
+}
+
+
+def interpolate(
+    x: TensorLike,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """Resample the spatial axes as torch.nn.functional.interpolate (N, C, spatial...)."""
+    shape = as_tensor(x).shape
+    sp = len(shape) - 2
+    if mode not in _INTERPOLATE_MODES:
+        raise ModelError(
+            f"unknown interpolate mode '{mode}'; use one of {list(_INTERPOLATE_MODES)}"
+        )
+    if (size is None) == (scale_factor is None):
+        raise ModelError("interpolate takes exactly one of size and scale_factor")
+    if size is not None:
+        out = _pair(size, sp, "size")
+        factors = tuple(o / i for o, i in zip(out, shape[2:], strict=True))
+    else:
+        if isinstance(scale_factor, int | float):
+            factors = (float(scale_factor),) * sp
+        else:
+            factors = tuple(float(s) for s in scale_factor)
+        if len(factors) != sp:
+            raise ModelError(f"scale_factor needs {sp} values, got {list(factors)}")
+        out = tuple(int(np.floor(i * f)) for i, f in zip(shape[2:], factors, strict=True))
+    ir_mode, rounding, coords = _INTERPOLATE_MODES[mode]
+    if align_corners:
+        if ir_mode == "nearest":
+            raise ModelError("align_corners only applies to the linear and cubic modes")
+        coords = "align_corners"
+    return resize(
+        x,
+        shape[:2] + out,
+        scales=(1.0, 1.0) + factors,
+        mode=ir_mode,
+        coordinate_transformation_mode=coords,
+        nearest_mode=rounding,
+        name=name,
+    )
+
+
+def upsample(
+    x: TensorLike, scale_factor: float | Sequence[float], mode: str = "nearest", *, name=None
+) -> Tensor:
+    """interpolate(x, scale_factor=..., mode=...)."""
+    return interpolate(x, scale_factor=scale_factor, mode=mode, name=name)
+
+
+def depth_to_space(
+    x: TensorLike, block_size: int, mode: str = "DCR", *, name: str | None = None
+) -> Tensor:
+    """Channel blocks to b x b spatial tiles (ONNX DepthToSpace)."""
+    return record("depth_to_space", [x], {"block_size": block_size, "mode": mode}, name=name)
+
+
+def pixel_shuffle(x: TensorLike, upscale_factor: int, *, name: str | None = None) -> Tensor:
+    """torch.nn.functional.pixel_shuffle (depth_to_space in CRD order)."""
+    return depth_to_space(x, upscale_factor, "CRD", name=name)
+
+
+def pixel_unshuffle(x: TensorLike, downscale_factor: int, *, name: str | None = None) -> Tensor:
+    """torch.nn.functional.pixel_unshuffle (space_to_depth in CRD order)."""
+    attrs = {"block_size": downscale_factor, "mode": "CRD"}
+    return record("space_to_depth", [x], attrs, name=name)
