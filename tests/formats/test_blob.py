@@ -245,8 +245,9 @@ def test_read_with_shape():
     r = BlobReader(w.to_bytes())
     assert r.read(offset, (3, 4)).shape == (3, 4)
     np.testing.assert_array_equal(r.read(offset, (3, 4)).ravel(), np.arange(12) % 8)
-    with pytest.raises(FormatError, match="cannot take shape"):
-        r.read(offset, (5,))
+    for bad in [(5,), (3, "?"), (-3, -4), (12.0,)]:
+        with pytest.raises(FormatError, match="cannot take the shape"):
+            r.read(offset, bad)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ byte padded with ``padding_size_in_bits`` zero bits; the element count is
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -320,36 +321,31 @@ class BlobReader:
                 offset + 4,
             )
         data = self._buf[record.data_offset : record.end]
-        dtype = record.dtype
-        if dtype.sub_byte:
-            array = unpack_sub_byte(data, record.count, dtype.bits, dtype.signed)
-        elif dtype.from_ml_dtypes:  # ml_dtypes types are native (little-endian) order
-            bits = np.dtype(f"<u{dtype.bits // 8}")
+        kind = record.dtype
+        if kind.sub_byte:
+            array = unpack_sub_byte(data, record.count, kind.bits, kind.signed)
+        elif kind.from_ml_dtypes:  # ml_dtypes types are native (little-endian) order
+            bits = np.dtype(f"<u{kind.bits // 8}")
             array = (
                 np.frombuffer(data, dtype=bits)
                 .astype(bits.newbyteorder("="))
-                .view(numpy_dtype(dtype))
+                .view(numpy_dtype(kind))
             )
         else:
-            array = np.frombuffer(data, dtype=np.dtype(dtype.numpy)).astype(numpy_dtype(dtype))
+            array = np.frombuffer(data, dtype=np.dtype(kind.numpy)).astype(numpy_dtype(kind))
         del data
-        if shape is not None:
-            shape = tuple(int(d) for d in shape)
-            if any(d < 0 for d in shape) or _prod(shape) != record.count:
-                raise self._error(
-                    f"blob holds {record.count} {dtype.name} elements, which cannot take shape "
-                    f"{list(shape)}",
-                    offset,
-                )
-            array = array.reshape(shape)
-        return array
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+        if shape is None:
+            return array
+        dims = tuple(shape)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims) or (
+            math.prod(dims) != record.count
+        ):
+            raise self._error(
+                f"blob holds {record.count} {kind.name} elements, which cannot take the shape "
+                f"{list(dims)}",
+                offset,
+            )
+        return array.reshape(dims)
 
 
 # --- writer ---------------------------------------------------------------------------------
@@ -452,16 +448,18 @@ class BlobWriter:
         data_offset = record_offset + RECORD_SIZE
         record = _RECORD.pack(SENTINEL, kind.code, len(payload), data_offset, padding)
         self._chunks.append(bytes(record_offset - self._size))
-        self._chunks.append(record + bytes(RECORD_SIZE - len(record)))
+        self._chunks.append(record.ljust(RECORD_SIZE, b"\0"))
         self._chunks.append(payload)
         self._size = data_offset + len(payload)
         self._count += 1
         return record_offset
 
+    def _header(self) -> bytes:
+        return _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
+
     def to_bytes(self) -> bytes:
         """The whole file."""
-        header = _HEADER.pack(self._count, VERSION)
-        return header + bytes(HEADER_SIZE - len(header)) + b"".join(self._chunks)
+        return self._header() + b"".join(self._chunks)
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the file atomically: a temporary file in the same directory, then rename."""
@@ -469,8 +467,7 @@ class BlobWriter:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                header = _HEADER.pack(self._count, VERSION)
-                f.write(header + bytes(HEADER_SIZE - len(header)))
+                f.write(self._header())
                 for chunk in self._chunks:
                     f.write(chunk)
                 f.flush()

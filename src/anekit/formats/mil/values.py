@@ -123,7 +123,35 @@ class Scalar:
         return hash((self.type, _bits(self.value)))
 
 
+def _int_array(raw: np.ndarray, dtype: DType) -> np.ndarray:
+    if not raw.size:
+        return raw.astype(dtype.numpy_dtype)
+    if raw.dtype.kind in "iu":
+        low, high = int(raw.min()), int(raw.max())
+    elif raw.dtype.kind == "O" and all(
+        isinstance(x, Integral) and not isinstance(x, bool) for x in raw.flat
+    ):  # Python ints beyond numpy's default integer
+        low, high = min(raw.flat), max(raw.flat)
+    else:
+        raise ValueError(f"a {dtype.name} tensor needs integer elements, got {raw.dtype}")
+    if low < dtype.low or high > dtype.high:
+        raise ValueError(f"values outside the {dtype.name} range [{dtype.low}, {dtype.high}]")
+    return raw.astype(dtype.numpy_dtype)
+
+
+def _float_array(raw: np.ndarray, dtype: DType) -> np.ndarray:
+    if raw.size and raw.dtype.kind not in "fiu":
+        raise ValueError(f"a {dtype.name} tensor needs numbers, got {raw.dtype}")
+    with np.errstate(over="ignore"):
+        array = raw.astype(dtype.numpy_dtype)
+    nan = np.isnan(array)
+    if nan.any():  # one canonical NaN, the one "nan" parses to
+        array = np.where(nan, np.array(np.nan, dtype=array.dtype), array)
+    return array
+
+
 def _coerce_array(data: object, t: TensorType) -> np.ndarray:
+    """``data`` as a read-only C-order array of ``t``'s storage dtype and shape."""
     dtype = dtype_info(t.dtype)
     try:
         raw = np.asarray(data, dtype=object if dtype.kind == "string" else None)
@@ -138,30 +166,9 @@ def _coerce_array(data: object, t: TensorType) -> np.ndarray:
             raise ValueError(f"a bool tensor needs bool elements, got {raw.dtype}")
         array = raw.astype(np.bool_)
     elif dtype.kind == "int":
-        if raw.size and raw.dtype.kind not in "iu":
-            if raw.dtype.kind == "O" and all(
-                isinstance(x, Integral) and not isinstance(x, bool) for x in raw.flat
-            ):
-                pass  # Python ints too big for numpy's default integer: range-checked below
-            else:
-                raise ValueError(f"a {dtype.name} tensor needs integer elements, got {raw.dtype}")
-        if raw.size:
-            low, high = (
-                (int(raw.min()), int(raw.max()))
-                if raw.dtype.kind in "iu"
-                else (min(raw.flat), max(raw.flat))
-            )
-        if raw.size and (low < dtype.low or high > dtype.high):
-            raise ValueError(f"values outside the {dtype.name} range [{dtype.low}, {dtype.high}]")
-        array = raw.astype(dtype.numpy_dtype)
+        array = _int_array(raw, dtype)
     else:
-        if raw.size and raw.dtype.kind not in "fiu":
-            raise ValueError(f"a {dtype.name} tensor needs numbers, got {raw.dtype}")
-        with np.errstate(over="ignore"):
-            array = raw.astype(dtype.numpy_dtype)
-        nan = np.isnan(array)
-        if nan.any():  # canonical NaN, as the printer writes it
-            array = np.where(nan, np.array(np.nan, dtype=array.dtype), array)
+        array = _float_array(raw, dtype)
     if t.is_static:
         if array.size != t.size:
             raise ValueError(f"{t} needs {t.size} elements, got {array.size}")
