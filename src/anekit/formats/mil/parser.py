@@ -18,6 +18,7 @@ only once per function, return names exist, keys are not repeated.
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
@@ -229,7 +230,15 @@ def parse(text: str, *, source: str | None = None) -> Program:
     """Parse MIL text into a :class:`Program`; MilSyntaxError (line, column) if it is not MIL."""
     if not isinstance(text, str):
         raise TypeError("parse() takes MIL text as str; use parse_file() for files")
-    return _Parser(text, source).program()
+    # Parsing allocates many small acyclic objects; letting the cyclic collector run over the
+    # growing tree makes large programs superlinear (40k ops: 2.6 s instead of 1.4 s).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _Parser(text, source).program()
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def parse_file(path: str | Path) -> Program:
