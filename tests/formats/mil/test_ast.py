@@ -230,3 +230,20 @@ def test_builders():
     assert op.inputs == (("x", Var("x")), ("w", Var("b"))) and op.name == "conv0"
     with pytest.raises(ValueError):
         literal(object())
+
+
+def test_package_docstring_example_runs():
+    import anekit.formats.mil as mil
+
+    doc = mil.__doc__
+    assert doc is not None
+    lines = []
+    for line in doc.split("Example::", 1)[1].splitlines()[1:]:
+        if line and not line.startswith("    "):
+            break  # the end of the indented example block
+        lines.append(line[4:])
+    code = "\n".join(lines)
+    assert "print_program" in code
+    namespace: dict[str, object] = {}
+    exec(compile(code, "anekit.formats.mil docstring", "exec"), namespace)
+    assert "text" in namespace and str(namespace["text"]).startswith("program(1.3)")

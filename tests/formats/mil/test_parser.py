@@ -195,6 +195,22 @@ def test_nested_tensor_literal_matches_the_flat_one():
     assert nested == flat
 
 
+def test_decimal_literal_file_means_the_same_as_hex():
+    f = parse_file(DATA / "decimal_literals.mil").function()
+    expected = {
+        "half": "0x1p-1",
+        "eps": "0x1.5p-17",  # 1e-05 rounded to fp16
+        "big": "-0x1.388p+13",
+        "tenth": "0x1.99999ap-4",  # 0.1 rounded to fp32
+        "ten": "0x1.4p+3",
+        "plus": "0x1.f4p+7",
+    }
+    for name, hex_text in expected.items():
+        assert f.producers[name].attribute("val").value == float.fromhex(hex_text)
+    scale = f.producers["scale"].attribute("val").data
+    assert scale.ravel().tolist() == [float(np.float16(0.1)), -2.5, 3.0]
+
+
 def test_decimal_literals_round_to_the_dtype():
     text = (
         "program(1.3)\n{\n    func main<ios18>() {\n"

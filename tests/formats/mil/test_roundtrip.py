@@ -19,7 +19,7 @@ CANONICAL = {"facts_example.mil", "gpt2_block.mil", "literals.mil", "multi_funct
 
 
 def test_all_test_programs_are_found():
-    assert len(PROGRAMS) == 7
+    assert len(PROGRAMS) == 8
     assert CANONICAL <= {p.name for p in PROGRAMS}
 
 
