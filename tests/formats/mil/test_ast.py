@@ -137,6 +137,8 @@ def test_types_print_in_mil_spelling_and_check_their_parts():
     )
     assert TensorType("fp16", (2, 3)).size == 6 and TensorType("fp16", (2, "?")).size is None
     for bad in [lambda: ScalarType("float"), lambda: TensorType("fp16", (-1,)),
+                lambda: ListType("fp16", 2), lambda: TupleType(("a",)),
+                lambda: DictType(ScalarType("string"), 1), lambda: Binding("x", "fp16"),
                 lambda: TensorType("fp16", ("a b",)), lambda: TensorType("fp16", (True,))]:  # fmt: skip
         with pytest.raises(ValueError):
             bad()

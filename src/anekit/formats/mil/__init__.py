@@ -23,13 +23,21 @@ The tree (all frozen dataclasses, compared by value)::
 Example::
 
     from anekit.formats import mil
-    from anekit.formats.mil import TensorType, const, operation, Function, Program
+    from anekit.formats.mil import Function, Program, TensorType, const, operation
 
     t = TensorType("fp16", (1, 4, 1, 16))
-    f = Function("main", "ios18", (mil.Binding("x", t),),
-                 (operation("relu", ("y", t), {"x": "x"}),), ("y",))
-    text = mil.print_program(Program("1.3", (("coremlc-version", "3520.5.1"),), (f,)))
-    assert mil.parse(text) == Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
+    ops = (
+        const("half", 0.5, "fp16"),  # fp16 half = const()[name = string("half"), val = fp16(0x1p-1)];
+        operation("mul", ("y", t), {"x": "x", "y": "half"}),
+    )
+    f = Function("main", "ios18", (mil.Binding("x", t),), ops, ("y",))
+    program = Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
+    text = mil.print_program(program)
+    assert mil.parse(text) == program
+    assert program.function("main").producers["half"].attribute("val").value == 0.5
+
+Weights go to a weight.bin through :class:`anekit.formats.blob.BlobWriter`, whose ``add`` returns
+the record offset for ``blob_const(name, tensor_type, offset)``.
 
 ``print_program`` writes the canonical spelling of FACTS section 1 (``name = string("x")``,
 4-space indentation, hex floats); ``print_program(p, legacy_scalars=True)`` writes scalar types

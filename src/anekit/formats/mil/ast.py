@@ -18,6 +18,7 @@ from anekit.errors import FormatError
 from .types import (
     DTYPES,
     IDENTIFIER,
+    TYPE_CLASSES,
     DictType,
     DType,
     ListType,
@@ -114,6 +115,8 @@ class Binding:
 
     def __post_init__(self) -> None:
         _identifier(self.name, "name")
+        if not isinstance(self.type, TYPE_CLASSES):
+            raise ValueError(f"{self.name!r} has {self.type!r}, not a MIL type")
 
 
 Param = Binding  # function inputs are bindings too

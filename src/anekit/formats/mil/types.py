@@ -143,6 +143,7 @@ class ListType:
     length: int | str
 
     def __post_init__(self) -> None:
+        _check_types(self.element)
         _check_dim(self.length)
 
     def __str__(self) -> str:
@@ -158,6 +159,7 @@ class TupleType:
     def __post_init__(self) -> None:
         if not isinstance(self.elements, tuple):
             object.__setattr__(self, "elements", tuple(self.elements))
+        _check_types(*self.elements)
 
     def __str__(self) -> str:
         return f"tuple<{', '.join(str(t) for t in self.elements)}>"
@@ -170,6 +172,9 @@ class DictType:
     key: MilType
     value: MilType
 
+    def __post_init__(self) -> None:
+        _check_types(self.key, self.value)
+
     def __str__(self) -> str:
         return f"dict<{self.key}, {self.value}>"
 
@@ -180,11 +185,21 @@ class StateType:
 
     wrapped: MilType
 
+    def __post_init__(self) -> None:
+        _check_types(self.wrapped)
+
     def __str__(self) -> str:
         return f"state<{self.wrapped}>"
 
 
 MilType: TypeAlias = ScalarType | TensorType | ListType | TupleType | DictType | StateType
+TYPE_CLASSES = (ScalarType, TensorType, ListType, TupleType, DictType, StateType)
+
+
+def _check_types(*types: object) -> None:
+    for t in types:
+        if not isinstance(t, TYPE_CLASSES):
+            raise ValueError(f"{t!r} is not a MIL type")
 
 
 def element_dtype(t: MilType) -> DType | None:
