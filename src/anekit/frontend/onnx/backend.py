@@ -21,17 +21,39 @@ SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "OneHot": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
+    "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "DFT": (1, 2),
+    "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
 }  # fmt: skip
 
 
+# Ops whose output depends only on the shapes of their inputs, never on the values.
+_SHAPE_ONLY = {"Shape", "Size", "EyeLike"}
+
+
 def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
-    """Graph inputs that some node reads in a shape-argument position."""
-    graph_inputs = {vi.name for vi in model.graph.input} - {t.name for t in model.graph.initializer}
+    """Graph inputs whose values reach a shape-argument position, directly or through
+    other nodes (e.g. a window size cast and fed to Range); Shape/Size stop the trace."""
+    graph = model.graph
+    graph_inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output if out}
+    pending = [
+        node.input[pos]
+        for node in graph.node
+        for pos in SHAPE_ARGUMENTS.get(node.op_type, ())
+        if pos < len(node.input) and node.input[pos]
+    ]
+    seen: set[str] = set()
     found = set()
-    for node in model.graph.node:
-        for pos in SHAPE_ARGUMENTS.get(node.op_type, ()):
-            if pos < len(node.input) and node.input[pos] in graph_inputs:
-                found.add(node.input[pos])
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in _SHAPE_ONLY:
+            pending.extend(i for i in node.input if i)
     return found
 
 

@@ -105,6 +105,8 @@ for _name, (_fn, _empty) in REDUCTIONS.items():
 
 
 def _empty_value(dtype: np.dtype, value: float):
+    if dtype.kind == "b":  # max of nothing is False, min of nothing True
+        return bool(value > 0)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return info.min if value == float("-inf") else info.max if value == float("inf") else 0

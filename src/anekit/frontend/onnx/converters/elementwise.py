@@ -122,8 +122,8 @@ def clip(cx: NodeContext):
     lo_c, hi_c = cx.const(1), cx.const(2)
     if (lo is None or lo_c is not None) and (hi is None or hi_c is not None):
         attrs = {
-            "min": None if lo is None else float(lo_c),
-            "max": None if hi is None else float(hi_c),
+            "min": None if lo is None else float(lo_c.reshape(-1)[0]),
+            "max": None if hi is None else float(hi_c.reshape(-1)[0]),
         }
         return cx.emit("clip", [cx.input(0)], attrs, final=True)
     # bounds computed from the data: max then min

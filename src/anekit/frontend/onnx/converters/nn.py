@@ -89,10 +89,21 @@ def instance_norm(cx: NodeContext):
 
 @converter("LayerNormalization")
 def layer_norm(cx: NodeContext):
-    if any(o for o in cx.node.output[1:]):
-        raise ModelError("LayerNormalization's Mean/InvStdDev outputs are not supported")
     attrs = {"axis": cx.attr("axis", -1), "epsilon": cx.attr("epsilon", 1e-5)}
-    return cx.emit("layer_norm", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
+    y = cx.emit("layer_norm", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
+    wanted = [bool(o) for o in cx.node.output[1:3]]
+    if not any(wanted):
+        return y
+    # Mean and InvStdDev (training outputs) as their own reductions over [axis, rank)
+    x = cx.input(0)
+    rank = len(cx.shape(0))
+    axes = tuple(range(attrs["axis"] % rank, rank))
+    mean = cx.emit("reduce_mean", [x], {"axes": axes, "keepdims": True})
+    centred = cx.emit("sub", [x, mean])
+    var = cx.emit("reduce_mean", [cx.emit("mul", [centred, centred])], {"axes": axes})
+    eps = cx.constant(np.asarray(attrs["epsilon"], dtype=cx.type(0).dtype.numpy), "epsilon")
+    inv_std = cx.emit("reciprocal", [cx.emit("sqrt", [cx.emit("add", [var, eps])])])
+    return (y, mean, inv_std)[: 1 + len(wanted)]
 
 
 @converter("RMSNormalization")

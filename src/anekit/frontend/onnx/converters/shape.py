@@ -177,7 +177,7 @@ def pad(cx: NodeContext):
         value_arr = cx.const(2) if cx.input(2) is not None else None
         if cx.input(2) is not None and value_arr is None:
             raise ModelError("Pad's constant_value must be a constant")
-        value = float(value_arr) if value_arr is not None else 0.0
+        value = float(value_arr.reshape(-1)[0]) if value_arr is not None and value_arr.size else 0.0
         axes = cx.ints_input(3, "axes") if cx.opset >= 18 else None
         if axes is not None:
             axes = tuple(a % rank for a in axes)
