@@ -1,0 +1,185 @@
+"""Turning a segment schedule into time: per layer, partition and segment, with the bottleneck."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from anekit import targets
+from anekit.cost.calibration import Calibration
+from anekit.schedule import LayerInfo, SegmentSchedule
+from anekit.schedule.plan import LayerDma
+from anekit.targets import Target
+
+Bound = Literal["compute", "memory", "dispatch", "cpu"]
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Every rate the model uses for one target, resolved from the chip database and calibration."""
+
+    conv_flops_per_s: float
+    matmul_flops_per_s: float
+    planar_elements_per_s: float
+    mac_startup_flops: float
+    ane_bytes_per_s: float
+    dispatch_s: float
+    spill_factor: float
+    cpu_flops_per_s: float
+    memory_bytes_per_s: float  # the chip's unified memory (CPU segments, conversions)
+    transition_bytes_per_element: float
+    cpu_bytes_per_element: float
+
+    @classmethod
+    def of(cls, target: Target, calibration: Calibration) -> Rates:
+        p = target.perf
+        ref = targets.get(calibration.planar_reference_target).perf.peak_fp16_tflops
+        return cls(
+            conv_flops_per_s=p.peak_fp16_tflops * p.util_deep_graph * 1e12,
+            matmul_flops_per_s=p.gemm_fp16_tflops * p.util_deep_graph * 1e12,
+            planar_elements_per_s=calibration.planar_elements_per_s * p.peak_fp16_tflops / ref,
+            mac_startup_flops=calibration.mac_startup_flops,
+            ane_bytes_per_s=p.ane_bandwidth_gbps * 1e9,
+            dispatch_s=p.dispatch_overhead_us * 1e-6,
+            spill_factor=p.spill_throughput_factor,
+            cpu_flops_per_s=p.cpu_gflops * 1e9,
+            memory_bytes_per_s=p.bandwidth_gbps * 1e9,
+            transition_bytes_per_element=calibration.transition_bytes_per_element,
+            cpu_bytes_per_element=calibration.cpu_bytes_per_element,
+        )
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer's time: compute and memory roofs, the slower one binding."""
+
+    name: str
+    unit: str
+    partition: int
+    flops: int
+    dma: LayerDma
+    compute_s: float
+    memory_s: float
+    streaming: bool  # activations over the budget: runs from memory at the spill factor
+    coissued_with: str | None = None
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def bound(self) -> Bound:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "partition": self.partition,
+            "flops": self.flops,
+            "time_ms": self.time_s * 1e3,
+            "compute_ms": self.compute_s * 1e3,
+            "memory_ms": self.memory_s * 1e3,
+            "bound": self.bound,
+            "read_bytes": self.dma.read_bytes,
+            "weight_bytes": self.dma.weight_bytes,
+            "write_bytes": self.dma.write_bytes,
+            "streaming": self.streaming,
+            "coissued_with": self.coissued_with,
+        }
+
+
+def layer_cost(
+    layer: LayerInfo, sched: SegmentSchedule, rates: Rates, coissued_with: str | None = None
+) -> LayerCost:
+    dma = sched.dma[layer.name]
+    streaming = layer.name in sched.streaming
+    moved = dma.total
+    if layer.unit == "mac":
+        rate = rates.matmul_flops_per_s if layer.main == "matmul" else rates.conv_flops_per_s
+        compute = (layer.flops + rates.mac_startup_flops) / rate
+    elif layer.unit == "planar":
+        compute = layer.flops / rates.planar_elements_per_s
+    else:  # the DMA/transpose path moves every byte, on chip or not
+        compute = 0.0
+        moved = max(moved, layer.input_bytes + layer.output_bytes)
+    if streaming:
+        compute /= rates.spill_factor
+    return LayerCost(
+        name=layer.name,
+        unit=layer.unit,
+        partition=sched.partition_of[layer.name],
+        flops=layer.flops,
+        dma=dma,
+        compute_s=compute,
+        memory_s=moved / rates.ane_bytes_per_s,
+        streaming=streaming,
+        coissued_with=coissued_with,
+    )
+
+
+@dataclass(frozen=True)
+class PartitionCost:
+    """A partition's time: its slots in order, a co-issued pair taking the longer of the two."""
+
+    index: int
+    layers: tuple[str, ...]
+    time_s: float
+    compute_s: float  # time of slots bound by compute
+    memory_s: float  # time of slots bound by memory
+    peak_onchip_bytes: int
+    dma: LayerDma
+    streaming: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "layers": len(self.layers),
+            "time_ms": self.time_s * 1e3,
+            "peak_onchip_bytes": self.peak_onchip_bytes,
+            "read_bytes": self.dma.read_bytes,
+            "weight_bytes": self.dma.weight_bytes,
+            "write_bytes": self.dma.write_bytes,
+            "streaming": self.streaming,
+        }
+
+
+def partition_costs(
+    sched: SegmentSchedule, costs: Mapping[str, LayerCost]
+) -> tuple[PartitionCost, ...]:
+    partner = {a: b for a, b in sched.coissue} | {b: a for a, b in sched.coissue}
+    out = []
+    for part in sched.partitions:
+        time = compute = memory = 0.0
+        done: set[str] = set()
+        for name in part.layers:
+            if name in done:
+                continue
+            slot = [costs[name]] + ([costs[partner[name]]] if name in partner else [])
+            done.update(c.name for c in slot)
+            longest = max(slot, key=lambda c: c.time_s)
+            time += longest.time_s
+            if longest.bound == "compute":
+                compute += longest.time_s
+            else:
+                memory += longest.time_s
+        out.append(
+            PartitionCost(
+                index=part.index,
+                layers=part.layers,
+                time_s=time,
+                compute_s=compute,
+                memory_s=memory,
+                peak_onchip_bytes=part.peak_bytes,
+                dma=sched.partition_dma(part.index),
+                streaming=part.streaming,
+            )
+        )
+    return tuple(out)
+
+
+def bottleneck(parts: Mapping[Bound, float]) -> Bound:
+    """The largest contributor (ties go to the first in compute, memory, dispatch, cpu)."""
+    order: tuple[Bound, ...] = ("compute", "memory", "dispatch", "cpu")
+    return max(order, key=lambda k: (parts.get(k, 0.0), -order.index(k)))
