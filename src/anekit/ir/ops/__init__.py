@@ -7,6 +7,7 @@ from anekit.ir.ops import (  # noqa: F401
     linalg,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,

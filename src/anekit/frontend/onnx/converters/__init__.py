@@ -5,6 +5,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     linalg,
     nn,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,
