@@ -1,22 +1,26 @@
 """The greedy list scheduler of seed 000 phase 3: one execution order per ANE segment.
 
 Each step pops the ready layer with the highest priority, compared in the seed's fixed
-tie-break order:
+tie-break order (the seed names the criteria; the definitions are ours):
 
 1. ring-buffer membership: members of a ring (a producer and the consumer that drains
    its rows) go first, so a ring is drained as soon as it fills;
 2. branch-sibling score: minus the number of the layer's fork siblings (other readers
    of the tensors it reads) still unscheduled. Siblings of one fork tie; across forks it
    prefers finishing a fan-out already under way to opening another;
-3. merge-sibling score: minus the number of the layer's merge siblings (other producers
-   of the layers it feeds) still unscheduled: a result that would wait at a join is
-   deferred until its partners are close (this is what lets an attention block's value
+3. merge-sibling score: minus the number of the layer's merge siblings still
+   unscheduled, where the merges are the first layers with several producers that the
+   layer's private chain reaches (its consumers, through single-producer layers). A
+   result that would wait at a join is deferred while its partners are pending; the
+   branches of one diamond tie (this is what lets an attention block's value
    projection run next to the softmax);
-4. the working-set-aware branch test: at a diamond whose endpoints (the fork's and the
-   merge's tensors) fit the budget, the branch with the larger footprint goes first while
-   its own peak (fork tensor + branch working set) still fits;
-5. topological order (the layer's depth: shallower first);
-6. node id (position in the engine graph).
+4. the working-set-aware branch test: inside an open diamond (its merge not yet run)
+   whose endpoints (the fork's and the merge's tensors) fit the budget, layers of the
+   branch with the larger footprint go first while that branch's own peak (fork tensor
+   + branch working set) still fits, so the branch is drained before the other grows;
+5. topological order: the deeper layer first (its depth is its longest path from the
+   segment's sources), which continues the current chain;
+6. node id: the layer's position in the engine graph, lower first.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class Priority:
             self.branch_sibling,
             self.merge_sibling,
             self.branch_test,
-            -self.depth,
+            self.depth,
             -self.node_id,
         )
 
@@ -66,6 +70,9 @@ class ListScheduler:
         self._branch_scores: dict[tuple[int, int], int] = {}
         self._left_succ = [len(s) for s in dag.succs]  # unscheduled readers per producer
         self._left_pred = [len(p) for p in dag.preds]  # unscheduled producers per layer
+        self._scheduled = [False] * len(dag)
+        self._merge_cache: dict[int, tuple[int, ...]] = {}
+        self._memberships: dict[int, list[tuple[int, int, int]]] | None = None
 
     def run(self) -> tuple[int, ...]:
         dag = self.dag
@@ -75,6 +82,7 @@ class ListScheduler:
             best = max(ready, key=lambda i: self.priority(i).key())
             ready.remove(best)
             order.append(best)
+            self._scheduled[best] = True
             for p in dag.preds[best]:
                 self._left_succ[p] -= 1
             for s in dag.succs[best]:
@@ -86,12 +94,15 @@ class ListScheduler:
     def priority(self, i: int) -> Priority:
         dag = self.dag
         branch = -sum(self._left_succ[p] - 1 for p in dag.preds[i] if len(dag.succs[p]) > 1)
-        merge = -sum(self._left_pred[c] - 1 for c in dag.succs[i] if len(dag.preds[c]) > 1)
+        merge = -sum(
+            sum(1 for p in dag.preds[m] if not self._scheduled[p] and not dag.reaches(i, p))
+            for m in self._merges(i)
+        )
         test = max(
             (
-                self._branch_score(i, p)
-                for p in dag.preds[i]
-                if len(dag.succs[p]) > 1 and self._left_succ[p] > 1
+                self._branch_score(head, fork)
+                for fork, head, merge_node in self._branches_of(i)
+                if not self._scheduled[merge_node]
             ),
             default=0,
         )
@@ -104,6 +115,34 @@ class ListScheduler:
             node_id=i,
         )
 
+    def _merges(self, i: int) -> tuple[int, ...]:
+        """The first multi-producer layers reached from ``i`` through single-producer layers."""
+        cached = self._merge_cache.get(i)
+        if cached is not None:
+            return cached
+        dag = self.dag
+        found: list[int] = []
+        stack = list(dag.succs[i])
+        seen: set[int] = set()
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            if len(dag.preds[c]) > 1:
+                found.append(c)
+            else:
+                stack.extend(dag.succs[c])
+        result = tuple(sorted(found))
+        self._merge_cache[i] = result
+        return result
+
+    def _branches_of(self, i: int) -> list[tuple[int, int, int]]:
+        """(fork, head, merge) of every diamond branch ``i`` belongs to."""
+        if self._memberships is None:
+            self._memberships = diamond_branches(self.dag)
+        return self._memberships.get(i, [])
+
     def _branch_score(self, head: int, fork: int) -> int:
         """The branch test for the branch starting at ``head`` below ``fork`` (0: no preference)."""
         cached = self._branch_scores.get((head, fork))
@@ -112,6 +151,34 @@ class ListScheduler:
         score = branch_test(self.dag, self.onchip, self.limit, head, fork)
         self._branch_scores[(head, fork)] = score
         return score
+
+
+def diamond_branches(dag: LayerDag) -> dict[int, list[tuple[int, int, int]]]:
+    """For each layer, the (fork, head, merge) of the diamond branches it lies on.
+
+    A diamond is a fork (a layer with several readers) whose readers all reach a common
+    layer, the merge (the first such layer); a branch is what one reader reaches and no
+    other reader does.
+    """
+    desc = dag.descendants
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for fork, readers in enumerate(dag.succs):
+        if len(readers) < 2:
+            continue
+        common = -1
+        for r in readers:
+            common &= desc[r]
+        if common <= 0:
+            continue
+        merge = (common & -common).bit_length() - 1
+        for head in readers:
+            others = 0
+            for r in readers:
+                if r != head:
+                    others |= desc[r]
+            for m in dag.members(desc[head] & ~others):
+                out.setdefault(m, []).append((fork, head, merge))
+    return out
 
 
 def branch_test(dag: LayerDag, onchip: Sequence[int], limit: float, head: int, fork: int) -> int:
