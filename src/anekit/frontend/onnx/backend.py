@@ -22,7 +22,7 @@ SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceSumSquare": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
     "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "DFT": (1, 2),
-    "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
+    "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4), "CumSum": (1,), "CumProd": (1,),
 }  # fmt: skip
 
 

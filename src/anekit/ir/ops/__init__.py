@@ -5,10 +5,12 @@ from anekit.ir.ops import (  # noqa: F401
     conv,
     elementwise,
     linalg,
+    misc,
     norm,
     pool,
     recurrent,
     reduce,
     resize,
+    scatter,
     shape,
 )

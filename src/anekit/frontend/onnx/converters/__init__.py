@@ -2,7 +2,9 @@
 
 from anekit.frontend.onnx.converters import (  # noqa: F401
     elementwise,
+    index,
     linalg,
+    misc,
     nn,
     pool,
     recurrent,

@@ -48,7 +48,7 @@ def conv(cx: NodeContext):
     return cx.emit("conv", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
 
 
-def _coerced_2d(cx: NodeContext, op: str):
+def coerced_2d(cx: NodeContext, op: str):
     """Softmax before opset 13: flatten to 2-D at ``axis``, normalise rows, restore."""
     shape = cx.shape(0)
     axis = cx.attr("axis", 1) % max(len(shape), 1)
@@ -63,7 +63,7 @@ def _coerced_2d(cx: NodeContext, op: str):
 def softmax(cx: NodeContext):
     op = "softmax" if cx.op_type == "Softmax" else "log_softmax"
     if cx.opset < 13:
-        return _coerced_2d(cx, op)
+        return coerced_2d(cx, op)
     return cx.emit(op, [cx.input(0)], {"axis": cx.attr("axis", -1)}, final=True)
 
 
