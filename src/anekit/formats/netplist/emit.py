@@ -224,7 +224,8 @@ def _conv(chain: Chain, attrs: Mapping[str, Any], ops: Sequence[Operand | None])
         params["NumGroups"] = int(attrs["group"])
     y = chain.unit("Conv", [x], params, out, channels=True)
     if bias is not None:  # as Apple's own converter does: a GOC unit after the Conv
-        y = goc_unit(chain, y, None, bias.const.astype(out.dtype.numpy))
+        per_channel = bias.const.astype(out.dtype.numpy).reshape((-1,) + (1,) * (out.rank - 2))
+        y = goc_unit(chain, y, None, per_channel)
     return y
 
 
