@@ -7,6 +7,7 @@ from anekit.cost.estimate import (
     estimate_compiled,
     estimate_graph,
     estimate_segments,
+    report_estimate,
 )
 from anekit.cost.model import LayerCost, PartitionCost, Rates
 
@@ -22,4 +23,5 @@ __all__ = [
     "estimate_compiled",
     "estimate_graph",
     "estimate_segments",
+    "report_estimate",
 ]

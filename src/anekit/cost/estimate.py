@@ -244,6 +244,12 @@ def estimate_compiled(
     )
 
 
+def report_estimate(cm: Any) -> dict[str, Any]:
+    """The estimate for a CompiledModel's report (``cm.report["estimate"]``), on its target."""
+    est = estimate_compiled(cm)
+    return {**est.as_dict(), "summary": est.summary()}
+
+
 def _ane_segment(
     graph: Graph,
     seg: SegmentLike,
@@ -278,6 +284,9 @@ def _ane_segment(
     )
 
 
+_INDEXING = frozenset({"gather", "gather_elements", "slice", "expand", "tile"})
+
+
 def _cpu_segment(
     graph: Graph, nodes: Sequence[Node], seg: SegmentLike, rates: Rates, target: Target
 ) -> SegmentCost:
@@ -286,7 +295,14 @@ def _cpu_segment(
     moved = 0
     for node in nodes:
         f = node_flops(graph, node)
-        elems = sum(graph.value(v).numel for v in (*node.inputs, *node.outputs) if v)
+        out_elems = sum(graph.value(v).numel for v in node.outputs if v)
+        elems = out_elems
+        for v in node.inputs:
+            if not v:
+                continue
+            n = graph.value(v).numel
+            # an indexing op reads the rows it gathers, not its whole (constant) table
+            elems += min(n, out_elems) if node.op in _INDEXING and graph.is_constant(v) else n
         b = int(elems * rates.cpu_bytes_per_element)
         total += max(f / rates.cpu_flops_per_s, b / rates.memory_bytes_per_s)
         flops += f

@@ -97,7 +97,10 @@ def layer_cost(
     streaming = layer.name in sched.streaming
     moved = dma.total
     if layer.unit == "mac":
-        rate = rates.matmul_flops_per_s if layer.main == "matmul" else rates.conv_flops_per_s
+        # convolutions run at the conv peak; matmul-like layers (matmul, fused attention) at
+        # the GEMM rate ([facts] 3: a 1x1 convolution is ~3x faster than the matmul)
+        conv_like = layer.main in ("conv", "conv_transpose")
+        rate = rates.conv_flops_per_s if conv_like else rates.matmul_flops_per_s
         compute = (layer.flops + rates.mac_startup_flops) / rate
     elif layer.unit == "planar":
         compute = layer.flops / rates.planar_elements_per_s

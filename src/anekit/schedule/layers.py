@@ -202,7 +202,8 @@ def _layer_of(
                 producer=producer_of.get(name),
                 row_geometry=geometry,
                 first_rows=first,
-                weight_operand=main == "matmul" and pos == 1,
+                weight_operand=(main == "matmul" and pos == 1)
+                or (main == "attention" and pos in (1, 2)),
             )
         )
     in_shapes = [graph.value(i).shape for i in main_inputs if i]
@@ -258,6 +259,8 @@ def _read_pattern(
         if pos == 1 or len(in_shape) < 2:
             return None, h  # the B operand is consumed whole
         return rows, 1
+    if main == "attention":  # fused attention: query rows stream, keys/values/mask are whole
+        return (rows, 1) if pos == 0 else (None, h)
     if layer_type in ("softmax", "reduction"):
         rank = len(in_shape)
         axes = attrs.get("axes") if layer_type == "reduction" else (attrs.get("axis", -1),)
@@ -289,6 +292,11 @@ def _flops(
     if main == "matmul":
         a = in_shapes[0]
         return 2 * out_elems * (a[-1] if a else 1)
+    if main == "conv_transpose":  # each input element scatters into (C_out/group) x kernel
+        return 2 * numel(in_shapes[0]) * numel(in_shapes[1][1:])
+    if main == "attention":  # q k^T and p v: 2 x 2 x (batch x Sq) x Sk x D
+        q, k = in_shapes[0], in_shapes[1]
+        return 4 * numel(q[:-1]) * k[-2] * q[-1]
     if main in ("max_pool", "avg_pool"):
         return out_elems * numel(attrs["kernel"])
     epilogue = len(node.attrs.get("epilogue", ())) if node.op == "ane_layer" else 0
@@ -316,4 +324,6 @@ def node_flops(graph: Graph, node: Node) -> int:
     if node.op == "attention" and len(ins) >= 3:
         q, k = ins[0], ins[1]
         return 4 * numel(q[:-1]) * k[-2] * q[-1]
+    if node.op == "conv_transpose" and len(ins) > 1:
+        return 2 * numel(ins[0]) * numel(ins[1][1:])
     return max([out_elems, *(numel(s) for s in ins if s)])

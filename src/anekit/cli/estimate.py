@@ -1,0 +1,145 @@
+"""`anekit estimate MODEL --target T|all`: estimated latency per chip, where it is bound, the schedule."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from anekit.cli.common import add_shape_option, parse_shapes, print_json
+from anekit.errors import ModelError
+
+COLUMNS = (
+    "target",
+    "ms",
+    "bound",
+    "dispatches",
+    "partitions",
+    "peak on-chip",
+    "ANE util",
+    "CPU ms",
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "estimate",
+        help="estimate a model's latency on each chip, and what bounds it",
+        description="Compile a model for each chip, schedule its engine segments under the "
+        "on-chip budget and estimate its latency (compute, memory, dispatch and CPU time).",
+    )
+    p.add_argument("model", help="an ONNX model file")
+    p.add_argument(
+        "--target",
+        "-t",
+        default="m4",
+        help="a chip name or engine code, several separated by commas, or 'all' (default: m4)",
+    )
+    p.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    p.add_argument("--detail", action="store_true", help="with --json: every layer and tensor")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the partition timeline and pressure")
+    add_shape_option(p)
+    p.set_defaults(func=run)
+
+
+def resolve_targets(spec: str) -> list[Any]:
+    """'all', one name, or a comma-separated list of names (each checked, in the given order)."""
+    from anekit import targets
+
+    if spec.strip().lower() == "all":
+        return targets.all_targets()
+    chosen = [targets.get(name) for name in spec.split(",") if name.strip()]
+    return list({t.name: t for t in chosen}.values())
+
+
+def compile_key(target: Any) -> tuple:
+    """What the middle-end reads of a target: chips sharing it share one compiled model."""
+    return (
+        target.engine,
+        target.features,
+        target.limits,
+        target.mil,
+        target.onchip_budget_bytes,
+        target.kmem_cap_bytes,
+    )
+
+
+def estimate_model(model: Any, chosen: Sequence[Any], shapes: dict | None = None) -> list[Any]:
+    """One estimate per target; the model is imported once and compiled once per compile key."""
+    from anekit.compiler import compile as compile_model
+    from anekit.compiler import load_graph
+    from anekit.cost import estimate_compiled
+
+    graph = load_graph(model, shapes or None)
+    compiled: dict[tuple, Any] = {}
+    estimates = []
+    for t in chosen:
+        key = compile_key(t)
+        if key not in compiled:
+            compiled[key] = compile_model(graph, t)
+        estimates.append(estimate_compiled(compiled[key], t))
+    return estimates
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = resolve_targets(args.target)  # an unknown target fails before the model loads
+    path = Path(args.model)
+    if not path.is_file():
+        raise ModelError(f"model file '{path}' does not exist")
+    if args.plot:
+        from anekit.cost.plot import require_matplotlib
+
+        require_matplotlib()  # fail before the (slow) compile, not after
+    estimates = estimate_model(path, chosen, parse_shapes(args.shape))
+    if args.plot:
+        from anekit.cost.plot import plot_estimates
+
+        plot_estimates(estimates, Path(args.plot), title=path.name)
+    if args.json:
+        print_json({"model": str(path), "estimates": [e.as_dict(args.detail) for e in estimates]})
+    else:
+        render(estimates, path.name)
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def _row(est: Any) -> list[str]:
+    ane = [s for s in est.segments if s.device == "ane"]
+    ane_time = sum(s.time_s for s in ane)
+    util = sum(s.flops for s in ane) / ane_time / ane[0].peak_flops_per_s if ane_time else 0.0
+    cpu = sum(s.cpu_s for s in est.segments)
+    return [
+        est.target,
+        f"{est.total_ms:.3f}",
+        est.bottleneck,
+        str(est.dispatches),
+        str(est.partitions),
+        f"{est.peak_onchip_bytes / 2**20:.2f} MiB",
+        f"{util:.1%}",
+        f"{cpu * 1e3:.3f}",
+    ]
+
+
+def render(estimates: Sequence[Any], name: str, file: Any = None) -> None:
+    """A table: one row per chip (a rich table when rich is installed)."""
+    out = file or sys.stdout
+    rows = [_row(e) for e in estimates]
+    title = f"anekit estimate: {name}"
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
+        print(title, file=out)
+        for r in [list(COLUMNS), *rows]:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+        return
+    table = Table(title=title, title_justify="left")
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col in ("target", "bound") else "right")
+    for r in rows:
+        table.add_row(*r)
+    Console(file=out, width=max(100, Console(file=out).width)).print(table)

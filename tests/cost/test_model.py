@@ -1,0 +1,144 @@
+"""The cost model: rates from the chip database, layer roofs, co-issue overlap, segments, CPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from anekit import targets
+from anekit.cost import Rates, default_calibration, estimate_graph, estimate_segments
+from anekit.cost.workloads import (
+    EngineGraphBuilder,
+    attention_block,
+    conv_stack,
+    single_conv,
+    single_elementwise,
+    single_matmul,
+)
+from anekit.ir.engine import layer_attrs
+from anekit.passes.results import Segment
+
+CAL = default_calibration()
+
+
+@pytest.mark.parametrize("name", ["m1", "m4", "m5-pro"])
+def test_rates_come_from_the_chip_database(name):
+    t = targets.get(name)
+    r = Rates.of(t, CAL)
+    p = t.perf
+    assert r.conv_flops_per_s == pytest.approx(p.peak_fp16_tflops * p.util_deep_graph * 1e12)
+    assert r.matmul_flops_per_s == pytest.approx(p.gemm_fp16_tflops * p.util_deep_graph * 1e12)
+    assert r.ane_bytes_per_s == p.ane_bandwidth_gbps * 1e9
+    assert r.dispatch_s == p.dispatch_overhead_us * 1e-6
+    assert r.cpu_flops_per_s == p.cpu_gflops * 1e9
+    ref = targets.get(CAL.planar_reference_target).perf.peak_fp16_tflops
+    assert r.planar_elements_per_s == pytest.approx(
+        CAL.planar_elements_per_s * p.peak_fp16_tflops / ref
+    )
+
+
+def test_a_layer_is_the_slower_of_its_compute_and_memory_roofs():
+    t = targets.get("m4")
+    r = Rates.of(t, CAL)
+    est = estimate_graph(single_conv(256, 32, 32, 3), t)
+    (seg,) = est.segments
+    (lay,) = seg.layers
+    assert lay.flops == 2 * 256 * 32 * 32 * 256 * 9
+    assert lay.compute_s == pytest.approx((lay.flops + CAL.mac_startup_flops) / r.conv_flops_per_s)
+    assert lay.memory_s == pytest.approx(lay.dma.total / r.ane_bytes_per_s)
+    assert lay.dma.weight_bytes == 256 * 256 * 9 * 2
+    assert lay.bound == "compute"
+    crossing = 2 * 256 * 32 * 32  # input and output elements, converted by the CPU
+    assert seg.transition_s == pytest.approx(crossing * 6 / (t.perf.bandwidth_gbps * 1e9))
+    assert seg.time_s == pytest.approx(r.dispatch_s + lay.time_s + seg.transition_s)
+    assert est.total_s == pytest.approx(seg.time_s)
+
+
+def test_bottlenecks_are_named():
+    tiny = estimate_graph(single_elementwise("relu", (1, 16)), "m4")
+    assert tiny.bottleneck == "dispatch"
+    deep = estimate_graph(conv_stack(16, 256, 32, 32), "m4")
+    assert deep.bottleneck == "compute"
+    gemv = estimate_graph(single_matmul(1, 4096, 4096), "m4")  # 32 MiB of weights, 1 row
+    assert gemv.bottleneck == "memory"
+    (lay,) = gemv.segments[0].layers
+    assert lay.bound == "memory"
+
+
+def test_matmul_runs_at_the_gemm_rate_and_conv_at_the_conv_rate():
+    t = targets.get("m4")
+    r = Rates.of(t, CAL)
+    mm = estimate_graph(single_matmul(512, 512, 512), t).segments[0].layers[0]
+    assert mm.compute_s == pytest.approx((mm.flops + CAL.mac_startup_flops) / r.matmul_flops_per_s)
+    assert r.conv_flops_per_s / r.matmul_flops_per_s == pytest.approx(19.0 / 5.4)
+
+
+def test_coissued_layers_overlap_in_their_partition():
+    est = estimate_graph(attention_block(256, 256), "m4")
+    (seg,) = est.segments
+    sched = seg.schedule
+    assert sched.coissue
+    by_name = {c.name: c for c in seg.layers}
+    (a, b) = sched.coissue[0]
+    assert by_name[a].coissued_with == b and by_name[b].coissued_with == a
+    serial = sum(c.time_s for c in seg.layers)
+    saved = min(by_name[a].time_s, by_name[b].time_s)
+    assert sum(p.time_s for p in seg.partitions) == pytest.approx(serial - saved)
+
+
+def test_a_streaming_layer_pays_the_spill_factor():
+    t = targets.get("m4")
+    tight = dataclasses.replace(t, onchip_budget_bytes=256 * 1024)  # the 1 MiB map streams
+    roomy = estimate_graph(single_conv(256, 32, 32, 3), t).segments[0].layers[0]
+    spilled = estimate_graph(single_conv(256, 32, 32, 3), tight).segments[0].layers[0]
+    assert spilled.streaming and not roomy.streaming
+    assert spilled.compute_s == pytest.approx(roomy.compute_s / t.perf.spill_throughput_factor)
+
+
+def test_deep_programs_amortise_the_fixed_costs():
+    """Utilisation grows with size and depth towards util_deep_graph (maderix: 30% -> 94%)."""
+    t = targets.get("m4")
+    utils = [
+        estimate_graph(conv_stack(d, 512, 32, 32), t).segments[0].utilisation for d in (1, 4, 32)
+    ]
+    assert utils[0] < utils[1] < utils[2] < t.perf.util_deep_graph
+
+
+def test_cpu_segments_and_transitions():
+    b = EngineGraphBuilder("mixed")
+    x = b.input("x", (1, 64, 8, 8))
+    a = b.conv(x, 64, name="a")
+    g0 = b.build([a])
+    ed = g0.edit()
+    (c,) = ed.add("erf", [a], name="c")  # a CPU op between two engine layers
+    ed.output_names = [c]
+    ed.name_outputs([c])
+    g = ed.build()
+    ed = g.edit()
+    w = ed.add_constant(np.zeros((64, 64, 1, 1), "float32"), "w2")
+    (d,) = ed.add("ane_layer", [c, w], layer_attrs("conv", {}, 2), name="d")
+    ed.output_names = [d]
+    ed.name_outputs([d])
+    g = ed.build()
+    segs = [
+        Segment(0, "ane", ("a",), ("x",), ("a",)),
+        Segment(1, "cpu", ("c",), ("a",), ("c",)),
+        Segment(2, "ane", ("d",), ("c",), ("d",)),
+    ]
+    t = targets.get("m4")
+    est = estimate_segments(g, segs, t)
+    ane0, cpu, ane2 = est.segments
+    elems = 64 * 8 * 8
+    assert cpu.cpu_s == pytest.approx(
+        max(elems / (t.perf.cpu_gflops * 1e9), 2 * elems * 4 / (t.perf.bandwidth_gbps * 1e9))
+    )
+    conversion = elems * 6 / (t.perf.bandwidth_gbps * 1e9)
+    assert ane0.transition_s == pytest.approx(2 * conversion)  # x in, a out to the CPU
+    assert ane2.transition_s == pytest.approx(2 * conversion)  # c in from the CPU, d out
+    assert est.dispatches == 2
+    assert est.total_s == pytest.approx(sum(s.time_s for s in est.segments))
+    d = est.as_dict()
+    assert [s["device"] for s in d["segments"]] == ["ane", "cpu", "ane"]
+    assert d["total_ms"] == pytest.approx(est.total_ms)
