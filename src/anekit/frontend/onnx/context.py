@@ -91,6 +91,10 @@ class NodeContext:
     def shape(self, i: int) -> tuple[int, ...]:
         return self.type(i).shape
 
+    def shape_of(self, value: str) -> tuple[int, ...]:
+        """The static shape of an IR value (an input or one this converter emitted)."""
+        return self._imp.values[value].shape
+
     def const(self, i: int) -> np.ndarray | None:
         """The value of input i if it is a constant (after folding), else None."""
         name = self.input(i)

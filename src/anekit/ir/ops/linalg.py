@@ -114,15 +114,22 @@ def _attention_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     kind="attention",
 )
 def attention(q, k, v, mask, scale, causal):
-    """softmax(q k^T * scale + mask) v; a bool mask keeps True positions; causal masks the future"""
+    """softmax(q k^T * scale + mask) v; a bool mask keeps True positions; causal masks the
+    future (aligned bottom-right); a row with every key masked gives zeros"""
     s = np.float32(scale if scale is not None else 1.0 / np.sqrt(q.shape[-1]))
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * s
+    lq, lk = scores.shape[-2:]
+    bias = np.zeros((lq, lk), dtype=np.float32)
     if causal:
-        lq, lk = scores.shape[-2:]
         keep = np.tril(np.ones((lq, lk), dtype=bool), k=lk - lq)
-        scores = np.where(keep, scores, -np.inf)
+        bias = np.where(keep, bias, -np.inf)
     if mask is not None:
-        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-    scores = scores - np.max(scores, axis=-1, keepdims=True)
-    e = np.exp(scores)
-    return np.matmul(e / np.sum(e, axis=-1, keepdims=True), v)
+        bias = np.where(mask, bias, -np.inf) if mask.dtype == np.bool_ else bias + mask
+    scores = scores + bias
+    # fully masked rows are decided on the mask, not on the (possibly inf) scores
+    dead = np.isneginf(np.max(bias, axis=-1, keepdims=True))
+    peak = np.max(scores, axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(peak), peak, 0))
+    total = np.sum(e, axis=-1, keepdims=True)
+    probs = np.where(dead, 0.0, e / np.where(total == 0, 1, total))
+    return np.matmul(probs.astype(np.float32), v)

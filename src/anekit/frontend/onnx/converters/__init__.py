@@ -1,6 +1,7 @@
 """ONNX op converters, one module per op family; CONVERTERS is the op table."""
 
 from anekit.frontend.onnx.converters import (  # noqa: F401
+    attention,
     elementwise,
     index,
     linalg,
