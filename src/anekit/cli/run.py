@@ -33,18 +33,33 @@ def _run_onnx(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
     return load_model_graph(str(path), shapes).run(feeds)
 
 
+def _run_netplist(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
+    if backend != "reference":
+        raise AnekitError(
+            f"backend '{backend}' runs anekit bundles and MIL programs; a netplist runs on "
+            "'reference'",
+            where=str(path),
+            hint="drop --backend, or compile the model into a bundle first",
+        )
+    if shapes:
+        raise AnekitError("a netplist's input shapes are fixed by the file; drop --shape")
+    from anekit.formats import netplist
+
+    return netplist.read(path).run(feeds)
+
+
 def _runner_for(path: Path) -> Runner:
     """Pick how to run ``path`` from what it is (later: bundles, MIL text, netplists)."""
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
 
 
 # file suffix -> runner; ONNX is the default for anything else
-RUNNERS: dict[str, Runner] = {".onnx": _run_onnx}
+RUNNERS: dict[str, Runner] = {".onnx": _run_onnx, ".plist": _run_netplist}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files")
-    p.add_argument("model", help="an ONNX model file")
+    p.add_argument("model", help="an ONNX model file or a netplist (.plist)")
     p.add_argument(
         "--input",
         "-i",
