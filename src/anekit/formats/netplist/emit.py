@@ -229,8 +229,11 @@ def _conv(chain: Chain, attrs: Mapping[str, Any], ops: Sequence[Operand | None])
     return y
 
 
-def _broadcast_to(chain: Chain, x: Operand, shape: tuple[int, ...]) -> Operand:
-    if x.type.shape == shape:
+def _broadcast_to(
+    chain: Chain, x: Operand, shape: tuple[int, ...], *, always: bool = False
+) -> Operand:
+    """A Broadcast unit to `shape` (none when the shape is already right, unless `always`)."""
+    if x.type.shape == shape and not always:
         return x
     if x.type.rank != len(shape):
         raise Unsupported(
@@ -242,6 +245,8 @@ def _broadcast_to(chain: Chain, x: Operand, shape: tuple[int, ...]) -> Operand:
             if have != 1:
                 raise Unsupported(f"cannot broadcast {list(x.type.shape)} to {list(shape)}")
             info.append({"Dimension": axis_dimension(axis, chain.rank), "Size": int(want)})
+    if not info:  # a no-op broadcast still needs one entry
+        info.append({"Dimension": axis_dimension(1, chain.rank), "Size": int(shape[1])})
     return chain.unit("Broadcast", [x], {"BroadcastInfo": info}, TensorType(shape, x.type.dtype))
 
 
@@ -338,8 +343,6 @@ def _slice(chain: Chain, attrs: Mapping[str, Any], ops: Sequence[Operand | None]
         begin, _, length = slice_bounds(x.type.shape[axis], start, end, step)
         if step != 1 or length == 0:
             raise Unsupported("only unit-step, non-empty slices are InputView units")
-        if length == x.type.shape[axis]:
-            continue
         shape = list(x.type.shape)
         shape[axis] = length
         params = {
@@ -348,15 +351,15 @@ def _slice(chain: Chain, attrs: Mapping[str, Any], ops: Sequence[Operand | None]
             "Size": int(length),
         }
         x = chain.unit("InputView", [x], params, TensorType(tuple(shape), x.type.dtype))
-    if x.type != out:
+    if x.type != out or x.name == ops[0].name:
         raise Unsupported("this slice has no netplist form")
-    return x  # a slice that keeps everything is no unit at all
+    return x
 
 
 def _expand(chain: Chain, attrs: Mapping[str, Any], ops: Sequence[Operand | None]) -> Operand:
     (x,) = ops
     out = _infer("expand", [x], attrs)
-    return _broadcast_to(chain, x, out.shape)
+    return _broadcast_to(chain, x, out.shape, always=True)
 
 
 def _pool(op: str) -> Callable[..., Operand]:
