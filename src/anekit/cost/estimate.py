@@ -158,9 +158,10 @@ class Estimate:
 
     def summary(self) -> str:
         """One line: the total, where it is bound, and the schedule's shape."""
+        d, p = self.dispatches, self.partitions
         return (
             f"estimated {self.total_ms:.3f} ms on {self.target} ({self.bottleneck}-bound; "
-            f"{self.dispatches} dispatches, {self.partitions} partitions, "
+            f"{d} dispatch{'' if d == 1 else 'es'}, {p} partition{'' if p == 1 else 's'}, "
             f"peak on-chip {self.peak_onchip_bytes / 2**20:.2f} MiB)"
         )
 
