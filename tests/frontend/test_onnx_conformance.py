@@ -29,7 +29,7 @@ UNSUPPORTED_OPS = {
     "ImageDecoder", "LinearAttention", "Loop", "MatMulInteger", "MaxUnpool", "MelWeightMatrix",
     "NegativeLogLikelihoodLoss", "NonMaxSuppression", "NonZero", "OptionalGetElement",
     "OptionalHasElement", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RandomUniformLike",
-    "RegexFullMatch", "RoiAlign", "RotaryEmbedding", "STFT", "Scan",
+    "RegexFullMatch", "RoiAlign", "STFT", "Scan",
     "SequenceEmpty", "SequenceInsert", "SequenceLength",
     "SequenceMap", "SoftmaxCrossEntropyLoss", "SplitToSequence",
     "StringConcat", "StringNormalizer", "StringSplit", "SwiGLU", "TensorScatter",

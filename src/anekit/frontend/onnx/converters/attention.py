@@ -1,5 +1,5 @@
-"""Converter for ONNX Attention (opsets 23 to 25): the IR attention op where it is exact,
-otherwise the explicit graph (softcap, qk_matmul outputs, padded caches, sliding windows)."""
+"""Converters for ONNX Attention (opsets 23 to 25; the IR attention op where it is exact,
+otherwise the explicit graph) and RotaryEmbedding (decomposed)."""
 
 from __future__ import annotations
 
@@ -223,3 +223,56 @@ def attention(cx: NodeContext):
     results = [a.output(y), a.present[0], a.present[1], qk]
     n = max(i + 1 for i, o in enumerate(outs) if o)
     return tuple(results[:n])
+
+
+@converter("RotaryEmbedding")
+def rotary_embedding(cx: NodeContext):
+    """Rotate pairs of features by the cached angles: gathers, slices, mul/add and concat."""
+    x = cx.input(0)
+    shape = cx.shape(0)
+    if len(shape) == 3:  # [batch, seq, hidden] -> [batch, seq, heads, size]
+        heads = cx.attr("num_heads", 0)
+        if not heads or shape[2] % heads:
+            raise ModelError(f"3-d RotaryEmbedding needs num_heads dividing {shape[2]}")
+        x = cx.emit("reshape", [x], {"shape": (*shape[:2], heads, shape[2] // heads)})
+    elif len(shape) != 4:
+        raise ModelError(f"RotaryEmbedding takes a 3-d or 4-d input, got shape {list(shape)}")
+    b, d1, d2, size = cx.shape_of(x)
+    rot = cx.attr("rotary_embedding_dim", 0) or size
+    if rot % 2 or rot > size:
+        raise ModelError(f"rotary_embedding_dim {rot} must be even and at most {size}")
+    seq = d2 if len(shape) == 4 else d1
+    # angles per (batch, seq), laid out to broadcast over the heads axis
+    cached = []
+    for i in (1, 2):
+        table = cx.input(i)
+        if cx.input(3) is not None:
+            table = cx.emit("gather", [table, cx.input(3)], {"axis": 0})
+        layout = (b, 1, seq, rot // 2) if len(shape) == 4 else (b, seq, 1, rot // 2)
+        cached.append(cx.emit("reshape", [table], {"shape": layout}))
+    cos, sin = cached
+
+    def part(start: int, end: int, step: int = 1) -> str:
+        return cx.emit(
+            "slice", [x], {"starts": (start,), "ends": (end,), "axes": (3,), "steps": (step,)}
+        )
+
+    if cx.attr("interleaved", 0):
+        x1, x2 = part(0, rot, 2), part(1, rot, 2)
+    else:
+        x1, x2 = part(0, rot // 2), part(rot // 2, rot)
+    real = cx.emit("sub", [cx.emit("mul", [cos, x1]), cx.emit("mul", [sin, x2])])
+    imag = cx.emit("add", [cx.emit("mul", [sin, x1]), cx.emit("mul", [cos, x2])])
+    last = len(shape) == 4 and rot == size  # the op that produces the output
+    if cx.attr("interleaved", 0):
+        pair = (b, d1, d2, rot // 2, 1)
+        real, imag = (cx.emit("reshape", [t], {"shape": pair}) for t in (real, imag))
+        rotated = cx.emit("concat", [real, imag], {"axis": 4})
+        rotated = cx.emit("reshape", [rotated], {"shape": (b, d1, d2, rot)}, final=last)
+    else:
+        rotated = cx.emit("concat", [real, imag], {"axis": 3}, final=last)
+    if rot < size:
+        rotated = cx.emit("concat", [rotated, part(rot, size)], {"axis": 3}, final=len(shape) == 4)
+    if len(shape) == 3:
+        return cx.emit("reshape", [rotated], {"shape": shape}, final=True)
+    return rotated
