@@ -230,9 +230,8 @@ def _layer_of(
     )
 
 
-_ROW_LOCAL = frozenset(
-    {"elementwise", "neuron", "goc"}
-)  # read row r of each operand to write output row r
+# layer types that read row r of each operand to write output row r
+_ROW_LOCAL = frozenset({"elementwise", "neuron", "goc"})
 
 
 def _read_pattern(
