@@ -8,6 +8,7 @@ from anekit.ir.ops import (  # noqa: F401
     misc,
     norm,
     pool,
+    quant,
     recurrent,
     reduce,
     resize,

@@ -8,6 +8,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     misc,
     nn,
     pool,
+    quant,
     recurrent,
     reduce,
     resize,
