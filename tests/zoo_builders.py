@@ -179,9 +179,8 @@ def minilm() -> Artifacts:
         "input_ids": encoded["input_ids"].astype(np.int64),
         "attention_mask": encoded["attention_mask"].astype(np.int64),
     }
-    # TorchScript: the dynamo export indexes the padding mask with GatherND, which the
-    # importer does not convert yet.
-    return _export(SentenceEmbedding(), feeds, ("last_hidden_state", "embeddings"), "torchscript")
+    # dynamo (from_torch's default) indexes the padding mask with a GatherND
+    return _export(SentenceEmbedding(), feeds, ("last_hidden_state", "embeddings"), "dynamo")
 
 
 def gpt2(spec: GPT2Spec, *, exporter: str) -> Artifacts:

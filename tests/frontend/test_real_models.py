@@ -20,9 +20,9 @@ from tests.numerics import assert_close_to_reference
 
 pytestmark = pytest.mark.slow
 
-MODELS = zoo.test_model_names()
-LIGHT = zoo.test_model_names("light")
-TORCH = zoo.test_model_names("torch")
+MODELS = zoo.model_names()
+LIGHT = zoo.model_names("light")
+TORCH = zoo.model_names("torch")
 
 
 def with_intermediates(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
