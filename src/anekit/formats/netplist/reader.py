@@ -66,9 +66,8 @@ class GraphBuilder:
             name=network.name,
         )
         self.editor: GraphEditor = empty.edit()
-        self.produced: dict[str, str] = {
-            p.name: p.name for p in network.inputs
-        }  # netplist name -> value
+        # netplist tensor name -> IR value name (they differ when a unit has an UnescapedName)
+        self.produced: dict[str, str] = {p.name: p.name for p in network.inputs}
         self._wide: dict[str, str] = {}
 
     def value_of(self, name: str, where: str) -> str:

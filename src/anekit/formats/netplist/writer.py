@@ -20,15 +20,8 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, UnsupportedModelError
-from anekit.formats.netplist.emit import (
-    ELEMENTWISE_NAMES,
-    EMITTERS,
-    Chain,
-    Operand,
-    Unsupported,
-    dtype_name,
-    elementwise,
-)
+from anekit.formats.netplist.chain import Chain, Operand, Unsupported, dtype_name
+from anekit.formats.netplist.emit import ELEMENTWISE_NAMES, EMITTERS, elementwise
 from anekit.formats.netplist.vocab import (
     BLOB_ALIGN,
     NETWORK_KEYS,
