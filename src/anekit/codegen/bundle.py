@@ -1,0 +1,240 @@
+"""The bundle writer: emitted segments, the wiring between them and the report as a directory.
+
+``build_bundle`` makes the whole content in memory (file bytes and the manifest);
+``write_bundle`` writes it into a temporary directory beside the target and renames it into
+place, replacing an existing bundle only once the new one is complete. The same input gives
+the same bytes: no timestamps, sorted keys, names and order from the graph alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anekit import __version__
+from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
+from anekit.errors import AnekitError
+from anekit.formats.bundle import (
+    MANIFEST,
+    REPORT,
+    FileEntry,
+    Manifest,
+    Port,
+    SegmentEntry,
+    SegmentIO,
+    Source,
+    TargetInfo,
+    canonical_json,
+)
+from anekit.formats.mil import Program
+from anekit.ir.graph import Graph, Node, Value
+
+if TYPE_CHECKING:
+    from anekit.targets import Target
+
+# Called after each segment is emitted with (segments done, total): drives progress bars.
+Progress = Callable[[int, int], None]
+# Report keys that vary from run to run (timings): left out so bundles are reproducible.
+_VOLATILE = ("seconds", "time", "elapsed", "_ms", "_us")
+
+
+@dataclass(frozen=True)
+class BundleContents:
+    """A bundle in memory: its manifest, every file's bytes, and the programs as trees."""
+
+    manifest: Manifest
+    files: Mapping[str, bytes]  # relative path -> bytes (manifest.json included)
+    segments: tuple[EmittedSegment, ...]
+
+    @property
+    def programs(self) -> tuple[Program, ...]:
+        return tuple(s.program for s in self.segments)
+
+
+def program_path(index: int) -> str:
+    return f"segments/{index}/model.mil"
+
+
+def weights_path(index: int) -> str:
+    return f"segments/{index}/weights/weight.bin"
+
+
+def build_bundle(
+    graph: Graph,
+    target: Target,
+    segments: Sequence[SegmentLike],
+    *,
+    report: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    weights: str = "fp16",
+) -> BundleContents:
+    """Emit every segment of ``graph`` and assemble the bundle's files and manifest.
+
+    ``weights``: how CPU segments store float weights, ``fp16`` (default) or ``fp32``.
+    """
+    graph, segments, rewired = _with_constant_outputs(graph, segments)
+    emitted: list[EmittedSegment] = []
+    for k, segment in enumerate(segments):
+        emitted.append(emit_segment(graph, segment, target, weights=weights))
+        if progress is not None:
+            progress(k + 1, len(segments))
+    files: dict[str, bytes] = {}
+    entries: list[SegmentEntry] = []
+    produced: dict[str, tuple[int, str]] = {}
+    graph_inputs = set(graph.input_names)
+    for s in emitted:
+        files[program_path(s.index)] = s.text.encode()
+        if s.weights is not None:
+            files[weights_path(s.index)] = s.weights
+        ins = tuple(_io(p, _source(p.value, graph_inputs, produced, s.index)) for p in s.inputs)
+        outs = tuple(_io(p, None) for p in s.outputs)
+        for p in s.outputs:
+            produced[p.value] = (s.index, p.value)
+        entries.append(
+            SegmentEntry(
+                index=s.index,
+                device=s.device,
+                program=program_path(s.index),
+                weights=weights_path(s.index) if s.weights is not None else None,
+                function="main",
+                nodes=len(s.nodes),
+                inputs=ins,
+                outputs=outs,
+                input_alloc_bytes=s.input_alloc_bytes,
+                output_alloc_bytes=s.output_alloc_bytes,
+            )
+        )
+    files[REPORT] = canonical_json(deterministic(dict(report or {})))
+    manifest = Manifest(
+        model=graph.name or "model",
+        generator=f"anekit {__version__}",
+        target=TargetInfo(target.name, target.engine, target.mil.program_version, target.mil.opset),
+        inputs=tuple(Port(v.name, str(v.dtype), v.shape) for v in graph.inputs),
+        outputs=tuple(
+            Port(
+                v.name,
+                str(v.dtype),
+                v.shape,
+                _source(rewired.get(v.name, v.name), graph_inputs, produced, len(emitted)),
+            )
+            for v in graph.outputs
+        ),
+        segments=tuple(entries),
+        files={
+            rel: FileEntry(hashlib.sha256(data).hexdigest(), len(data))
+            for rel, data in files.items()
+        },
+    )
+    files[MANIFEST] = manifest.to_bytes()
+    return BundleContents(manifest, files, tuple(emitted))
+
+
+def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path:
+    """Write ``contents`` as the directory ``path``, atomically (temp dir, then rename)."""
+    target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        raise AnekitError(f"cannot write the bundle: directory '{parent}' does not exist")
+    if target.exists() and not (target.is_dir() and (target / MANIFEST).is_file()):
+        raise AnekitError(
+            f"'{target}' exists and is not an anekit bundle; refusing to replace it",
+            hint="choose a new output path, or remove it first",
+        )
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    try:
+        for rel, data in sorted(contents.files.items()):
+            if rel == MANIFEST:
+                continue
+            _write(tmp / rel, data)
+        _write(tmp / MANIFEST, contents.files[MANIFEST])  # last: a bundle is whole once it has one
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
+            os.replace(target, old / "bundle")
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def deterministic(data: Any) -> Any:
+    """``data`` without the entries that change from run to run (timings)."""
+    if isinstance(data, Mapping):
+        return {
+            str(k): deterministic(v)
+            for k, v in data.items()
+            if not any(mark in str(k).lower() for mark in _VOLATILE)
+        }
+    if isinstance(data, (list, tuple)):
+        return [deterministic(v) for v in data]
+    return data
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _io(p: Any, source: Source | None) -> SegmentIO:
+    return SegmentIO(p.value, p.mil_name, p.dtype, p.mil_dtype, p.shape, p.mil_shape, source)
+
+
+def _source(
+    value: str, graph_inputs: set[str], produced: Mapping[str, tuple[int, str]], before: int
+) -> Source:
+    if value in graph_inputs:
+        return Source(input=value)
+    found = produced.get(value)
+    if found is None or found[0] >= before:
+        raise AnekitError(f"no segment before segment {before} computes the value '{value}'")
+    return Source(segment=found[0], value=found[1])
+
+
+def _with_constant_outputs(
+    graph: Graph, segments: Sequence[SegmentLike]
+) -> tuple[Graph, list[SegmentLike], dict[str, str]]:
+    """A model output that is a constant gets a CPU segment of its own that returns it.
+
+    Returns the graph with the identity nodes added, the segments, and for each such output
+    the value that now carries it.
+    """
+    constant_outputs = list(dict.fromkeys(o for o in graph.output_names if graph.is_constant(o)))
+    if not constant_outputs:
+        return graph, list(segments), {}
+    nodes, values = list(graph.nodes), dict(graph.values)
+    taken = set(values) | {n.name for n in nodes}
+    rewired: dict[str, str] = {}
+    names: list[str] = []
+    for name in constant_outputs:
+        out, node = _fresh(f"{name}_value", taken), _fresh(f"{name}_identity", taken)
+        v = graph.values[name]
+        values[out] = Value(out, v.shape, v.dtype)
+        nodes.append(Node("identity", node, (name,), (out,)))
+        rewired[name] = out
+        names.append(node)
+    segment = SegmentSpec(len(segments), "cpu", tuple(names), (), tuple(rewired.values()))
+    return graph.replace(nodes=nodes, values=values), [*segments, segment], rewired
+
+
+def _fresh(hint: str, taken: set[str]) -> str:
+    name, i = hint, 0
+    while name in taken:
+        i += 1
+        name = f"{hint}_{i}"
+    taken.add(name)
+    return name

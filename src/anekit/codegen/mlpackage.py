@@ -1,0 +1,246 @@
+"""Core ML export: a bundle's MIL programs rebuilt with coremltools' pymil builder and saved as
+one ``.mlpackage`` (extra ``coreml``; coremltools is imported only here, and only when used).
+
+The whole model becomes one mlprogram function, whatever its number of segments: each
+segment's operations are replayed in order through ``coremltools.converters.mil.mil.Builder``
+(names prefixed ``s<i>_`` so segments cannot clash); where a value crosses a segment boundary
+it is cast between the two programs' dtypes (fp16 on the engine, fp32 on the CPU) and its
+engine I/O padding is dropped, since inside one function there is no surface to pad. Core ML
+then decides placement itself. Model inputs and outputs keep the model's names (made valid
+identifiers) and dtypes (floats as fp32, integers as int32).
+
+Every op is type-checked by coremltools as it is built; the shapes and dtypes it infers must
+equal the ones our MIL declares, or the export stops with an internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.codegen.names import Namer
+from anekit.errors import AnekitError, InternalError, MissingDependencyError
+from anekit.formats import mil
+from anekit.formats.blob import BlobReader
+from anekit.formats.bundle import Manifest, Source
+
+_IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
+             "int8": "int32", "uint8": "int32"}  # fmt: skip
+_NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
+          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64}  # fmt: skip
+
+
+def _coremltools() -> Any:
+    try:
+        import coremltools
+    except ImportError as exc:
+        raise MissingDependencyError("coremltools", "coreml", "exporting an .mlpackage") from exc
+    return coremltools
+
+
+def export_mlpackage(
+    manifest: Manifest,
+    programs: Sequence[mil.Program],
+    weights: Sequence[BlobReader | None],
+    path: str | os.PathLike[str],
+) -> Path:
+    """Build the whole model as one mlprogram and save it at ``path`` (atomically)."""
+    ct = _coremltools()
+    pymil = _build(ct, manifest, programs, weights)
+    model = ct.convert(
+        pymil,
+        convert_to="mlprogram",
+        minimum_deployment_target=_deployment_target(ct, manifest.target.opset),
+        compute_precision=ct.precision.FLOAT32,  # our programs already carry their dtypes
+        pass_pipeline=ct.PassPipeline.EMPTY,
+        skip_model_load=True,
+    )
+    return _save(model, Path(path))
+
+
+def _deployment_target(ct: Any, opset: str) -> Any:
+    try:
+        return getattr(ct.target, opset.replace("ios", "iOS"))
+    except AttributeError:
+        raise AnekitError(
+            f"coremltools has no deployment target for the MIL opset '{opset}'"
+        ) from None
+
+
+def _save(model: Any, target: Path) -> Path:
+    if target.suffix != ".mlpackage":
+        raise AnekitError(f"'{target}' must end in .mlpackage")
+    if not target.parent.is_dir():
+        raise AnekitError(f"cannot write '{target}': its directory does not exist")
+    if target.exists() and not (target / "Manifest.json").is_file():
+        raise AnekitError(f"'{target}' exists and is not an .mlpackage; refusing to replace it")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        staged = tmp / target.name
+        model.save(str(staged))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staged, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class _Replay:
+    """Replays MIL operations through the pymil builder inside one function."""
+
+    def __init__(self, ct: Any, namer: Namer):
+        from coremltools.converters.mil.mil import Builder, types
+
+        self.mb = Builder
+        self.types = types
+        self.namer = namer
+
+    def const(self, value: Any, reader: BlobReader | None, name: str) -> Any:
+        return self.mb.const(val=self.literal(value, reader), name=name)
+
+    def literal(self, value: Any, reader: BlobReader | None) -> Any:
+        if isinstance(value, mil.BlobFile):
+            if reader is None:
+                raise AnekitError(f"BLOBFILE {value.path!r} but the segment has no weight file")
+            shape = tuple(int(d) for d in value.type.shape)  # type: ignore[arg-type]
+            return reader.read(value.offset, shape, value.type.dtype)
+        if isinstance(value, mil.Scalar):
+            if value.dtype == "string":
+                return value.value
+            return _NUMPY[value.dtype](value.value)
+        if isinstance(value, mil.Tensor):
+            return np.array(value.data, dtype=_NUMPY[value.dtype])
+        raise AnekitError(f"{type(value).__name__} values cannot be exported to Core ML")
+
+    def cast(self, var: Any, dtype: str) -> Any:
+        if self.dtype_of(var) == dtype:
+            return var
+        if dtype == "bool":
+            return self.mb.not_equal(x=var, y=np.array(0, dtype=_NUMPY[self.dtype_of(var)]).item(),
+                                     name=self.namer.fresh("to_bool"))  # fmt: skip
+        return self.mb.cast(x=var, dtype=dtype, name=self.namer.fresh(f"to_{dtype}"))
+
+    def dtype_of(self, var: Any) -> str:
+        return self.types.builtin_to_string(var.dtype)
+
+
+def _build(
+    ct: Any,
+    manifest: Manifest,
+    programs: Sequence[mil.Program],
+    weights: Sequence[BlobReader | None],
+) -> Any:
+    from coremltools.converters.mil.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, types
+    from coremltools.converters.mil.mil import Program as PyProgram
+
+    namer = Namer()
+    replay = _Replay(ct, namer)
+    placeholders = {}
+    input_names = {}
+    for port in manifest.inputs:
+        name = namer.fresh(port.name)
+        input_names[port.name] = name
+        dtype = types.string_to_builtin(_IO_DTYPE[port.dtype])
+        placeholders[name] = mb.placeholder(shape=port.shape, dtype=dtype)
+    opset = _deployment_target(ct, manifest.target.opset)
+    prog = PyProgram()
+    with Function(placeholders, opset_version=opset) as func:
+        values: dict[tuple, Any] = {
+            ("input", p.name): func.inputs[input_names[p.name]] for p in manifest.inputs
+        }
+        for segment, program, reader in zip(manifest.segments, programs, weights, strict=True):
+            local: dict[str, Any] = {}
+            for io in segment.inputs:
+                var = replay.cast(values[_key(io.source)], io.mil_dtype)
+                if io.padded:
+                    widths = [
+                        w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
+                    ]
+                    var = mb.pad(
+                        x=var,
+                        pad=np.array(widths, np.int32),
+                        constant_val=_NUMPY[io.mil_dtype](0),
+                        name=namer.fresh(f"s{segment.index}_{io.mil_name}_padded"),
+                    )
+                local[io.mil_name] = var
+            _replay_function(
+                replay, program.function(segment.function), local, reader, f"s{segment.index}_"
+            )
+            for io in segment.outputs:
+                var = local[io.mil_name]
+                if io.padded:
+                    var = mb.slice_by_size(x=var, begin=np.zeros(len(io.shape), np.int32),
+                                           size=np.array(io.shape, np.int32),
+                                           name=namer.fresh(f"s{segment.index}_{io.mil_name}_unpadded"))  # fmt: skip
+                values[(segment.index, io.value)] = var
+        outputs = []
+        for port in manifest.outputs:
+            var = replay.cast(values[_key(port.source)], _IO_DTYPE[port.dtype])
+            outputs.append(mb.identity(x=var, name=namer.fresh(port.name)))
+        func.set_outputs(outputs)
+        prog.add_function("main", func)
+    return prog
+
+
+def _replay_function(
+    replay: _Replay,
+    function: mil.Function,
+    local: dict[str, Any],
+    reader: BlobReader | None,
+    prefix: str,
+) -> None:
+    mb = replay.mb
+    for op in function.operations:
+        if op.op == "const":
+            (out,) = op.outputs
+            var = replay.const(op.attribute("val"), reader, replay.namer.fresh(prefix + out.name))
+        else:
+            kwargs = {key: _argument(replay, arg, local, reader, prefix) for key, arg in op.inputs}
+            builder = getattr(mb, op.op, None)
+            if builder is None:
+                raise AnekitError(f"Core ML has no MIL op '{op.op}'")
+            var = builder(**kwargs, name=replay.namer.fresh(prefix + op.outputs[0].name))
+        results = list(var) if isinstance(var, (list, tuple)) else [var]
+        if len(results) != len(op.outputs):
+            raise InternalError(
+                f"'{op.op}' gave {len(results)} outputs in coremltools, {len(op.outputs)} in our MIL"
+            )
+        for binding, result in zip(op.outputs, results, strict=True):
+            _check_type(replay, binding, result, op.op)
+            local[binding.name] = result
+
+
+def _argument(
+    replay: _Replay, arg: Any, local: dict[str, Any], reader: BlobReader | None, prefix: str
+) -> Any:
+    if isinstance(arg, mil.Var):
+        return local[arg.name]
+    if isinstance(arg, mil.ArgList):
+        return tuple(_argument(replay, a, local, reader, prefix) for a in arg.items)
+    return replay.literal(arg, reader)
+
+
+def _check_type(replay: _Replay, binding: mil.Binding, var: Any, op: str) -> None:
+    """coremltools' inferred type must be the one our program declares."""
+    t = binding.type
+    declared_shape = () if mil.is_scalar(t) else tuple(getattr(t, "shape", ()))
+    dtype = getattr(t, "dtype", None)
+    shape = tuple(int(d) for d in var.shape) if var.shape is not None else ()
+    if dtype != replay.dtype_of(var) or declared_shape != shape:
+        raise InternalError(
+            f"'{binding.name}' ({op}): our MIL declares {t}, coremltools infers "
+            f"{replay.dtype_of(var)}{list(shape)}"
+        )
+
+
+def _key(source: Source | None) -> tuple:
+    assert source is not None
+    return ("input", source.input) if source.input is not None else (source.segment, source.value)
