@@ -79,6 +79,9 @@ LAYER_TYPES: Mapping[str, str] = MappingProxyType(
         "pad": "texture",
         "slice": "texture",
         "identity": "neuron",
+        "conv_transpose": "deconv",
+        "instance_norm": "norm",
+        "attention": "sdpa",
     }
 )
 ACTIVATIONS = frozenset(
@@ -101,6 +104,9 @@ UNITS: Mapping[str, str] = MappingProxyType(
         "reshape": "dma",
         "transpose": "dma",
         "texture": "planar",
+        "deconv": "mac",
+        "norm": "planar",
+        "sdpa": "mac",  # the fused attention layer: its two matmuls dominate
     }
 )
 
@@ -163,11 +169,12 @@ def _layer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("n_main", "int", doc="how many leading inputs belong to the main op"),
         Attr("epilogue", "any", (), doc="tuple of EpilogueStep in slot order"),
         Attr("layer_type", "str", doc="engine layer type (conv, matmul, elementwise, ...)"),
+        Attr("main_origin", "strs", (), doc="the original nodes the main op implements"),
     ),
     infer=_layer_infer,
     kind="layer",
 )
-def ane_layer(*xs, main, main_attrs, n_main, epilogue, layer_type):
+def ane_layer(*xs, main, main_attrs, n_main, epilogue, layer_type, main_origin):
     """main op, then each filled epilogue slot in order"""
     y = get_op(main).call(xs[:n_main], main_attrs)
     for step in epilogue:
@@ -219,6 +226,11 @@ class LayerView:
         i = step.operands[k] if k < len(step.operands) else -1
         return self.node.inputs[i] if i >= 0 else None
 
+    @property
+    def main_origin(self) -> tuple[str, ...]:
+        """The original nodes the main op implements (the rest of the origin was folded in)."""
+        return self.node.attrs.get("main_origin") or self.node.origin
+
     def describe(self) -> str:
         parts = [self.main] + [s.describe() for s in self.epilogue]
         return " + ".join(parts)
@@ -230,8 +242,13 @@ def layer_attrs(
     n_main: int,
     epilogue: Sequence[EpilogueStep] = (),
     layer_type: str | None = None,
+    main_origin: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Attributes for an ``ane_layer`` node (main attrs normalised by the main op)."""
+    """Attributes for an ``ane_layer`` node (main attrs normalised by the main op).
+
+    ``main_origin`` names the original nodes the main op implements, so reports can tell
+    a node that became a layer from one folded into another layer's epilogue.
+    """
     norm = get_op(main).normalize_attrs(main_attrs)
     return {
         "main": main,
@@ -239,4 +256,5 @@ def layer_attrs(
         "n_main": n_main,
         "epilogue": tuple(sorted(epilogue, key=lambda s: s.slot)),
         "layer_type": layer_type or layer_type_of(main),
+        "main_origin": tuple(main_origin),
     }

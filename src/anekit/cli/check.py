@@ -1,0 +1,84 @@
+"""`anekit check MODEL --target T`: where every node of a model runs on a chip, and why."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from anekit.cli.common import add_shape_option, parse_shapes, print_json
+from anekit.errors import ModelError
+
+EXIT_CPU_FALLBACK = 3
+COLUMNS = ("node", "op", "placement", "layer", "reason")
+_STYLES = {"ane": "green", "cpu": "red", "folded": "cyan", "removed": "dim"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
+    )
+    p.add_argument("model", help="an ONNX model file")
+    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help=f"exit with status {EXIT_CPU_FALLBACK} when anything runs on the CPU",
+    )
+    add_shape_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from anekit import targets
+    from anekit.compiler import compile as compile_model
+
+    target = targets.get(args.target)  # an unknown target fails before the model loads
+    path = Path(args.model)
+    if not path.is_file():
+        raise ModelError(f"model file '{path}' does not exist")
+    compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
+    report = compiled.report
+    if args.json:
+        print_json(report)
+    else:
+        render(report, compiled.summary_line())
+        if report.get("estimate"):  # issue 5's cost model: one line for this target
+            print(report["estimate"]["summary"])
+    if args.strict and report["summary"]["cpu_ops"]:
+        return EXIT_CPU_FALLBACK
+    return 0
+
+
+def render(report: Mapping[str, Any], summary: str, file: Any = None) -> None:
+    """Print the per-node table and the summary (a rich table when rich is installed)."""
+    out = file or sys.stdout
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        _render_plain(report, summary, out)
+        return
+    table = Table(title=f"anekit check: target {report['target']}", title_justify="left")
+    for col in COLUMNS:
+        table.add_column(col, overflow="fold")
+    for row in report["ops"]:
+        style = _STYLES.get(row["placement"])
+        table.add_row(*(str(row[c] or "") for c in COLUMNS), style=style)
+    console = Console(file=out, width=max(120, Console(file=out).width))
+    console.print(table)
+    console.print(summary, highlight=False)
+
+
+def _render_plain(report: Mapping[str, Any], summary: str, out: Any) -> None:
+    rows = [[str(r[c] or "") for c in COLUMNS] for r in report["ops"]]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
+    print(f"target {report['target']}", file=out)
+    print("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip(), file=out)
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+    print(summary, file=out)

@@ -1,0 +1,160 @@
+"""`anekit.compile`: run the middle-end on a model for one target and hold the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from anekit import targets
+from anekit.errors import AnekitError
+from anekit.ir.graph import Graph
+from anekit.passes.context import PassContext, PassOptions
+from anekit.passes.explain import OpReport, explain, summarize, summary_line
+from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
+from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
+from anekit.targets import Target
+
+# Issue 5's cost model plugs in here: ``anekit.cost.report_estimate(compiled) -> dict``.
+ESTIMATE_HOOK = ("anekit.cost", "report_estimate")
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
+
+
+class CompiledModel:
+    """A model compiled for one target: the placed engine graph, its segments and report.
+
+    ``source`` is the imported graph; ``graph`` the engine graph after every pass, its nodes
+    in execution order; ``placement`` says where each node of ``graph`` runs; ``segments``
+    are the ANE and CPU programs in execution order (one dispatch per ANE segment).
+    """
+
+    def __init__(self, source: Graph, graph: Graph, target: Target, ctx: PassContext):
+        self.source = source
+        self.graph = graph
+        self.target = target
+        self.options = ctx.options
+        self.placement: Mapping[str, Placement] = MappingProxyType(dict(ctx.placement))
+        self.segments: tuple[Segment, ...] = tuple(ctx.segments)
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(ctx.diagnostics)
+        self.pass_log: tuple[PassRecord, ...] = tuple(ctx.records)
+        self._ops = tuple(explain(source, graph, ctx))
+        self._summary = MappingProxyType(summarize(source, graph, ctx))
+
+    @property
+    def ops(self) -> tuple[OpReport, ...]:
+        """One row per original node: where it went and why."""
+        return self._ops
+
+    @property
+    def summary(self) -> Mapping[str, int]:
+        return self._summary
+
+    def summary_line(self) -> str:
+        """'N nodes -> M engine layers in K ANE segments, C ops on the CPU, D dispatches'."""
+        return summary_line(dict(self._summary))
+
+    @cached_property
+    def report(self) -> dict[str, Any]:
+        """The check report (the shape of `anekit check --json`), with the estimate if any."""
+        return {
+            "target": self.target.name,
+            "summary": dict(self._summary),
+            "ops": [r.as_dict() for r in self._ops],
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "passes": [
+                {
+                    "name": r.name,
+                    "changes": r.changes,
+                    "seconds": round(r.seconds, 6),
+                    "notes": list(r.notes),
+                }
+                for r in self.pass_log
+            ],
+            "estimate": _estimate(self),
+        }
+
+    def run(self, feeds: Mapping[str, Any], backend: str = "reference") -> dict[str, np.ndarray]:
+        """Run the compiled graph; ``reference`` runs the engine graph in fp32 with numpy."""
+        runner = BACKENDS.get(backend)
+        if runner is None:
+            raise AnekitError(
+                f"unknown backend '{backend}'", hint=f"choose one of: {', '.join(BACKENDS)}"
+            )
+        return runner(self, feeds)
+
+    def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.graph.name!r}, target={self.target.name!r}: {self.summary_line()})"
+
+
+def _run_reference(cm: CompiledModel, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return cm.graph.run(feeds)
+
+
+# backend name -> runner; the simulator (issue 4) adds "sim" here
+BACKENDS: Mapping[str, Callable[[CompiledModel, Mapping[str, Any]], dict[str, np.ndarray]]] = (
+    MappingProxyType({"reference": _run_reference})
+)
+
+
+def _estimate(cm: CompiledModel) -> Any:
+    """The cost model's estimate for the report, or None while `anekit.cost` does not exist."""
+    module_name, attr = ESTIMATE_HOOK
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    fn = getattr(module, attr, None)
+    return fn(cm) if fn is not None else None
+
+
+def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """A Graph as is; an ONNX file path, bytes or ModelProto through the ONNX importer."""
+    if isinstance(model, Graph):
+        if input_shapes:
+            raise AnekitError("input_shapes applies to ONNX models; a Graph has static shapes")
+        return model
+    if isinstance(model, str | os.PathLike | bytes) or type(model).__name__ == "ModelProto":
+        from anekit.frontend.onnx import from_onnx
+
+        return from_onnx(model, input_shapes)
+    raise AnekitError(
+        f"cannot compile a {type(model).__name__}",
+        hint="pass an anekit Graph, an ONNX file path or an onnx.ModelProto "
+        "(for a torch module use anekit.from_torch first)",
+    )
+
+
+def compile(  # noqa: A001 - the public name the API promises
+    model: Any,
+    target: str | Target = "m4",
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    passes: Sequence[str] = DEFAULT_PIPELINE,
+    **options: Any,
+) -> CompiledModel:
+    """Compile ``model`` for ``target`` (a chip name such as "m4" or an engine code).
+
+    ``options`` set `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
+    ``approximate_gelu``, ``max_sweeps``).
+    """
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise AnekitError(
+            f"unknown compile option(s) {unknown}", hint=f"valid options: {', '.join(OPTION_NAMES)}"
+        )
+    chip = targets.get(target)
+    source = load_graph(model, input_shapes)
+    ctx = PassContext(chip, PassOptions(**options))
+    graph = run_pipeline(stamp_origins(source), ctx, passes)
+    return CompiledModel(source, graph, chip, ctx)

@@ -1,0 +1,124 @@
+"""Where every original node went: on the engine, on the CPU, folded into a layer, or removed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from anekit.ir.engine import LayerView
+from anekit.ir.graph import Graph, Node
+from anekit.passes.context import PassContext
+
+MAX_LAYER_NAMES = 3
+
+
+@dataclass(frozen=True)
+class OpReport:
+    """One row of `anekit check`: an original node, where it runs, in which layer, and why."""
+
+    node: str
+    op: str
+    placement: str  # "ane" | "cpu" | "folded" | "removed"
+    layer: str | None
+    reason: str | None
+
+    def as_dict(self) -> dict:
+        return {
+            "node": self.node,
+            "op": self.op,
+            "placement": self.placement,
+            "layer": self.layer,
+            "reason": self.reason,
+        }
+
+
+def _names(nodes: Sequence[Node]) -> str:
+    shown = ", ".join(n.name for n in nodes[:MAX_LAYER_NAMES])
+    return shown if len(nodes) <= MAX_LAYER_NAMES else f"{shown}, ... ({len(nodes)} layers)"
+
+
+def _notes(ctx: PassContext, origin: str, kinds: tuple[str, ...]) -> str | None:
+    seen = [e.detail for e in ctx.events.get(origin, ()) if e.kind in kinds]
+    return "; ".join(dict.fromkeys(seen)) or None
+
+
+def _folded_reason(ctx: PassContext, origin: str, holders: Sequence[Node]) -> str | None:
+    """A fold into weights (logged by the folding pass), else the epilogue slot it fills."""
+    into_weights = [e for e in ctx.events.get(origin, ()) if e.kind == "folded" and e.layer is None]
+    if into_weights:
+        return into_weights[-1].detail
+    for h in holders:
+        if h.op != "ane_layer":
+            continue
+        for step in LayerView(h).epilogue:
+            if origin in step.origin:
+                return f"{step.slot.name.lower().replace('_', '-')} slot of layer '{h.name}'"
+    return _notes(ctx, origin, ("folded",))
+
+
+def _device(ctx: PassContext, node: Node) -> str:
+    """Where the segment pass placed ``node`` (before it runs: layers on the engine)."""
+    placed = ctx.placement.get(node.name)
+    if placed is not None:
+        return placed.device
+    return "ane" if node.op == "ane_layer" else "cpu"
+
+
+def _reason(ctx: PassContext, node: Node) -> str | None:
+    placed = ctx.placement.get(node.name)
+    if placed is not None:
+        return placed.reason
+    verdict = ctx.verdicts.get(node.name)
+    return verdict[1] if verdict else None
+
+
+def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
+    """One OpReport per node of ``source`` (whose node names are the origins in ``graph``)."""
+    holders: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for o in n.origin:
+            holders.setdefault(o, []).append(n)
+    rows = []
+    for s in source.nodes:
+        hs = holders.get(s.name, [])
+        if not hs:
+            ev = ctx.last_event(s.name, ("removed",))
+            reason = f"{ev.detail} ({ev.pass_name})" if ev else "removed"
+            rows.append(OpReport(s.name, s.op, "removed", None, reason))
+            continue
+        cpu = [h for h in hs if _device(ctx, h) == "cpu"]
+        if cpu:
+            rows.append(OpReport(s.name, s.op, "cpu", _names(cpu), _reason(ctx, cpu[0])))
+            continue
+        mains = [h for h in hs if h.op == "ane_layer" and s.name in LayerView(h).main_origin]
+        if mains:
+            note = _notes(ctx, s.name, ("split", "decomposed", "rewritten"))
+            rows.append(OpReport(s.name, s.op, "ane", _names(mains), note))
+        else:
+            reason = _folded_reason(ctx, s.name, hs)
+            rows.append(OpReport(s.name, s.op, "folded", _names(hs), reason))
+    return rows
+
+
+def summarize(source: Graph, graph: Graph, ctx: PassContext) -> dict[str, int]:
+    """The check summary: nodes, engine layers, segments, CPU ops, dispatches."""
+    ane_layers = sum(1 for n in graph.nodes if n.op == "ane_layer" and _device(ctx, n) == "ane")
+    ane_segments = sum(1 for s in ctx.segments if s.device == "ane")
+    return {
+        "nodes": len(source.nodes),
+        "engine_layers": ane_layers,
+        "ane_segments": ane_segments,
+        "cpu_segments": len(ctx.segments) - ane_segments,
+        "cpu_ops": sum(1 for n in graph.nodes if _device(ctx, n) == "cpu"),
+        "dispatches": ane_segments,
+    }
+
+
+def summary_line(summary: dict[str, int]) -> str:
+    s = summary
+    return (
+        f"{s['nodes']} nodes -> {s['engine_layers']} engine layers in {s['ane_segments']} ANE "
+        f"segment{'s' if s['ane_segments'] != 1 else ''}, {s['cpu_ops']} op"
+        f"{'s' if s['cpu_ops'] != 1 else ''} on the CPU, {s['dispatches']} dispatch"
+        f"{'es' if s['dispatches'] != 1 else ''}"
+    )

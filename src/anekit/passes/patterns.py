@@ -1,0 +1,576 @@
+"""Multi-node patterns: written-out activations raised to one op, BatchNorm and pads folded
+into convolutions, channel slices pushed into weights, scalars moved out of matmuls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.ir.engine import ACTIVATIONS
+from anekit.ir.graph import Node
+from anekit.ir.ops.shape import slice_bounds
+from anekit.passes.chains import is_unit_reshape, reshape_groups
+from anekit.passes.rewrite import Rewriter, is_close, live_and_const, rule, scalar_value
+
+_SQRT1_2 = float(np.sqrt(0.5))
+_SQRT2 = float(np.sqrt(2.0))
+_SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+_GELU_CUBIC = 0.044715
+
+
+def _other(node: Node, v: str) -> str | None:
+    """The other input of a binary node that reads ``v`` once."""
+    a, b = node.inputs
+    if a == v and b != v:
+        return b
+    if b == v and a != v:
+        return a
+    return None
+
+
+def _const_is(rw: Rewriter, name: str | None, value: float) -> bool:
+    return name is not None and is_close(scalar_value(rw.const(name)), value)
+
+
+def _half_x_times(rw: Rewriter, v: str, x: str) -> list[Node] | None:
+    """The mul nodes computing 0.5 * x * v in any association, last one last (v single-use)."""
+    m1 = rw.sole_user(v)
+    if m1 is None or m1.op != "mul":
+        return None
+    other = _other(m1, v)
+    if other is None:
+        return None
+    after = rw.sole_user(m1.output)
+    if other == x:
+        if after is not None and after.op == "mul" and _const_is(rw, _other(after, m1.output), 0.5):
+            return [m1, after]
+        if after is not None and after.op == "div" and after.inputs[0] == m1.output:
+            return [m1, after] if _const_is(rw, after.inputs[1], 2.0) else None
+        return None
+    if _const_is(rw, other, 0.5):
+        if after is not None and after.op == "mul" and _other(after, m1.output) == x:
+            return [m1, after]
+        return None
+    half = rw.producer(other)
+    if half is not None and half.op == "mul" and rw.single_use(other) and x in half.inputs:
+        if _const_is(rw, _other(half, x), 0.5):
+            return [half, m1]
+    return None
+
+
+def _one_plus(rw: Rewriter, v: str) -> Node | None:
+    """The add node computing v + 1 (v single-use)."""
+    a = rw.sole_user(v)
+    if a is not None and a.op == "add" and _const_is(rw, _other(a, v), 1.0):
+        return a
+    return None
+
+
+def _replace_with_gelu(rw: Rewriter, x: str, nodes: list[Node], approximate: str) -> bool:
+    last = nodes[-1]
+    if rw.value(last.output).type != rw.value(x).type:
+        return False
+    origin = tuple(o for n in nodes for o in n.origin)
+    y = rw.add(
+        "gelu", [x], {"approximate": approximate}, hint=last.name, origin=origin, before=last
+    )
+    rw.replace_uses(last.output, y)
+    return True
+
+
+@rule("erf")
+def raise_erf_gelu(rw: Rewriter, node: Node) -> bool:
+    """0.5 * x * (1 + erf(x / sqrt 2)) -> gelu(x) (exact form)."""
+    scale = rw.producer(node.inputs[0])
+    if scale is None or not rw.single_use(node.inputs[0]) or scale.op not in ("mul", "div"):
+        return False
+    found = live_and_const(rw, scale)
+    if found is None:
+        return False
+    x, c, ci = found
+    value = scalar_value(c)
+    if not (
+        (scale.op == "mul" and is_close(value, _SQRT1_2))
+        or (scale.op == "div" and ci == 1 and is_close(value, _SQRT2))
+    ):
+        return False
+    plus = _one_plus(rw, node.output)
+    tail = _half_x_times(rw, plus.output, x) if plus is not None else None
+    if tail is None:
+        return False
+    return _replace_with_gelu(rw, x, [scale, node, plus, *tail], "none")
+
+
+def _cube_of(rw: Rewriter, v: str) -> str | None:
+    """x if ``v`` computes x**3 (pow or two multiplies), else None."""
+    p = rw.producer(v)
+    if p is None:
+        return None
+    if p.op == "pow" and _const_is(rw, p.inputs[1], 3.0):
+        return p.inputs[0]
+    if p.op == "mul":
+        a, b = p.inputs
+        for sq, x in ((a, b), (b, a)):
+            q = rw.producer(sq)
+            if q is not None and q.op == "mul" and q.inputs[0] == q.inputs[1] == x:
+                return x
+    return None
+
+
+@rule("tanh")
+def raise_tanh_gelu(rw: Rewriter, node: Node) -> bool:
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) -> gelu(x, tanh)."""
+    scale = rw.producer(node.inputs[0])
+    if scale is None or scale.op != "mul" or not rw.single_use(node.inputs[0]):
+        return False
+    found = live_and_const(rw, scale)
+    if found is None or not is_close(scalar_value(found[1]), _SQRT_2_OVER_PI):
+        return False
+    inner = rw.producer(found[0])
+    if inner is None or inner.op != "add" or not rw.single_use(found[0]):
+        return False
+    for x, term in (inner.inputs, inner.inputs[::-1]):
+        t = rw.producer(term)
+        if t is None or t.op != "mul":
+            continue
+        tc = live_and_const(rw, t)
+        if (
+            tc is not None
+            and is_close(scalar_value(tc[1]), _GELU_CUBIC)
+            and _cube_of(rw, tc[0]) == x
+        ):
+            break
+    else:
+        return False
+    plus = _one_plus(rw, node.output)
+    tail = _half_x_times(rw, plus.output, x) if plus is not None else None
+    if tail is None:
+        return False
+    return _replace_with_gelu(rw, x, [inner, scale, node, plus, *tail], "tanh")
+
+
+@rule("sigmoid")
+def raise_silu(rw: Rewriter, node: Node) -> bool:
+    """x * sigmoid(x) -> silu(x)."""
+    x = node.inputs[0]
+    m = rw.sole_user(node.output)
+    if m is None or m.op != "mul" or _other(m, node.output) != x:
+        return False
+    if rw.value(m.output).type != rw.value(x).type:
+        return False
+    y = rw.add("silu", [x], hint=m.name, origin=node.origin + m.origin, before=m)
+    rw.replace_uses(m.output, y)
+    return True
+
+
+# --- folding into convolutions and linears ------------------------------------------------
+
+
+@rule("batch_norm")
+def fold_batch_norm(rw: Rewriter, node: Node) -> bool:
+    """BatchNorm after a conv or a linear (matmul [+ bias] with a constant weight) goes into
+    its weights and bias: W' = W * s, b' = (b - mean) * s + beta with s = gamma / sqrt(var + eps)."""
+    x, gamma, beta, mean, var = node.inputs
+    params = [rw.const(p) for p in (gamma, beta, mean, var)]
+    if any(p is None for p in params) or not rw.single_use(x):
+        return False
+    g, beta_v, mu, var_v = (p.astype(np.float64).reshape(-1) for p in params)
+    s = g / np.sqrt(var_v + node.attrs["epsilon"])
+    shift = beta_v - mu * s
+    prod = rw.producer(x)
+    if prod is None:
+        return False
+    if (
+        prod.op == "conv"
+        and rw.is_const(prod.inputs[1])
+        and (len(prod.inputs) < 3 or not prod.inputs[2] or rw.is_const(prod.inputs[2]))
+    ):
+        w = rw.const(prod.inputs[1])
+        b = (
+            rw.const(prod.inputs[2])
+            if len(prod.inputs) > 2 and prod.inputs[2]
+            else np.zeros(w.shape[0])
+        )
+        w2 = (w * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b2 = (b * s + shift).astype(w.dtype)
+        ins = [
+            prod.inputs[0],
+            rw.constant(w2, f"{prod.name}/w_bn"),
+            rw.constant(b2, f"{prod.name}/b_bn"),
+        ]
+        y = rw.add(
+            "conv", ins, prod.attrs, hint=prod.name, origin=prod.origin + node.origin, before=prod
+        )
+    else:
+        linear = _linear_of(rw, x)
+        if linear is None:
+            return False
+        mm, bias_node, w, b = linear
+        w2 = (w * s.reshape(1, -1)).astype(w.dtype)
+        b2 = ((b.reshape(-1) if b is not None else 0.0) * s + shift).astype(w.dtype)
+        origin = mm.origin + (bias_node.origin if bias_node else ()) + node.origin
+        h = rw.add(
+            "matmul",
+            [mm.inputs[0], rw.constant(w2, f"{mm.name}/w_bn")],
+            hint=mm.name,
+            origin=origin,
+            before=mm,
+        )
+        y = rw.add(
+            "add",
+            [h, rw.constant(b2, f"{mm.name}/b_bn")],
+            hint=node.name,
+            origin=origin,
+            before=node,
+        )
+    rw.ctx.absorbed.update(node.origin)
+    rw.ctx.event(node.origin, "folded", f"folded into the weights and bias of '{prod.name}'")
+    rw.replace_uses(node.output, y)
+    return True
+
+
+def _linear_of(
+    rw: Rewriter, v: str
+) -> tuple[Node, Node | None, np.ndarray, np.ndarray | None] | None:
+    """(matmul, bias add or None, weight, bias) when ``v`` is a rank-2 x @ W (+ b), W constant."""
+    p = rw.producer(v)
+    bias_node, bias = None, None
+    if p is not None and p.op == "add":
+        found = live_and_const(rw, p)
+        if found is None or not rw.single_use(found[0]):
+            return None
+        bias_node, bias = p, found[1]
+        p = rw.producer(found[0])
+    if p is None or p.op != "matmul" or rw.value(p.output).rank != 2:
+        return None
+    w = rw.const(p.inputs[1])
+    if w is None or w.ndim != 2 or rw.is_const(p.inputs[0]):
+        return None
+    if bias is not None and bias.size not in (1, w.shape[1]):
+        return None
+    return p, bias_node, w, bias
+
+
+@rule("conv")
+def fold_pad_into_conv(rw: Rewriter, node: Node) -> bool:
+    """A zero constant pad of the spatial axes before a conv becomes the conv's own pads."""
+    pad = rw.producer(node.inputs[0])
+    if pad is None or pad.op != "pad" or not rw.single_use(node.inputs[0]):
+        return False
+    if pad.attrs["mode"] != "constant" or pad.attrs["value"] != 0.0:
+        return False
+    r = rw.value(node.inputs[0]).rank
+    pads = pad.attrs["pads"]
+    begins, ends = pads[:r], pads[r:]
+    if any(begins[:2]) or any(ends[:2]) or min(pads) < 0:
+        return False
+    sp = r - 2
+    own = node.attrs["pads"] or (0,) * (2 * sp)
+    merged = tuple(own[i] + begins[2 + i] for i in range(sp)) + tuple(
+        own[sp + i] + ends[2 + i] for i in range(sp)
+    )
+    attrs = {**node.attrs, "pads": merged}
+    y = rw.add(
+        "conv",
+        [pad.inputs[0], *node.inputs[1:]],
+        attrs,
+        hint=node.name,
+        origin=node.origin + pad.origin,
+        before=node,
+    )
+    rw.ctx.absorbed.update(pad.origin)
+    rw.ctx.event(pad.origin, "folded", f"folded into the padding of conv '{node.name}'")
+    rw.replace_uses(node.output, y)
+    return True
+
+
+# --- channel slices pushed into weights -----------------------------------------------------
+
+
+def _slices_of(rw: Rewriter, v: str) -> tuple[int, list[tuple[Node, int, int]]] | None:
+    """(axis, [(slice, start, end)]) when every reader of ``v`` is a unit-step slice of one axis."""
+    users = rw.users(v)
+    if not users or rw.is_output(v):
+        return None
+    shape = rw.shape(v)
+    axis = None
+    found = []
+    for u in users:
+        if u.op != "slice":
+            return None
+        axes = u.attrs["axes"] or tuple(range(len(u.attrs["starts"])))
+        steps = u.attrs["steps"] or (1,) * len(axes)
+        spans = [
+            (a % len(shape), slice_bounds(shape[a % len(shape)], s, e, st))
+            for a, s, e, st in zip(axes, u.attrs["starts"], u.attrs["ends"], steps, strict=True)
+        ]
+        cut = [(a, b) for a, b in spans if (b[0], b[2]) != (0, shape[a])]
+        if len(cut) != 1 or any(st != 1 for st in steps):
+            return None
+        a, (start, _end, length) = cut[0]
+        if axis is not None and a != axis:
+            return None
+        axis = a
+        found.append((u, start, start + length))
+    return (axis, found) if axis is not None else None
+
+
+def _take(array: np.ndarray, axis: int, rank: int, start: int, end: int) -> np.ndarray:
+    """Slice a constant that broadcasts against a rank-``rank`` tensor along ``axis``."""
+    a = array.reshape((1,) * (rank - array.ndim) + array.shape)
+    if a.shape[axis] == 1:
+        return array
+    return a[(slice(None),) * axis + (slice(start, end),)]
+
+
+@rule("slice")
+def push_slices_up(rw: Rewriter, node: Node) -> bool:
+    """Slices of one axis that read the output of a conv, a linear, or an elementwise op
+    on a single-use input are pushed into the producer: weights are cut, ops are repeated.
+
+    This turns a fused QKV projection followed by a split into three projections.
+    """
+    v = node.inputs[0]
+    found = _slices_of(rw, v)
+    prod = rw.producer(v)
+    if found is None or prod is None:
+        return False
+    axis, slices = found
+    rank = rw.value(v).rank
+    make = _slice_maker(rw, prod, axis, rank)
+    if make is None:
+        return False
+    for sl, start, end in slices:
+        y = make(start, end, sl)
+        rw.replace_uses(sl.output, y)
+    rw.ctx.event(prod.origin, "split", f"cut into {len(slices)} parts by the slices that read it")
+    return True
+
+
+def _slice_maker(rw: Rewriter, prod: Node, axis: int, rank: int):
+    """A function (start, end, slice node) -> value computing prod's output[start:end] on axis."""
+    o = prod.origin
+
+    def cut(x: str, start: int, end: int, sl: Node) -> str:
+        return rw.add(
+            "slice",
+            [x],
+            {"starts": (start,), "ends": (end,), "axes": (axis,)},
+            hint=sl.name,
+            origin=sl.origin,
+            before=sl,
+        )
+
+    if prod.op == "conv" and axis == 1 and prod.attrs["group"] == 1 and rw.is_const(prod.inputs[1]):
+        w = rw.const(prod.inputs[1])
+        b = rw.const(prod.inputs[2]) if len(prod.inputs) > 2 and prod.inputs[2] else None
+        if len(prod.inputs) > 2 and prod.inputs[2] and b is None:
+            return None
+
+        def conv_part(start: int, end: int, sl: Node) -> str:
+            ins = [prod.inputs[0], rw.constant(w[start:end], f"{prod.name}/w{start}")]
+            if b is not None:
+                ins.append(rw.constant(b[start:end], f"{prod.name}/b{start}"))
+            return rw.add(
+                "conv",
+                ins,
+                prod.attrs,
+                hint=f"{prod.name}/{start}",
+                origin=o + sl.origin,
+                before=sl,
+            )
+
+        return conv_part
+    if prod.op == "matmul":
+        a, bb = prod.inputs
+        ca, cb = rw.const(a), rw.const(bb)
+        if ca is not None and cb is None and ca.ndim == 2 and axis == rank - 2:
+            return lambda s, e, sl: rw.add(
+                "matmul",
+                [rw.constant(ca[s:e], f"{prod.name}/w{s}"), bb],
+                hint=f"{prod.name}/{s}",
+                origin=o + sl.origin,
+                before=sl,
+            )
+        if cb is not None and ca is None and cb.ndim == 2 and axis == rank - 1:
+            return lambda s, e, sl: rw.add(
+                "matmul",
+                [a, rw.constant(cb[:, s:e], f"{prod.name}/w{s}")],
+                hint=f"{prod.name}/{s}",
+                origin=o + sl.origin,
+                before=sl,
+            )
+        return None
+    if prod.op in ("add", "sub", "mul", "div"):
+        found = live_and_const(rw, prod)
+        if (
+            found is None
+            or not rw.single_use(found[0])
+            or rw.value(found[0]).shape != rw.value(prod.output).shape
+        ):
+            return None
+        live, c, ci = found
+
+        def binary_part(start: int, end: int, sl: Node) -> str:
+            part = cut(live, start, end, sl)
+            k = rw.constant(_take(c, axis, rank, start, end), f"{prod.name}/c{start}")
+            ins = [k, part] if ci == 0 else [part, k]
+            return rw.add(prod.op, ins, hint=f"{prod.name}/{start}", origin=o, before=sl)
+
+        return binary_part
+    if (prod.op in ACTIVATIONS or prod.op == "identity") and len(prod.inputs) == 1:
+        if not rw.single_use(prod.inputs[0]):
+            return None
+        return lambda s, e, sl: rw.add(
+            prod.op,
+            [cut(prod.inputs[0], s, e, sl)],
+            prod.attrs,
+            hint=f"{prod.name}/{s}",
+            origin=o,
+            before=sl,
+        )
+    if prod.op == "reshape" and rw.single_use(prod.inputs[0]):
+        src = rw.shape(prod.inputs[0])
+        dst = rw.shape(prod.output)
+        if not is_unit_reshape(src, dst) or dst[axis] == 1:
+            return None
+        groups = reshape_groups(src, dst)
+        src_axis = next(g[0][0] for g in groups if g[1] == [axis])
+
+        def reshape_part(start: int, end: int, sl: Node) -> str:
+            part = rw.add(
+                "slice",
+                [prod.inputs[0]],
+                {"starts": (start,), "ends": (end,), "axes": (src_axis,)},
+                hint=sl.name,
+                origin=sl.origin,
+                before=sl,
+            )
+            return rw.add(
+                "reshape",
+                [part],
+                {"shape": rw.shape(sl.output)},
+                hint=f"{prod.name}/{start}",
+                origin=o,
+                before=sl,
+            )
+
+        return reshape_part
+    return None
+
+
+# --- scalars and unit reshapes moved to where they fuse -------------------------------------
+
+
+def _scalar_mul(rw: Rewriter, v: str) -> tuple[Node, str, np.ndarray] | None:
+    p = rw.producer(v)
+    if p is None or p.op != "mul" or not rw.single_use(v):
+        return None
+    found = live_and_const(rw, p)
+    if found is None or found[1].size != 1:
+        return None
+    return p, found[0], found[1]
+
+
+@rule("matmul")
+def scalars_out_of_matmul(rw: Rewriter, node: Node) -> bool:
+    """matmul(a * s, b * t) -> matmul(a, b) * (s t) for scalar constants s, t."""
+    a, b = node.inputs
+    fa, fb = _scalar_mul(rw, a), _scalar_mul(rw, b)
+    if fa is None and fb is None:
+        return False
+    scale = np.float32(1.0)
+    origin = list(node.origin)
+    if fa is not None:
+        a, scale = fa[1], scale * np.float32(fa[2].reshape(()))
+        origin += fa[0].origin
+    if fb is not None:
+        b, scale = fb[1], scale * np.float32(fb[2].reshape(()))
+        origin += fb[0].origin
+    if rw.value(a).dtype != rw.value(node.output).dtype:
+        return False
+    mm = rw.add("matmul", [a, b], hint=node.name, origin=origin, before=node)
+    k = rw.constant(np.asarray(scale, dtype=rw.value(mm).dtype.numpy), f"{node.name}/scale")
+    y = rw.add("mul", [mm, k], hint=f"{node.name}/scaled", origin=origin, before=node)
+    rw.replace_uses(node.output, y)
+    return True
+
+
+@rule("mul")
+def merge_scalar_muls(rw: Rewriter, node: Node) -> bool:
+    """(x * s) * t -> x * (s t) for scalar constants."""
+    found = live_and_const(rw, node)
+    if found is None or found[1].size != 1:
+        return False
+    inner = _scalar_mul(rw, found[0])
+    if inner is None or rw.value(inner[1]).type != rw.value(node.output).type:
+        return False
+    scale = (inner[2].reshape(()) * found[1].reshape(())).astype(found[1].dtype)
+    k = rw.constant(scale, f"{node.name}/scale")
+    y = rw.add(
+        "mul", [inner[1], k], hint=node.name, origin=node.origin + inner[0].origin, before=node
+    )
+    rw.replace_uses(node.output, y)
+    return True
+
+
+def _from_matmul(rw: Rewriter, v: str, depth: int = 8) -> bool:
+    """``v`` is a matmul output, possibly through single-use elementwise epilogue ops."""
+    for _ in range(depth):
+        p = rw.producer(v)
+        if p is None:
+            return False
+        if p.op == "matmul":
+            return True
+        if p.op in ACTIVATIONS and len(p.inputs) == 1:
+            v = p.inputs[0]
+        elif p.op in ("add", "sub", "mul", "div") and live_and_const(rw, p) is not None:
+            v = live_and_const(rw, p)[0]
+        else:
+            return False
+    return False
+
+
+@rule("reshape")
+def sink_unit_reshape(rw: Rewriter, node: Node) -> bool:
+    """A reshape that only adds unit axes after a matmul moves below the elementwise ops that
+    follow, so that they can join the matmul's epilogue."""
+    x = node.inputs[0]
+    src, dst = rw.shape(x), rw.shape(node.output)
+    if not is_unit_reshape(src, dst) or not rw.single_use(x) or not _from_matmul(rw, x):
+        return False
+    nxt = rw.sole_user(node.output)
+    if nxt is None:
+        return False
+    if nxt.op in ACTIVATIONS and len(nxt.inputs) == 1:
+        y = rw.add(nxt.op, [x], nxt.attrs, hint=nxt.name, origin=nxt.origin, before=nxt)
+    elif nxt.op in ("add", "sub", "mul", "div"):
+        found = live_and_const(rw, nxt)
+        if found is None or found[0] != node.output or rw.value(nxt.output).shape != dst:
+            return False
+        live, c, ci = found
+        c_dst = c.reshape((1,) * (len(dst) - c.ndim) + c.shape)
+        groups = reshape_groups(src, dst)
+        shape = [1] * len(src)
+        for gs, gd in groups:
+            shape[gs[0]] = c_dst.shape[gd[0]]
+        k = rw.constant(c_dst.reshape(shape), f"{nxt.name}/c")
+        ins = [k, x] if ci == 0 else [x, k]
+        y = rw.add(nxt.op, ins, hint=nxt.name, origin=nxt.origin, before=nxt)
+    else:
+        return False
+    r = rw.add("reshape", [y], {"shape": dst}, hint=node.name, origin=node.origin, before=nxt)
+    rw.replace_uses(nxt.output, r)
+    return True
+
+
+PATTERN_RULES = (
+    raise_erf_gelu,
+    raise_tanh_gelu,
+    raise_silu,
+    fold_batch_norm,
+    fold_pad_into_conv,
+    push_slices_up,
+    scalars_out_of_matmul,
+    merge_scalar_muls,
+    sink_unit_reshape,
+)
