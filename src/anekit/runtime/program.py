@@ -1,0 +1,315 @@
+"""`Program`: a loaded bundle (or one MIL file) that runs its segments in order, many times.
+
+Backends:
+
+- ``sim`` (default): each segment's MIL on the fp16 simulator (fp16 storage between ops,
+  fp32 arithmetic inside an op); CPU segments are fp32 programs and run in fp32.
+- ``reference``: the same MIL programs with every fp16 type widened to fp32, so activations
+  are never rounded to fp16. It needs nothing but the bundle (not the original model); the
+  weights are the bundle's own, i.e. already rounded to fp16 for engine segments. Comparing
+  the two isolates what fp16 storage between ops costs.
+
+Values cross segment boundaries as the manifest wires them; engine I/O padding is added
+before a segment runs and stripped after, and every value is handed to callers in the
+model's own dtypes (floats as float32, integers as their IR width).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError, FormatError, InputError
+from anekit.formats import mil
+from anekit.formats.blob import BlobReader
+from anekit.formats.bundle import (
+    Bundle,
+    Manifest,
+    Port,
+    SegmentEntry,
+    SegmentIO,
+    Source,
+    TargetInfo,
+    check_blobfiles,
+    read_bundle,
+)
+from anekit.ir.dtypes import to_dtype
+from anekit.ir.graph import Value
+from anekit.ir.interpret import coerce_feed
+from anekit.runtime.widen import inline_blobs, widen_program
+
+BACKENDS = ("sim", "reference")
+# MIL dtype of a standalone program's I/O -> the dtype callers see
+_CALLER_DTYPE = {"fp16": "fp32", "fp32": "fp32", "int32": "int32", "int8": "int8",
+                 "uint8": "uint8", "bool": "bool"}  # fmt: skip
+
+
+class Program:
+    """Segments of MIL with the manifest that wires them; see :func:`load`.
+
+    ``programs[i]`` is segment i's parsed MIL; ``weights[i]`` its weight file (a path on
+    disk, bytes in memory, or None). Simulator programs are built on first use per backend.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        programs: Sequence[mil.Program],
+        weights: Sequence[Path | bytes | None],
+        *,
+        where: str = "program",
+        base_dirs: Sequence[Path | None] | None = None,
+    ):
+        if not (len(programs) == len(weights) == len(manifest.segments)):
+            raise AnekitError("a program needs one MIL program and weight source per segment")
+        self.manifest = manifest
+        self.programs = tuple(programs)
+        self.weights = tuple(weights)
+        self.where = where
+        self._base_dirs = tuple(base_dirs) if base_dirs is not None else (None,) * len(programs)
+        self._loaded: dict[str, list[Any]] = {}
+        for segment, program in zip(manifest.segments, self.programs, strict=True):
+            _check_signature(segment, program, where)
+
+    # --- description ---------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> tuple[Port, ...]:
+        return self.manifest.inputs
+
+    @property
+    def outputs(self) -> tuple[Port, ...]:
+        return self.manifest.outputs
+
+    @property
+    def target(self) -> TargetInfo:
+        return self.manifest.target
+
+    @property
+    def segments(self) -> tuple[SegmentEntry, ...]:
+        return self.manifest.segments
+
+    def __repr__(self) -> str:
+        ane = sum(1 for s in self.segments if s.device == "ane")
+        return (
+            f"Program({self.manifest.model!r}, target={self.target.name!r}, "
+            f"{ane} ANE and {len(self.segments) - ane} CPU segment(s))"
+        )
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, Any], backend: str = "sim") -> dict[str, np.ndarray]:
+        """Run every segment in order; returns the model outputs keyed by name."""
+        programs = self._programs(backend)
+        env: dict[tuple, np.ndarray] = {
+            ("input", n): a for n, a in self._check_feeds(feeds).items()
+        }
+        for segment, sim in zip(self.segments, programs, strict=True):
+            args = {io.mil_name: _to_program(env[_key(io.source)], io) for io in segment.inputs}
+            results = sim.run(args, fp32_outputs=True)
+            for io in segment.outputs:
+                env[(segment.index, io.value)] = _from_program(results[io.mil_name], io)
+        return {p.name: env[_key(p.source)] for p in self.outputs}
+
+    def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        expected = {p.name: p for p in self.inputs}
+        missing = [n for n in expected if n not in feeds]
+        extra = [n for n in feeds if n not in expected]
+        if missing or extra:
+            sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
+            parts = ([f"missing input(s) {missing}"] if missing else []) + (
+                [f"unknown input(s) {extra}"] if extra else []
+            )
+            raise InputError("; ".join(parts) + f"; the program takes ({sig})")
+        return {
+            n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n])
+            for n, p in expected.items()
+        }
+
+    def _programs(self, backend: str) -> list[Any]:
+        if backend not in BACKENDS:
+            raise AnekitError(
+                f"unknown backend '{backend}'", hint=f"choose one of: {', '.join(BACKENDS)}"
+            )
+        found = self._loaded.get(backend)
+        if found is None:
+            found = self._loaded[backend] = [
+                self._load_segment(i, backend) for i in range(len(self.programs))
+            ]
+        return found
+
+    def _load_segment(self, i: int, backend: str) -> Any:
+        from anekit.runtime.sim.program import SimProgram
+
+        program, weights = self.programs[i], self.weights[i]
+        where = f"{self.where}: segment {i}"
+        base = self._base_dirs[i]
+        if backend == "sim" and base is not None:
+            # on disk: the simulator resolves BLOBFILE inside the segment's own directory
+            return SimProgram(program, base, where=where)
+        reader = _reader(weights)
+        try:
+            program = inline_blobs(program, reader)
+        finally:
+            if reader is not None:
+                reader.close()
+        if backend == "reference":
+            program = widen_program(program)
+        return SimProgram(program, None, where=where)
+
+    # --- export --------------------------------------------------------------------------
+
+    def save_mlpackage(self, path: str | os.PathLike[str]) -> Path:
+        """The whole model as one Core ML mlprogram (needs the ``coreml`` extra)."""
+        from anekit.codegen.mlpackage import export_mlpackage
+
+        readers = [_reader(w) for w in self.weights]
+        try:
+            return export_mlpackage(self.manifest, self.programs, readers, path)
+        finally:
+            for r in readers:
+                if r is not None:
+                    r.close()
+
+
+def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
+    """Load a bundle directory (``NAME.anekit``) or a single MIL file (``model.mil``).
+
+    A bundle is read as untrusted input: schema, paths, sizes, sha256 digests (``verify``)
+    and every BLOBFILE are checked before anything runs.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return _load_bundle(read_bundle(p, verify=verify))
+    if p.is_file():
+        return _load_mil_file(p)
+    raise AnekitError(
+        f"'{p}' does not exist", hint="pass an .anekit bundle directory or a .mil file"
+    )
+
+
+def _load_bundle(bundle: Bundle) -> Program:
+    programs, weights, bases = [], [], []
+    for segment in bundle.manifest.segments:
+        program_path = bundle.path(segment.program)
+        program = mil.parse_file(program_path)
+        check_blobfiles(bundle, segment, program)
+        programs.append(program)
+        weights.append(bundle.path(segment.weights) if segment.weights is not None else None)
+        bases.append(program_path.parent)
+    return Program(bundle.manifest, programs, weights, where=str(bundle.root), base_dirs=bases)
+
+
+def _load_mil_file(path: Path) -> Program:
+    """One MIL file as a one-segment program: its function's I/O, no padding, device 'ane'
+    for fp16 programs and 'cpu' otherwise."""
+    program = mil.parse_file(path)
+    function = program.function("main")
+    ins, outs = [], []
+    for b in function.inputs:
+        shape, dtype = _static(b.type, str(path), b.name)
+        src = Source(input=b.name)
+        ins.append(SegmentIO(b.name, b.name, _CALLER_DTYPE[dtype], dtype, shape, shape, src))
+    types = function.types()
+    for name in function.outputs:
+        shape, dtype = _static(types[name], str(path), name)
+        outs.append(SegmentIO(name, name, _CALLER_DTYPE[dtype], dtype, shape, shape))
+    fp16 = any(io.mil_dtype == "fp16" for io in (*ins, *outs))
+    segment = SegmentEntry(0, "ane" if fp16 else "cpu", path.name, None, "main",
+                           len(function.operations), tuple(ins), tuple(outs), None, None)  # fmt: skip
+    manifest = Manifest(
+        model=path.stem,
+        generator="",
+        target=TargetInfo("unknown", "unknown", program.version, function.opset or ""),
+        inputs=tuple(Port(io.value, io.dtype, io.shape) for io in ins),
+        outputs=tuple(
+            Port(io.value, io.dtype, io.shape, Source(segment=0, value=io.value)) for io in outs
+        ),
+        segments=(segment,),
+        files={},
+    )
+    weights = path.parent / "weights" / "weight.bin"
+    return Program(
+        manifest, [program], [weights if weights.is_file() else None], where=str(path),
+        base_dirs=[path.parent],
+    )  # fmt: skip
+
+
+def _static(t: Any, where: str, name: str) -> tuple[tuple[int, ...], str]:
+    if isinstance(t, mil.ScalarType):
+        dtype, shape = t.dtype, ()
+    elif isinstance(t, mil.TensorType) and t.is_static:
+        dtype, shape = t.dtype, tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+    else:
+        raise FormatError(f"'{name}' has the type {t}; only static tensors can be run", where=where)
+    if dtype not in _CALLER_DTYPE:
+        raise FormatError(f"'{name}' has the dtype {dtype}, which anekit cannot feed", where=where)
+    return shape, dtype
+
+
+def _check_signature(segment: SegmentEntry, program: mil.Program, where: str) -> None:
+    """The program's main function takes and returns what the manifest says."""
+    function = program.function(segment.function)
+    declared = {b.name: b.type for b in function.inputs}
+    types = function.types()
+    for kind, ports, names in (
+        ("input", segment.inputs, list(declared)),
+        ("output", segment.outputs, list(function.outputs)),
+    ):
+        if sorted(names) != sorted(p.mil_name for p in ports):
+            raise FormatError(
+                f"segment {segment.index}'s program has {kind}s {names}, the manifest lists "
+                f"{[p.mil_name for p in ports]}",
+                where=where,
+            )
+        for p in ports:
+            t = types[p.mil_name]
+            shape = () if mil.is_scalar(t) else getattr(t, "shape", None)
+            if getattr(t, "dtype", None) != p.mil_dtype or tuple(shape or ()) != p.mil_shape:
+                raise FormatError(
+                    f"segment {segment.index}: {kind} '{p.mil_name}' is {t} in the program, "
+                    f"the manifest says {p.mil_dtype}{list(p.mil_shape)}",
+                    where=where,
+                )
+
+
+def _key(source: Source | None) -> tuple:
+    assert source is not None
+    return ("input", source.input) if source.input is not None else (source.segment, source.value)
+
+
+def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+    """A value as the program takes it: its MIL dtype's storage, padded to ``mil_shape``."""
+    if io.mil_dtype in ("fp16", "fp32"):
+        array = np.asarray(array, dtype=np.float32)
+    elif io.mil_dtype != "bool":
+        array = np.asarray(array)  # the simulator range-checks integers against the MIL type
+    if io.padded:
+        array = np.pad(array, [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)])
+    return array
+
+
+def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+    """A program result as the model's value: padding stripped, the value's own dtype."""
+    array = np.asarray(array)
+    if io.padded:
+        array = array[tuple(slice(0, s) for s in io.shape)]
+    return np.ascontiguousarray(array, dtype=to_dtype(io.dtype).numpy)
+
+
+def _reader(weights: Path | bytes | None) -> BlobReader | None:
+    return None if weights is None else BlobReader(weights)
+
+
+def from_contents(contents: Any, *, where: str = "compiled model") -> Program:
+    """A Program over a bundle built in memory (`anekit.codegen.bundle.BundleContents`)."""
+    manifest: Manifest = contents.manifest
+    weights = [None if s.weights is None else contents.files[s.weights] for s in manifest.segments]
+    return Program(manifest, contents.programs, weights, where=where)
