@@ -2,6 +2,7 @@
 
 from anekit.ir import engine  # noqa: E402,F401  (the goc and ane_layer ops)
 from anekit.ir.ops import (  # noqa: F401
+    bitwise,
     conv,
     elementwise,
     linalg,
@@ -14,4 +15,5 @@ from anekit.ir.ops import (  # noqa: F401
     resize,
     scatter,
     shape,
+    signal,
 )

@@ -210,3 +210,66 @@ def conv_transpose(x, weight, bias, strides, pads, dilations, output_padding, gr
     if bias is not None:
         y = y + bias.reshape((1, -1) + (1,) * sp)
     return y
+
+
+def _col2im_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    (x,) = ins
+    image, block = attrs["image_shape"], attrs["block_shape"]
+    sp = len(image)
+    if x.rank != 3 or len(block) != sp or sp == 0:
+        raise InferError(
+            f"col2im takes [N, C*prod(block), L] with matching image/block ranks, got {x}, "
+            f"image {list(image)}, block {list(block)}"
+        )
+    strides, pads, dil = conv_geometry(sp, attrs)
+    k = numel_of(block)
+    if x.shape[1] % k:
+        raise InferError(f"dim 1 ({x.shape[1]}) is not a multiple of the block size {k}")
+    blocks = 1
+    for i in range(sp):
+        blocks *= conv_output_size(image[i], block[i], strides[i], pads[i], pads[sp + i], dil[i])
+    if blocks != x.shape[2]:
+        raise InferError(f"the image holds {blocks} blocks, the input has {x.shape[2]}")
+    return [TensorType((x.shape[0], x.shape[1] // k, *image), x.dtype)]
+
+
+def numel_of(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+@declare(
+    "col2im",
+    inputs=("x",),
+    attrs=(
+        Attr("image_shape", "ints"),
+        Attr("block_shape", "ints"),
+        Attr("strides", "ints", ()),
+        Attr("pads", "ints", ()),
+        Attr("dilations", "ints", ()),
+    ),
+    infer=_col2im_infer,
+    kind="conv",
+)
+def col2im(x, image_shape, block_shape, strides, pads, dilations):
+    """sum the columns of sliding blocks back into an image (the inverse layout of im2col)"""
+    sp = len(image_shape)
+    strides, pads, dil = conv_geometry(
+        sp, {"strides": strides, "pads": pads, "dilations": dilations}
+    )
+    n = x.shape[0]
+    c = x.shape[1] // numel_of(block_shape)
+    grid = [
+        conv_output_size(image_shape[i], block_shape[i], strides[i], pads[i], pads[sp + i], dil[i])
+        for i in range(sp)
+    ]
+    padded = [image_shape[i] + pads[i] + pads[sp + i] for i in range(sp)]
+    buf = np.zeros((n, c, *padded), dtype=x.dtype)
+    cols = x.reshape(n, c, -1, *grid)
+    for kidx, offs in enumerate(itertools.product(*(range(k) for k in block_shape))):
+        sl = tuple(
+            slice(offs[i] * dil[i], offs[i] * dil[i] + (grid[i] - 1) * strides[i] + 1, strides[i])
+            for i in range(sp)
+        )
+        buf[(slice(None), slice(None), *sl)] += cols[:, :, kidx]
+    crop = tuple(slice(pads[i], pads[i] + image_shape[i]) for i in range(sp))
+    return buf[(slice(None), slice(None), *crop)]

@@ -133,3 +133,17 @@ def attention(q, k, v, mask, scale, causal):
     total = np.sum(e, axis=-1, keepdims=True)
     probs = np.where(dead, 0.0, e / np.where(total == 0, 1, total))
     return np.matmul(probs.astype(np.float32), v)
+
+
+def _det_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    (x,) = ins
+    float_only(ins)
+    if x.rank < 2 or x.shape[-1] != x.shape[-2]:
+        raise InferError(f"det needs square matrices in the last two axes, got {x}")
+    return [TensorType(x.shape[:-2], x.dtype)]
+
+
+@declare("det", inputs=("x",), infer=_det_infer, kind="matmul")
+def det(x):
+    """determinant of each square matrix in the last two axes"""
+    return np.linalg.det(x).astype(np.float32)

@@ -262,3 +262,30 @@ def lp_pool(x, kernel, strides, pads, dilations, ceil_mode, p):
     for _offs, view in _windows(np.abs(x) ** np.float32(p), attrs, 0.0):
         total = view.copy() if total is None else total + view
     return total ** np.float32(1.0 / p)
+
+
+def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    x, idx = ins
+    if idx.dtype is not DType.INT64 or idx.shape != x.shape:
+        raise InferError(f"indices must be int64 with the shape of x {list(x.shape)}, got {idx}")
+    shape = tuple(attrs["output_shape"])
+    if len(shape) != x.rank or shape[:2] != x.shape[:2]:
+        raise InferError(f"output_shape {list(shape)} must keep N and C of {list(x.shape)}")
+    return [TensorType(shape, x.dtype)]
+
+
+@declare(
+    "max_unpool",
+    inputs=("x", "indices"),
+    attrs=(Attr("output_shape", "ints"),),
+    infer=_max_unpool_infer,
+    kind="pool",
+)
+def max_unpool(x, indices, output_shape):
+    """zeros of output_shape with x written at the flat indices (max_pool's indices output)"""
+    out = np.zeros(int(np.prod(output_shape, dtype=np.int64)), dtype=x.dtype)
+    flat = indices.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= out.size):
+        raise IndexError(f"max_unpool index out of range [0, {out.size})")
+    out[flat] = x.reshape(-1)
+    return out.reshape(output_shape)

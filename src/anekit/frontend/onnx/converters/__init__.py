@@ -2,6 +2,7 @@
 
 from anekit.frontend.onnx.converters import (  # noqa: F401
     attention,
+    bitwise,
     elementwise,
     index,
     linalg,
@@ -13,6 +14,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     reduce,
     resize,
     shape,
+    signal,
 )
 from anekit.frontend.onnx.converters._table import CONVERTERS, converter
 

@@ -1,0 +1,53 @@
+"""Bitwise ops on integer tensors: and, or, xor, not, and shifts (ONNX BitShift semantics)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.ir.ops._infer import Attrs, Types, broadcast
+from anekit.ir.registry import Attr, InferError, TensorType, declare
+
+
+def _int_inputs(ins: Types, attrs: Attrs) -> list[TensorType]:
+    for t in ins:
+        if not t.dtype.is_int:
+            raise InferError(f"bitwise ops take integer tensors, got {t.dtype}")
+    return broadcast()(ins, attrs)
+
+
+for _name, _fn in {
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}.items():
+    declare(_name, inputs=("a", "b"), infer=_int_inputs, kind="binary", doc=f"{_name} of a and b")(
+        (lambda fn: lambda a, b: fn(a, b))(_fn)
+    )
+
+
+@declare("bitwise_not", inputs=("x",), infer=_int_inputs, kind="unary")
+def bitwise_not(x):
+    """every bit flipped"""
+    return np.invert(x)
+
+
+@declare(
+    "bit_shift",
+    inputs=("x", "shift"),
+    attrs=(Attr("direction", "str", choices=("left", "right")),),
+    infer=_int_inputs,
+    kind="binary",
+)
+def bit_shift(x, shift, direction):
+    """x shifted by shift bits; right shifts of signed values extend the sign; a shift below 0
+    or of the full width or more leaves only the sign extension (-1 or 0)"""
+    x, shift = np.broadcast_arrays(x, shift)
+    bits = np.iinfo(x.dtype).bits
+    valid = (shift >= 0) & (shift < bits)
+    amount = np.where(valid, shift, 0).astype(x.dtype)
+    if direction == "right":
+        fill = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else 0
+        return np.where(valid, np.right_shift(x, amount), fill).astype(x.dtype)
+    unsigned = np.dtype(f"u{x.dtype.itemsize}")
+    moved = np.left_shift(x.view(unsigned), amount.view(unsigned)).view(x.dtype)
+    return np.where(valid, moved, 0).astype(x.dtype)
