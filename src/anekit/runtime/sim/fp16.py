@@ -1,0 +1,84 @@
+"""fp16 storage in fp32 arrays: fast exact rounding of float32 values to fp16, and the conversions.
+
+The simulator keeps fp16 values in float32 arrays (so arithmetic runs in fp32 and matmuls use
+BLAS sgemm); every fp16-typed result is rounded once with :func:`round_to_fp16`. numpy's own
+float16 casts take about 4 ns per element here, several times the cost of the arithmetic, so
+the rounding is done on the bit patterns instead:
+
+- ``|x| + m - m`` with ``m = 2**(e + 13)`` (``e`` the exponent of ``x``, at least -14) leaves
+  exactly the 11 significant bits of an fp16 normal number, or the 2**-24 grid of an fp16
+  subnormal, rounded to nearest-even by the fp32 adder itself;
+- anything at or above 65520 in magnitude (which rounds to infinity in fp16), infinities and
+  NaNs take numpy's float16 cast, which is exact IEEE conversion.
+
+Overflow gives infinity, as IEEE 754 conversion does: the simulator does not saturate at
+±65504 (clamping before softmax or normalisation is a model-side practice, FACTS section 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FP16_MAX = 65504.0
+_ABS = np.uint32(0x7FFFFFFF)
+_SIGN = np.uint32(0x80000000)
+_EXPONENT = np.uint32(0x7F800000)
+_MIN_NORMAL_EXPONENT = np.uint32(0x38800000)  # 2**-14, the smallest fp16 normal
+_SHIFT = np.uint32(13 << 23)  # multiplies the magic number by 2**13
+_OVERFLOW = 0x477FF000  # bits of 65520.0: at or above it, fp16 rounding gives infinity
+_CHUNK = 1 << 18  # elements per pass: temporaries stay in the L2 cache
+
+
+def _round_chunk(bits: np.ndarray) -> None:
+    """Round the float32 values whose bit patterns are ``bits`` (1-D, writeable) in place."""
+    magnitude = np.bitwise_and(bits, _ABS)
+    if not magnitude.max(initial=0) < _OVERFLOW:  # inf, NaN or |x| >= 65520: exact cast
+        values = bits.view(np.float32)
+        with np.errstate(over="ignore"):
+            values[...] = values.astype(np.float16)
+        return
+    magic = np.bitwise_and(magnitude, _EXPONENT)
+    np.maximum(magic, _MIN_NORMAL_EXPONENT, out=magic)
+    magic += _SHIFT
+    m = magic.view(np.float32)
+    rounded = magnitude.view(np.float32)
+    rounded += m
+    rounded -= m
+    np.bitwise_and(bits, _SIGN, out=bits)
+    np.bitwise_or(bits, magnitude, out=bits)
+
+
+def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """``values`` (float32) rounded to the nearest fp16 values, still as float32.
+
+    With ``in_place`` the array itself is rounded (it must be writeable and own its data).
+    Float arrays of other types are converted first; the result is always C-contiguous.
+    """
+    if not isinstance(values, np.ndarray):
+        values = np.array(values, dtype=np.float32)
+        in_place = True
+    if values.dtype != np.float32 or not values.flags.c_contiguous:
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        in_place = True
+    elif not in_place:
+        values = values.copy()
+    bits = values.reshape(-1).view(np.uint32)
+    for start in range(0, bits.size, _CHUNK):
+        _round_chunk(bits[start : start + _CHUNK])
+    return values
+
+
+def is_fp16_exact(values: np.ndarray) -> bool:
+    """True when every element of a float32 array is an fp16 value (a check for tests)."""
+    return bool(np.array_equal(values, round_to_fp16(values), equal_nan=True))
+
+
+def widen_fp16(values: np.ndarray) -> np.ndarray:
+    """float16 (or any float) array to float32 holding the same values (exact for float16)."""
+    return np.asarray(values, dtype=np.float32)
+
+
+def narrow_to_float16(values: np.ndarray) -> np.ndarray:
+    """float32 holding fp16 values to a float16 array (exact, since the values fit)."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16)

@@ -1,0 +1,250 @@
+"""Convolution MIL ops: conv and conv_transpose, 1-D to 3-D, groups, dilations (iOS 15-18 defs).
+
+``conv`` gathers input windows (im2col, a strided view copied once) and multiplies them with
+the weights in one batched sgemm per group; a 1x1 stride-1 conv is a plain matmul on views.
+``conv_transpose`` multiplies first and scatters the kernel taps into the output (col2im).
+Padding follows coremltools' ``aggregated_pad``: ``same`` puts the odd extra element after
+(bottom/right heavy), ``same_lower`` before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..registry import FLOAT, OpDef, Signature, op
+from ._util import as_int, as_ints, as_str, checked_shape
+
+PAD_TYPES = ("valid", "same", "custom", "same_lower")
+
+
+def _spatial(values: np.ndarray | None, n: int, default: int, what: str) -> tuple[int, ...]:
+    if values is None:
+        return (default,) * n
+    out = as_ints(values)
+    if len(out) != n:
+        raise ValueError(f"{what} has {len(out)} values; x has {n} spatial dimensions")
+    return out
+
+
+def pads(
+    pad_type: str,
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pad: np.ndarray | None,
+) -> list[tuple[int, int]]:
+    """(before, after) padding of each spatial dimension."""
+    n = len(sizes)
+    if pad_type == "valid":
+        return [(0, 0)] * n
+    if pad_type == "custom":
+        values = _spatial(pad, 2 * n, 0, "pad")
+        if any(v < 0 for v in values):
+            raise ValueError(f"pad {list(values)} has a negative value")
+        return [(values[2 * i], values[2 * i + 1]) for i in range(n)]
+    if pad_type in ("same", "same_lower"):
+        out = []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
+            effective = (k - 1) * d + 1
+            total = max(0, s * math.ceil(size / s) - size + effective - s)
+            small = total // 2
+            out.append((small, total - small) if pad_type == "same" else (total - small, small))
+        return out
+    raise ValueError(f"pad_type {pad_type!r} is not one of {', '.join(PAD_TYPES)}")
+
+
+def _check_positive(values: Sequence[int], what: str) -> None:
+    if any(v < 1 for v in values):
+        raise ValueError(f"{what} {list(values)} must all be at least 1")
+
+
+def windows(
+    x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> np.ndarray:
+    """A read-only view [N, C, *out, *kernel] of the (already padded) input's windows."""
+    sizes = x.shape[2:]
+    out = []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
+        effective = (k - 1) * d + 1
+        if size < effective:
+            raise ValueError(
+                f"the (padded) input size {size} is smaller than the kernel extent {effective}"
+            )
+        out.append((size - effective) // s + 1)
+    st = x.strides
+    shape = x.shape[:2] + tuple(out) + tuple(kernel)
+    strides_ = (
+        st[:2]
+        + tuple(st[2 + i] * s for i, s in enumerate(strides))
+        + tuple(st[2 + i] * d for i, d in enumerate(dilations))
+    )
+    return as_strided(x, shape, strides_, writeable=False)
+
+
+def conv(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    strides: np.ndarray | None = None,
+    pad_type: str = "valid",
+    pad: np.ndarray | None = None,
+    dilations: np.ndarray | None = None,
+    groups: np.ndarray | int = 1,
+) -> np.ndarray:
+    n = x.ndim - 2
+    if not 1 <= n <= 3 or weight.ndim != x.ndim:
+        raise ValueError(
+            f"x {list(x.shape)} and weight {list(weight.shape)} must both be rank 3, 4 or 5"
+        )
+    g = as_int(groups)
+    c_in, c_out = x.shape[1], weight.shape[0]
+    if g < 1 or c_in % g or c_out % g or weight.shape[1] != c_in // g:
+        raise ValueError(
+            f"weight {list(weight.shape)} does not fit x's {c_in} channels in {g} group(s)"
+        )
+    kernel = weight.shape[2:]
+    st = _spatial(strides, n, 1, "strides")
+    dl = _spatial(dilations, n, 1, "dilations")
+    _check_positive(st, "strides")
+    _check_positive(dl, "dilations")
+    padding = pads(as_str(pad_type), x.shape[2:], kernel, st, dl, pad)
+    weight = weight.astype(x.dtype, copy=False)
+    if any(p != (0, 0) for p in padding):
+        x = np.pad(x, ((0, 0), (0, 0), *padding))
+    batch = x.shape[0]
+    if g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st):
+        # 1x1 conv: [C_out, C_in] @ [N, C_in, S], on views
+        out = np.matmul(weight.reshape(c_out, c_in), x.reshape(batch, c_in, -1))
+        out = out.reshape((batch, c_out) + x.shape[2:])
+    else:
+        view = windows(x, kernel, st, dl)  # [N, C, *O, *K]
+        spatial_out = view.shape[2 : 2 + n]
+        order = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
+        checked_shape((batch, c_in * math.prod(kernel), math.prod(spatial_out)), "im2col")
+        cols = view.transpose(order).reshape(batch, g, (c_in // g) * math.prod(kernel), -1)
+        w = weight.reshape(g, c_out // g, -1)
+        out = np.matmul(w, cols).reshape((batch, c_out) + tuple(spatial_out))
+    if bias is not None:
+        if bias.shape != (c_out,):
+            raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
+        out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
+    return out
+
+
+def _check_conv(sig: Signature, opset: int) -> None:
+    pad_type = as_str(sig.consts.get("pad_type", "valid"))
+    if pad_type not in PAD_TYPES:
+        raise ValueError(f"pad_type {pad_type!r} is not one of {', '.join(PAD_TYPES)}")
+    if pad_type == "same_lower" and opset < 16:
+        raise ValueError("pad_type same_lower needs iOS 16 or later")
+    dilations = sig.consts.get("dilations")
+    if (
+        "weight" not in sig.consts
+        and dilations is not None
+        and any(d > 1 for d in as_ints(dilations))
+    ):
+        raise ValueError("a conv with non-constant weights does not support dilations")
+
+
+def conv_transpose(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    pad: np.ndarray | None = None,
+    output_shape: np.ndarray | None = None,
+    pad_type: str = "valid",
+    strides: np.ndarray | None = None,
+    dilations: np.ndarray | None = None,
+    groups: np.ndarray | int = 1,
+) -> np.ndarray:
+    n = x.ndim - 2
+    if not 1 <= n <= 3 or weight.ndim != x.ndim:
+        raise ValueError(
+            f"x {list(x.shape)} and weight {list(weight.shape)} must both be rank 3, 4 or 5"
+        )
+    g = as_int(groups)
+    batch, c_in = x.shape[:2]
+    if g < 1 or c_in % g or weight.shape[0] != c_in:
+        raise ValueError(
+            f"weight {list(weight.shape)} must be [C_in={c_in}, C_out/groups, *K] for {g} group(s)"
+        )
+    c_out = weight.shape[1] * g
+    kernel = weight.shape[2:]
+    st = _spatial(strides, n, 1, "strides")
+    dl = _spatial(dilations, n, 1, "dilations")
+    _check_positive(st, "strides")
+    _check_positive(dl, "dilations")
+    sizes = x.shape[2:]
+    full = [
+        (d - 1) * s + (k - 1) * dd + 1 for d, s, k, dd in zip(sizes, st, kernel, dl, strict=True)
+    ]
+    pad_type = as_str(pad_type)
+    if output_shape is not None:
+        wanted = as_ints(output_shape)
+        if len(wanted) != x.ndim or wanted[0] != batch or wanted[1] != c_out:
+            raise ValueError(f"output_shape {list(wanted)} must be [{batch}, {c_out}, ...]")
+        out_sizes = list(wanted[2:])
+    elif pad_type == "same":
+        out_sizes = [d * s for d, s in zip(sizes, st, strict=True)]
+    elif pad_type == "valid":
+        out_sizes = list(full)
+    elif pad_type == "custom":
+        values = _spatial(pad, 2 * n, 0, "pad")
+        out_sizes = [f - values[2 * i] - values[2 * i + 1] for i, f in enumerate(full)]
+    else:
+        raise ValueError(f"pad_type {pad_type!r} is not one of valid, same, custom")
+    if pad_type == "custom":
+        starts = list(_spatial(pad, 2 * n, 0, "pad")[0::2])
+    elif pad_type == "same":
+        starts = [max(0, f - o) // 2 for f, o in zip(full, out_sizes, strict=True)]
+    else:
+        starts = [0] * n
+    checked_shape((batch, c_out, *out_sizes), "conv_transpose output")
+    if any(o < 1 for o in out_sizes):
+        raise ValueError(f"output spatial size {out_sizes} is empty")
+    # [N, g, Cg_in, D] -> per group: W_g^T [Cg_out*K, Cg_in] @ x_g [Cg_in, D]
+    cg_in, cg_out = c_in // g, c_out // g
+    xs = x.reshape(batch, g, cg_in, -1)
+    w = weight.astype(x.dtype, copy=False).reshape(g, cg_in, cg_out * math.prod(kernel))
+    cols = np.matmul(np.swapaxes(w, 1, 2), xs)  # [N, g, Cg_out*K, D]
+    cols = cols.reshape((batch, g, cg_out, *kernel, *sizes))
+    buffer = np.zeros((batch, g, cg_out, *full), dtype=x.dtype)
+    for taps in np.ndindex(*kernel):
+        target = tuple(
+            slice(k * d, k * d + (size - 1) * s + 1, s)
+            for k, d, size, s in zip(taps, dl, sizes, st, strict=True)
+        )
+        buffer[(slice(None),) * 3 + target] += cols[(slice(None),) * 3 + taps]
+    out = np.zeros((batch, g, cg_out, *out_sizes), dtype=x.dtype)
+    src, dst = [], []
+    for start, size, f in zip(starts, out_sizes, full, strict=True):
+        lo, hi = max(start, 0), min(start + size, f)
+        src.append(slice(lo, max(lo, hi)))
+        dst.append(slice(lo - start, lo - start + max(0, hi - lo)))
+    out[(slice(None),) * 3 + tuple(dst)] = buffer[(slice(None),) * 3 + tuple(src)]
+    out = out.reshape((batch, c_out, *out_sizes))
+    if bias is not None:
+        if bias.shape != (c_out,):
+            raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
+        out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
+    return out
+
+
+_CONV = (
+    "x:T weight:U bias?:U strides?!:int32 pad_type?!:string pad?!:int32 dilations?!:int32 "
+    "groups?!:int32"
+)
+_CONV_TRANSPOSE = (
+    "x:T weight:U bias?:U pad?!:int32 output_shape?!:int32 pad_type?!:string strides?!:int32 "
+    "dilations?!:int32 groups?!:int32"
+)
+
+OPS: tuple[OpDef, ...] = (
+    op("conv", _CONV, "T", conv, check=_check_conv, T=FLOAT, U=FLOAT),
+    op("conv_transpose", _CONV_TRANSPOSE, "T", conv_transpose, T=FLOAT, U=FLOAT),
+)

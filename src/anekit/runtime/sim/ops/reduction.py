@@ -1,0 +1,99 @@
+"""Reduction MIL ops: reduce_* over axes, and reduce_argmax/argmin over one axis (iOS 15-18 defs).
+
+Float reductions accumulate in float32 (numpy's pairwise summation); int32 reductions are
+computed as coremltools does and cast back to int32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..registry import NUMERIC, OpDef, Signature, op
+from ..values import STORAGE
+from ._util import as_bool, as_int, as_ints, as_str, axes_of, axis_of
+
+
+def _reduction(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def kernel(x: np.ndarray, axes: Any = None, keep_dims: Any = False) -> np.ndarray:
+        chosen = tuple(range(x.ndim)) if axes is None else axes_of(as_ints(axes), x.ndim)
+        out = fn(x, axis=chosen, keepdims=as_bool(keep_dims))
+        return np.asarray(out).astype(x.dtype, copy=False)
+
+    return kernel
+
+
+def _l1(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(np.abs(x), axis=axis, keepdims=keepdims)
+
+
+def _l2(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    wide = x if x.dtype.kind == "f" else x.astype(np.float64)
+    return np.sqrt(np.sum(wide * wide, axis=axis, keepdims=keepdims))
+
+
+def _log_sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    wide = x if x.dtype.kind == "f" else x.astype(np.float64)
+    return np.log(np.sum(wide, axis=axis, keepdims=keepdims))
+
+
+def _log_sum_exp(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    wide = x if x.dtype.kind == "f" else x.astype(np.float64)
+    peak = np.max(wide, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0)
+    out = np.log(np.sum(np.exp(wide - peak), axis=axis, keepdims=True)) + peak
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype.kind == "f" else None)
+
+
+def _sum_square(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(x * x, axis=axis, keepdims=keepdims)
+
+
+_AXES: dict[str, tuple[Callable[..., Any], bool]] = {  # name -> (function, exact)
+    "reduce_l1_norm": (_l1, False),
+    "reduce_l2_norm": (_l2, False),
+    "reduce_log_sum": (_log_sum, False),
+    "reduce_log_sum_exp": (_log_sum_exp, False),
+    "reduce_max": (np.max, True),
+    "reduce_mean": (_mean, False),
+    "reduce_min": (np.min, True),
+    "reduce_prod": (np.prod, False),
+    "reduce_sum": (np.sum, False),
+    "reduce_sum_square": (_sum_square, False),
+}
+
+
+def _arg(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def kernel(
+        x: np.ndarray, axis: Any = -1, keep_dims: Any = False, output_dtype: Any = "int32"
+    ) -> np.ndarray:
+        if x.ndim == 0:
+            raise ValueError("x must be rank 1 or more")
+        ax = axis_of(as_int(axis), x.ndim)
+        out = fn(x, axis=ax, keepdims=as_bool(keep_dims))  # first index on ties
+        return np.asarray(out).astype(STORAGE[as_str(output_dtype)])
+
+    return kernel
+
+
+def _arg_outputs(sig: Signature) -> tuple[str, ...]:
+    dtype = as_str(sig.consts.get("output_dtype", "int32")).lower()
+    if dtype not in ("int32", "uint16"):
+        raise ValueError(f"output_dtype {dtype!r} is not int32 or uint16")
+    return (dtype,)
+
+
+OPS: tuple[OpDef, ...] = (
+    *(op(name, "x:T axes?!:int32 keep_dims?!:bool", "T", _reduction(fn), exact=exact,
+         T=NUMERIC) for name, (fn, exact) in _AXES.items()),
+    op("reduce_argmax", "x:T axis?!:int32 keep_dims?!:bool output_dtype?!:string",
+       _arg_outputs, _arg(np.argmax), T=NUMERIC),
+    op("reduce_argmin", "x:T axis?!:int32 keep_dims?!:bool output_dtype?!:string",
+       _arg_outputs, _arg(np.argmin), T=NUMERIC),
+)  # fmt: skip

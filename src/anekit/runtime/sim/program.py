@@ -1,0 +1,254 @@
+"""SimProgram: a MIL function loaded once (constants decoded, ops checked) and run many times in fp16.
+
+fp16 storage between ops, fp32 arithmetic inside an op: fp16 values are float32 arrays holding
+fp16 values; a kernel computes in float32 and its fp16 results are rounded once (round to
+nearest even, overflow to infinity). fp32 values stay fp32; integers and bools keep their
+dtypes. Each op's result is checked against the type the program declares.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import InputError
+from anekit.formats.mil import Program, ScalarType, TensorType, parse, parse_file
+
+from .fp16 import narrow_to_float16, round_to_fp16
+from .plan import (
+    KERNEL_ERRORS,
+    NO_SLOT,
+    Plan,
+    apply,
+    check_output,
+    kernel_error,
+    load_plan,
+    shape_matches,
+    storage_shape,
+)
+from .values import STORAGE, BlobFiles, frozen
+
+
+class _Lines:
+    """The file name, and the source line of an operation (found only when an error needs it)."""
+
+    def __init__(self, text: str | None, program: Program, function: str, where: str | None):
+        self.text = text
+        self.program = program
+        self.function = function
+        self.where = where
+        self._lines: list[int | None] | None = None
+
+    def line(self, index: int) -> int | None:
+        if self.text is None:
+            return None
+        if self._lines is None:
+            self._lines = self._find()
+        return self._lines[index] if index < len(self._lines) else None
+
+    def _find(self) -> list[int | None]:
+        text = self.text or ""
+        start = re.search(rf"\bfunc\s+{re.escape(self.function)}\b", text)
+        pos = start.end() if start else 0
+        lines: list[int | None] = []
+        for o in self.program.function(self.function).operations:
+            pattern = rf"\b{re.escape(o.outputs[0].name)}\s*[,=]"
+            match = re.compile(pattern).search(text, pos)
+            if match is None:
+                lines.append(None)
+                continue
+            lines.append(text.count("\n", 0, match.start()) + 1)
+            pos = match.end()
+        return lines
+
+
+class SimProgram:
+    """One function of a MIL program, ready to run on the fp16 simulator.
+
+    ``base_dir`` is the directory ``@model_path`` names (where ``weights/weight.bin`` lives);
+    ``source`` is the MIL text, used only to name line numbers in errors. Loading checks
+    every op and reads every weight; :meth:`run` can then be called any number of times.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        base_dir: str | os.PathLike[str] | None = None,
+        *,
+        function: str = "main",
+        source: str | None = None,
+        where: str | None = None,
+    ):
+        self.program = program
+        self.function = program.function(function)
+        self._source = _Lines(source, program, function, where)
+        blobs = BlobFiles(base_dir)
+        try:
+            self._plan: Plan = load_plan(self.function, blobs, self._source)
+        finally:
+            blobs.close()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, function: str = "main") -> SimProgram:
+        """Load a ``model.mil`` file; its directory is ``@model_path``."""
+        path = Path(path)
+        program = parse_file(path)
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):  # pragma: no cover - parse_file read it already
+            source = None
+        return cls(program, path.parent, function=function, source=source, where=str(path))
+
+    @classmethod
+    def from_text(
+        cls, text: str, base_dir: str | os.PathLike[str] | None = None, *, function: str = "main"
+    ) -> SimProgram:
+        """Parse MIL text and load its function ``function``."""
+        return cls(parse(text), base_dir, function=function, source=text)
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """Input name -> MIL type, in declaration order."""
+        return {b.name: b.type for b in self._plan.inputs}
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Output name -> MIL type, in return order."""
+        return dict(self._plan.output_types)
+
+    def signature(self) -> str:
+        """``(x: tensor<fp16, [1, 64, 1, 16]>, ...)``, for messages."""
+        return "(" + ", ".join(f"{b.name}: {b.type}" for b in self._plan.inputs) + ")"
+
+    def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def _feeds(self, feeds: Mapping[str, Any], symbols: dict) -> list[Any]:
+        names = [b.name for b in self._plan.inputs]
+        missing = [n for n in names if n not in feeds]
+        extra = [n for n in feeds if n not in names]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing input(s) {missing}")
+            if extra:
+                parts.append(f"unknown input(s) {extra}")
+            raise InputError(
+                "; ".join(parts)
+                + f"; the function '{self.function.name}' takes "
+                + self.signature()
+            )
+        return [self._feed(b.name, b.type, feeds[b.name], symbols) for b in self._plan.inputs]
+
+    def _feed(self, name: str, t: ScalarType | TensorType, value: Any, symbols: dict) -> Any:
+        pattern, dtype = storage_shape(t)
+        array = np.asarray(value)
+        if not shape_matches(array.shape, pattern, symbols):
+            raise InputError(
+                f"input '{name}' has shape {list(array.shape)}, but the function expects {t}",
+                hint=f"the function takes {self.signature()}",
+            )
+        kind = array.dtype.kind
+        if dtype in ("fp16", "fp32", "fp64"):
+            ok = kind in "fiu"
+        elif dtype == "bool":
+            ok = kind == "b"
+        else:
+            ok = kind in "iub"
+        if not ok:
+            raise InputError(
+                f"input '{name}' has dtype {array.dtype}, but the function expects {t}",
+                hint="convert the array, e.g. array.astype(numpy.float32)",
+            )
+        storage = STORAGE[dtype]
+        if kind in "iu" and storage.kind in "iu" and array.size:
+            info = np.iinfo(storage)
+            low, high = int(array.min()), int(array.max())
+            if low < info.min or high > info.max:
+                raise InputError(
+                    f"input '{name}' has values in [{low}, {high}], outside the {dtype} range"
+                )
+        if dtype == "fp16":
+            if array.dtype == np.float16:
+                array = array.astype(np.float32)
+            else:
+                array = round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
+        else:
+            array = np.array(array, dtype=storage, order="C")
+        return frozen(array)
+
+    def run(self, feeds: Mapping[str, Any], *, fp32_outputs: bool = False) -> dict[str, np.ndarray]:
+        """Run the function on ``feeds`` (name -> array); returns outputs by name.
+
+        fp16 outputs come back as float16 arrays, or as float32 arrays holding the same values
+        with ``fp32_outputs=True`` (saves a conversion when the caller computes in fp32).
+        """
+        plan = self._plan
+        symbols: dict[str, int] = {}
+        env: list[Any] = [None] * plan.slot_count
+        for slot, array in zip(plan.input_slots, self._feeds(feeds, symbols), strict=True):
+            env[slot] = array
+        source = self._source
+        with np.errstate(all="ignore"):
+            for step in plan.steps:
+                kwargs = dict(step.known)
+                for key, slot in step.dynamic:
+                    kwargs[key] = env[slot]
+                for key, items in step.variadic:
+                    kwargs[key] = tuple(env[s] if s != NO_SLOT else v for s, v in items)
+                outputs = step.outputs
+                if len(outputs) == 1:
+                    try:
+                        out = step.kernel(**kwargs)
+                    except KERNEL_ERRORS as exc:
+                        raise kernel_error(step, exc, source) from None
+                    e = outputs[0]
+                    if (
+                        type(out) is not np.ndarray
+                        or out.dtype != e.storage
+                        or out.shape != e.shape
+                    ):
+                        out = check_output(step, e, out, symbols, source)
+                    else:
+                        if e.round:
+                            out = round_to_fp16(
+                                out, in_place=out.flags.writeable and out.flags.owndata
+                            )
+                        out.flags.writeable = False
+                    env[e.slot] = out
+                else:
+                    for e, value in zip(outputs, apply(step, kwargs, symbols, source), strict=True):
+                        env[e.slot] = value
+                for slot in step.frees:
+                    env[slot] = None
+        results: dict[str, np.ndarray] = {}
+        for name, slot, known in plan.outputs:
+            value = known if slot == NO_SLOT else env[slot]
+            results[name] = self._output(name, value, fp32_outputs)
+        return results
+
+    def _output(self, name: str, value: Any, fp32_outputs: bool) -> Any:
+        if isinstance(value, str) or not isinstance(value, np.ndarray):
+            return value
+        dtype = storage_shape(self._plan.output_types[name])[1]
+        if dtype == "fp16" and not fp32_outputs:
+            return narrow_to_float16(value)
+        return value.copy()
+
+
+def run_function(
+    program: Program,
+    feeds: Mapping[str, Any],
+    *,
+    function: str = "main",
+    base_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Load ``function`` of ``program`` and run it once on ``feeds``."""
+    return SimProgram(program, base_dir, function=function).run(feeds)

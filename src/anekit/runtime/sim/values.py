@@ -1,0 +1,199 @@
+"""Runtime values of the simulator: MIL dtypes to storage, literals decoded, BLOBFILE weights read safely.
+
+Storage: fp16 values live in float32 arrays (holding fp16 values exactly), fp32 in float32,
+fp64 in float64, integers and bool in their own numpy types (sub-byte integers unpacked to
+int8/uint8), strings as Python ``str``. Scalars are 0-d arrays. Every value the simulator
+hands to a kernel is read-only, so no kernel can change another op's data.
+
+``BLOBFILE(path = string("@model_path/..."), offset = ...)`` resolves inside the program's own
+directory only: the path must start with ``@model_path/``, may not contain ``..`` or be
+absolute, and after following symlinks must still lie inside the directory; otherwise a
+:class:`~anekit.errors.FormatError` is raised before any file outside is opened. The record
+at the offset is read by :class:`~anekit.formats.blob.BlobReader`, which checks every offset
+and size against the file; its dtype and element count must match the declared type.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import FormatError
+from anekit.formats.blob import BlobReader
+from anekit.formats.mil import (
+    ArgList,
+    BlobFile,
+    DictValue,
+    ListValue,
+    Scalar,
+    Tensor,
+    TensorType,
+    TupleValue,
+    Var,
+)
+
+from .fp16 import widen_fp16
+
+MODEL_PATH = "@model_path/"
+
+# MIL dtype -> numpy storage dtype of simulator values (strings are Python str).
+STORAGE: dict[str, np.dtype] = {
+    "bool": np.dtype(np.bool_),
+    "fp16": np.dtype(np.float32),
+    "fp32": np.dtype(np.float32),
+    "fp64": np.dtype(np.float64),
+    "int4": np.dtype(np.int8),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint1": np.dtype(np.uint8),
+    "uint2": np.dtype(np.uint8),
+    "uint3": np.dtype(np.uint8),
+    "uint4": np.dtype(np.uint8),
+    "uint6": np.dtype(np.uint8),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "uint64": np.dtype(np.uint64),
+}
+FLOATS = frozenset({"fp16", "fp32", "fp64"})
+
+
+def frozen(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only (in place) and returned."""
+    array.flags.writeable = False
+    return array
+
+
+def from_literal(value: Any) -> Any:
+    """A decoded scalar or tensor literal: a read-only storage array, or a str for strings."""
+    if isinstance(value, Scalar):
+        if isinstance(value.value, str):
+            return value.value
+        return frozen(np.array(value.value, dtype=STORAGE[value.dtype]))
+    if isinstance(value, Tensor):
+        if value.dtype == "string":
+            return value.data
+        data = widen_fp16(value.data) if value.dtype == "fp16" else value.data
+        return frozen(np.array(data, dtype=STORAGE[value.dtype], order="C"))
+    raise FormatError(f"{type(value).__name__} literals are not supported by the simulator")
+
+
+class BlobFiles:
+    """Readers for the weight files of one program directory, each path checked and opened once."""
+
+    def __init__(self, base_dir: str | os.PathLike[str] | None):
+        self.base_dir = None if base_dir is None else Path(base_dir)
+        self._readers: dict[Path, BlobReader] = {}
+
+    def resolve(self, path: str) -> Path:
+        """The file a BLOBFILE path names, guaranteed to lie inside the program directory."""
+        if self.base_dir is None:
+            raise FormatError(
+                f"BLOBFILE {path!r} needs the program's directory",
+                hint="load the program from its file, or pass base_dir=",
+            )
+        if not path.startswith(MODEL_PATH):
+            raise FormatError(
+                f"BLOBFILE path {path!r} does not start with {MODEL_PATH!r}",
+                hint="weights are read only from inside the program's own directory",
+            )
+        relative = path[len(MODEL_PATH) :]
+        parts = relative.replace("\\", "/").split("/")
+        if (
+            not relative
+            or "\0" in relative
+            or relative.startswith(("/", "\\"))
+            or os.path.isabs(relative)
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise FormatError(
+                f"BLOBFILE path {path!r} leaves the program directory or is not a plain "
+                "relative path",
+                hint="write it as @model_path/weights/weight.bin",
+            )
+        base = self.base_dir.resolve()
+        target = (base / Path(*parts)).resolve()  # follows symlinks without opening the target
+        if not target.is_relative_to(base):
+            raise FormatError(
+                f"BLOBFILE path {path!r} resolves to {str(target)!r}, outside the program "
+                f"directory {str(base)!r}",
+                hint="symlinks out of the program directory are not followed",
+            )
+        if not target.is_file():
+            raise FormatError(f"BLOBFILE {path!r}: no such weight file {str(target)!r}")
+        return target
+
+    def read(self, blob: BlobFile) -> np.ndarray:
+        """The tensor a BLOBFILE literal names, checked against its declared type."""
+        t = blob.type
+        if not t.is_static:
+            raise FormatError(f"BLOBFILE tensor type {t} must have a static shape")
+        target = self.resolve(blob.path)
+        reader = self._readers.get(target)
+        if reader is None:
+            reader = self._readers[target] = BlobReader(target)
+        record = reader.record(blob.offset)
+        if record.dtype.name != t.dtype:
+            raise FormatError(
+                f"BLOBFILE at offset {blob.offset} holds {record.dtype.name} data, the program "
+                f"declares {t}",
+                where=str(target),
+                offset=blob.offset,
+            )
+        if record.count != t.size:
+            raise FormatError(
+                f"BLOBFILE at offset {blob.offset} holds {record.count} elements, the program "
+                f"declares {t} ({t.size} elements)",
+                where=str(target),
+                offset=blob.offset,
+            )
+        array = reader.read(blob.offset, tuple(t.shape), t.dtype)  # type: ignore[arg-type]
+        if t.dtype == "fp16":
+            array = widen_fp16(array)
+        elif t.dtype in STORAGE:
+            array = array.astype(STORAGE[t.dtype], copy=False)
+        else:  # bf16 and fp8 have no MIL text spelling, so cannot be declared
+            raise FormatError(f"BLOBFILE of {t.dtype} data is not supported")
+        return frozen(np.ascontiguousarray(array))
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+
+def decode_value(value: Any, blobs: BlobFiles) -> Any:
+    """A MIL literal (scalar, tensor or BLOBFILE) as a simulator value."""
+    if isinstance(value, BlobFile):
+        return blobs.read(value)
+    if isinstance(value, (ListValue, TupleValue, DictValue)):
+        raise FormatError(
+            f"{type(value).__name__.removesuffix('Value').lower()} literals are not supported "
+            "by the simulator"
+        )
+    return from_literal(value)
+
+
+def literal_dtype(value: Any) -> str:
+    """The MIL element dtype of a scalar, tensor or BLOBFILE literal."""
+    if isinstance(value, (Scalar, Tensor, BlobFile)):
+        return value.dtype
+    raise FormatError(f"{type(value).__name__} literals are not supported by the simulator")
+
+
+def literal_type(value: Any) -> Any:
+    return value.type
+
+
+Arg = Var | ArgList | Scalar | Tensor | BlobFile
+Decoder = Callable[[Any], Any]
+
+
+def is_tensor_type(t: Any) -> bool:
+    return isinstance(t, TensorType)

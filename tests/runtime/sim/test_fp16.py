@@ -1,0 +1,73 @@
+"""round_to_fp16 against numpy's IEEE float16 conversion (the oracle), and the overflow policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit.runtime.sim.fp16 import FP16_MAX, is_fp16_exact, round_to_fp16
+
+
+def numpy_round(values: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values, np.float32).astype(np.float16).astype(np.float32)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit for bit, except that any NaN matches any NaN."""
+    nan = np.isnan(b)
+    return bool(np.array_equal(np.isnan(a), nan)) and bool(
+        np.array_equal(a[~nan].view(np.uint32), b[~nan].view(np.uint32))
+    )
+
+
+def test_random_bit_patterns_round_like_numpy() -> None:
+    bits = np.random.default_rng(1).integers(0, 2**32, size=1_000_000, dtype=np.uint64)
+    values = bits.astype(np.uint32).view(np.float32)
+    assert same_bits(round_to_fp16(values), numpy_round(values))
+
+
+def test_every_tie_and_its_neighbours_rounds_like_numpy() -> None:
+    # midpoints between consecutive fp16 values (all of them, normal and subnormal, both
+    # signs), and the float32 values just above and below each: the hardest cases
+    fp16 = np.arange(0, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    mids = ((fp16[:-1] + fp16[1:]) / 2).astype(np.float32)
+    for values in (mids, -mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, 0)):
+        assert same_bits(round_to_fp16(values), numpy_round(values))
+
+
+def test_overflow_gives_infinity_not_saturation() -> None:
+    values = np.array([65504, 65519.996, 65520, 70000, 1e30, -65520, np.inf, -np.inf], np.float32)
+    got = round_to_fp16(values)
+    np.testing.assert_array_equal(got, [FP16_MAX, FP16_MAX, np.inf, np.inf, np.inf, -np.inf,
+                                        np.inf, -np.inf])  # fmt: skip
+
+
+def test_nan_zero_and_subnormals() -> None:
+    values = np.array([np.nan, 0.0, -0.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 1e-30], np.float32)
+    got = round_to_fp16(values)
+    assert np.isnan(got[0])
+    np.testing.assert_array_equal(got[1:], [0.0, 0.0, 2.0**-24, 0.0, 2.0**-24, 0.0])
+    assert np.signbit(got[2]) and not np.signbit(got[1])
+
+
+def test_in_place_rounds_the_array_itself_and_copy_leaves_it() -> None:
+    values = np.array([0.1, 1 / 3, 1e5], np.float32)
+    original = values.copy()
+    out = round_to_fp16(values)
+    np.testing.assert_array_equal(values, original)
+    same = round_to_fp16(values, in_place=True)
+    assert same is values
+    np.testing.assert_array_equal(values, out)
+    assert is_fp16_exact(out) and not is_fp16_exact(original)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 1, 5), (300_000,)])
+def test_shapes_and_non_contiguous_input(shape: tuple[int, ...]) -> None:
+    values = np.random.default_rng(2).standard_normal(shape).astype(np.float32) * 1e3
+    got = round_to_fp16(values)
+    assert got.shape == values.shape
+    assert same_bits(got, numpy_round(values))
+    if values.ndim == 3:
+        strided = values[:, :, ::2]
+        assert same_bits(round_to_fp16(strided), numpy_round(strided))
