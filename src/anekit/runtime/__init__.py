@@ -1,1 +1,5 @@
-"""Running programs: ``Program`` (compile once, run many) and the backends (``sim``: the fp16 MIL interpreter)."""
+"""Running compiled programs: `Program` (a loaded bundle or MIL file) and its backends."""
+
+from anekit.runtime.program import BACKENDS, Program, load
+
+__all__ = ["BACKENDS", "Program", "load"]
