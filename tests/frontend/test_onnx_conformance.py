@@ -25,11 +25,11 @@ UNSUPPORTED_OPS = {
     "AffineGrid", "Bernoulli", "BitCast", "CausalConvWithState", "ConvInteger", "DeformConv",
     "GridSample", "If",
     "ImageDecoder", "LinearAttention", "Loop", "MelWeightMatrix",
-    "NegativeLogLikelihoodLoss", "NonMaxSuppression", "OptionalGetElement",
+    "NonMaxSuppression", "OptionalGetElement",
     "OptionalHasElement", "QLinearConv", "RandomUniformLike",
     "RegexFullMatch", "RoiAlign", "STFT", "Scan",
     "SequenceEmpty", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SoftmaxCrossEntropyLoss", "SplitToSequence",
+    "SequenceMap", "SplitToSequence",
     "StringConcat", "StringNormalizer", "StringSplit", "SwiGLU", "TensorScatter",
     "TfIdfVectorizer", }  # fmt: skip
 

@@ -6,6 +6,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     elementwise,
     index,
     linalg,
+    loss,
     misc,
     nn,
     pool,
