@@ -243,7 +243,8 @@ CASES: tuple[Case, ...] = (
                                  {"x": _rng_array(rng, (3, 4), 3.0)})),  # fmt: skip
     simple("where", _shape(lambda x: ops.where(ops.greater(x, 0.0), x, anekit.constant(np.float32(-1.0)), name="y"))),
     simple("logic", _shape(lambda x: record("xor", [record("and", [ops.greater(x, 0.0), ops.less(x, 0.5)]),
-                                                    record("not", [ops.greater(x, -0.5)])], name="y"))),  # fmt: skip
+                                                    record("or", [record("not", [ops.greater(x, -0.5)]), ops.less(x, -1.0)])],
+                                            name="y"))),  # fmt: skip
     simple("int_div", _shape(lambda x: record("div", [x, anekit.constant(np.int64(3))], name="y"), dtype="int64")),
     simple("conv", lambda rng: _conv(rng)),
     simple("conv_no_bias", lambda rng: _conv(rng, bias=False)),
@@ -320,6 +321,14 @@ def _layer_graph(
         w = ed.add_constant(_rng_array(rng, (4, 8), 0.4), "w")
         main_inputs, main_attrs = ["x", w], {}
         out_shape = (1, 16, 8)
+    elif main == "goc":  # a gain/offset layer of its own (a constant elementwise op)
+        x = anekit.input("x", (1, 8, 1, 16))
+        base = anekit.graph([x])
+        ed = base.edit()
+        scale = ed.add_constant(_rng_array(rng, (1, 8, 1, 1)), "scale")
+        shift = ed.add_constant(_rng_array(rng, (1, 8, 1, 1)), "shift")
+        main_inputs, main_attrs = ["x", scale, shift], {}
+        out_shape = (1, 8, 1, 16)
     else:  # a two-input elementwise layer
         x = anekit.input("x", (1, 8, 1, 16))
         z = anekit.input("z", (1, 8, 1, 16))
@@ -362,7 +371,7 @@ ENGINE_LAYER_CASES: tuple[Case, ...] = tuple(
         lambda rng, main=main, kind=kind: _layer_graph(rng, main, kind),
         3e-2,
     )
-    for main in ("conv", "matmul", "add")
+    for main in ("conv", "matmul", "add", "goc")
     for kind in ("full", "goc_sigmoid")
 )
 ALL_CASES = CASES + ENGINE_LAYER_CASES
