@@ -125,3 +125,44 @@ def test_pixel_shuffles_match_onnxruntime_and_invert_each_other(mode) -> None:
 def test_inference_errors_name_the_problem(op, shape, attrs, message) -> None:
     with pytest.raises(InferError, match=message):
         infer_types(op, types(shape), attrs)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_matches_torch(mode, padding, align) -> None:
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = RNG.uniform(-1.6, 1.6, (2, 4, 6, 2)).astype(np.float32)  # some outside [-1, 1]
+    (y,) = run_ir("grid_sample", [x, grid], mode=mode, padding_mode=padding, align_corners=align)
+    torch_mode = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}[mode]
+    ref = torch.nn.functional.grid_sample(
+        torch.from_numpy(x), torch.from_numpy(grid), torch_mode, padding, align
+    )
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_volumetric_grid_sample_matches_torch(mode) -> None:
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((1, 2, 4, 5, 3)).astype(np.float32)
+    grid = RNG.uniform(-1.2, 1.2, (1, 3, 2, 4, 3)).astype(np.float32)
+    (y,) = run_ir("grid_sample", [x, grid], mode=mode, padding_mode="border")
+    ref = torch.nn.functional.grid_sample(
+        torch.from_numpy(x), torch.from_numpy(grid), "bilinear" if mode == "linear" else mode,
+        "border", False,
+    )  # fmt: skip
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_cubic_grid_sample_matches_onnxruntime(padding) -> None:
+    # cubic + border clamps the taps, not the coordinate (onnxruntime and torch agree;
+    # onnx's reference clamps the coordinate, and no node case covers it)
+    x = RNG.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = RNG.uniform(-1.6, 1.6, (2, 4, 6, 2)).astype(np.float32)
+    for align in (0, 1):
+        attrs = {"mode": "cubic", "padding_mode": padding, "align_corners": align}
+        (ref,) = run_ort("GridSample", [x, grid], opset=20, **attrs)
+        (y,) = run_ir("grid_sample", [x, grid], **attrs)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

@@ -23,7 +23,7 @@ SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
     "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "DFT": (1, 2),
     "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4), "CumSum": (1,), "CumProd": (1,),
-    "MaxUnpool": (2,), "Compress": (1,),
+    "MaxUnpool": (2,), "Compress": (1,), "AffineGrid": (1,),
     # anekit takes these only on constants (their output shape is their input's values)
     "NonZero": (0,), "Unique": (0,),
 }  # fmt: skip

@@ -13,6 +13,7 @@ from anekit.ir.ops import (  # noqa: F401
     recurrent,
     reduce,
     resize,
+    sample,
     scatter,
     shape,
     signal,

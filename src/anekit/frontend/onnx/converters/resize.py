@@ -1,4 +1,5 @@
-"""Converters for Resize, Upsample and the pixel shuffles (DepthToSpace, SpaceToDepth)."""
+"""Converters for Resize, Upsample, the pixel shuffles (DepthToSpace, SpaceToDepth),
+GridSample and AffineGrid."""
 
 from __future__ import annotations
 
@@ -133,3 +134,40 @@ def pixel_shuffle(cx: NodeContext):
     op = "depth_to_space" if cx.op_type == "DepthToSpace" else "space_to_depth"
     attrs = {"block_size": cx.attr("blocksize"), "mode": cx.attr("mode", "DCR")}
     return cx.emit(op, [cx.input(0)], attrs, final=True)
+
+
+@converter("GridSample")
+def grid_sample(cx: NodeContext):
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(cx.attr("mode", "linear"), None)
+    mode = mode or cx.attr("mode", "linear")
+    if cx.opset < 20 and not cx.has_attr("mode"):
+        mode = "linear"  # GridSample-16 defaults to bilinear
+    attrs = {
+        "mode": mode,
+        "padding_mode": cx.attr("padding_mode", "zeros"),
+        "align_corners": cx.attr("align_corners", 0),
+    }
+    return cx.emit("grid_sample", [cx.input(0), cx.input(1)], attrs, final=True)
+
+
+@converter("AffineGrid")
+def affine_grid(cx: NodeContext):
+    """theta [N, nd, nd+1] applied to the constant grid of normalised output positions."""
+    size = cx.ints_input(1, "size")
+    n, spatial = size[0], size[2:]
+    nd = len(spatial)
+    if cx.shape(0) != (n, nd, nd + 1):
+        raise ModelError(f"theta must be [{n}, {nd}, {nd + 1}] for size {list(size)}")
+    align = bool(cx.attr("align_corners", 0))
+    axes = []
+    for d in spatial:
+        step = np.arange(d, dtype=np.float64)
+        axes.append((2 * step / (d - 1) - 1) if align and d > 1 else (2 * step + 1) / d - 1)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    # homogeneous coordinates in grid order (x = last axis first), then a 1
+    base = np.stack([m.reshape(-1) for m in mesh[::-1]] + [np.ones(mesh[0].size)], axis=-1)
+    dtype = cx.type(0).dtype.numpy
+    base_c = cx.constant(base.astype(dtype), "base_grid")
+    theta_t = cx.emit("transpose", [cx.input(0)], {"perm": (0, 2, 1)})
+    grid = cx.emit("matmul", [base_c, theta_t])  # [N, positions, nd]
+    return cx.emit("reshape", [grid], {"shape": (n, *spatial, nd)}, final=True)
