@@ -156,3 +156,16 @@ def test_missing_torch_names_the_extra(monkeypatch) -> None:
         anekit.from_torch(object(), None)
     assert "from_torch needs the Python package 'torch'" in str(info.value)
     assert "anekit[torch]" in str(info.value)
+
+
+def test_exporter_missing_its_package_names_the_extra(monkeypatch) -> None:
+    """The dynamo exporter imports onnxscript lazily; without it, say which extra to install."""
+
+    def export(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'onnxscript'", name="onnxscript")
+
+    monkeypatch.setattr(torch.onnx, "export", export)
+    with pytest.raises(MissingDependencyError) as info:
+        anekit.from_torch(torch.nn.ReLU(), torch.randn(2))
+    assert "needs the Python package 'onnxscript'" in str(info.value)
+    assert "anekit[torch]" in str(info.value)

@@ -77,8 +77,7 @@ def export_onnx(
             if exporter == "dynamo":
                 program = torch.onnx.export(
                     module, args, dynamo=True, input_names=names, output_names=outs,
-                    opset_version=opset,
-                    verbose=False,
+                    opset_version=opset, verbose=False,
                 )  # fmt: skip
                 proto = program.model_proto
             else:
@@ -89,6 +88,11 @@ def export_onnx(
                 )  # fmt: skip
                 proto = onnx.load_model_from_string(buffer.getvalue())
         except Exception as exc:  # noqa: BLE001 - any exporter failure is the model's problem
+            missing = _missing_module(exc)
+            if missing is not None:
+                raise MissingDependencyError(
+                    missing, "torch", f"from_torch with the {exporter} exporter"
+                ) from exc
             raise ModelError(
                 f"torch's {exporter} exporter failed on {type(module).__name__}: {_summary(exc)}",
                 hint=_hint(exporter),
@@ -136,6 +140,15 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         yield
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The top-level package an exporter failed to import (onnxscript for dynamo), if any."""
+    while exc is not None:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return exc.name.split(".")[0]
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _first_line(text: str) -> str:
