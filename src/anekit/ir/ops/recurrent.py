@@ -254,3 +254,65 @@ def gru(x, w, r, bias=None, sequence_lens=None, initial_h=None, **attrs):
 def rnn(x, w, r, bias=None, sequence_lens=None, initial_h=None, **attrs):
     """ONNX RNN: h_t = f(x_t W^T + h_{t-1} R^T + b)"""
     return _run("rnn", x, w, r, bias, sequence_lens, initial_h, None, None, attrs)
+
+
+# --- linear attention (a matrix-valued recurrent state) --------------------------------------
+
+UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _linear_attention_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    q, k, v = ins[:3]
+    state, decay, beta = (list(ins[3:]) + [None] * 3)[:3]
+    for t in ins:
+        if t is not None and not t.dtype.is_float:
+            raise InferError(f"linear_attention takes float tensors, got {t.dtype}")
+    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+        raise InferError("q, k and v must be 4-d [batch, heads, time, size]")
+    b, hq, t, dk = q.shape
+    hkv, dv = k.shape[1], v.shape[3]
+    if k.shape != (b, hkv, t, dk) or v.shape[:3] != (b, hkv, t) or hq % hkv:
+        raise InferError(f"q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree")
+    _check("past_state", state, (b, hkv, dk, dv))
+    rule = attrs["update_rule"]
+    if (decay is not None) != rule.startswith("gated"):
+        raise InferError(f"update rule '{rule}' {'needs' if decay is None else 'takes no'} decay")
+    if (beta is not None) != rule.endswith("delta"):
+        raise InferError(f"update rule '{rule}' {'needs' if beta is None else 'takes no'} beta")
+    if decay is not None and decay.shape not in ((b, hkv, t, 1), (b, hkv, t, dk)):
+        raise InferError(f"decay must be [{b}, {hkv}, {t}, 1 or {dk}], got {list(decay.shape)}")
+    if beta is not None and beta.shape not in ((b, hkv, t, 1), (b, 1, t, 1)):
+        raise InferError(f"beta must be [{b}, {hkv} or 1, {t}, 1], got {list(beta.shape)}")
+    out_state = TensorType((b, hkv, dk, dv), state.dtype if state is not None else q.dtype)
+    return [TensorType((b, hq, t, dv), q.dtype), out_state]
+
+
+@declare(
+    "linear_attention",
+    inputs=("q", "k", "v", "past_state?", "decay?", "beta?"),
+    outputs=("y", "state"),
+    attrs=(
+        Attr("scale", "float", None, doc="default 1/sqrt(key size)"),
+        Attr("update_rule", "str", "gated_delta", choices=UPDATE_RULES),
+    ),
+    infer=_linear_attention_infer,
+    kind="recurrent",
+)
+def linear_attention(q, k, v, past_state=None, decay=None, beta=None, *, scale, update_rule):
+    """S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - S^T k_t))^T (gating/delta per rule);
+    y_t = scale q_t S_t, each KV head serving its group of query heads"""
+    b, hq, t, dk = q.shape
+    hkv, dv = k.shape[1], v.shape[3]
+    s = np.float32(1.0 / np.sqrt(dk) if not scale else scale)
+    state = np.zeros((b, hkv, dk, dv), np.float32) if past_state is None else past_state.copy()
+    y = np.zeros((b, hq, t, dv), np.float32)
+    for i in range(t):  # the recurrence runs over time steps
+        if decay is not None:
+            state = state * np.exp(decay[:, :, i, :])[..., None]
+        v_t = v[:, :, i, :]
+        if beta is not None:
+            v_t = beta[:, :, i, :] * (v_t - np.einsum("bhdm,bhd->bhm", state, k[:, :, i, :]))
+        state = state + k[:, :, i, :, None] * v_t[:, :, None, :]
+        read = np.repeat(state, hq // hkv, axis=1)
+        y[:, :, i, :] = s * np.einsum("bhd,bhdm->bhm", q[:, :, i, :], read)
+    return y, state

@@ -16,6 +16,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     resize,
     shape,
     signal,
+    stateful,
 )
 from anekit.frontend.onnx.converters._table import CONVERTERS, converter
 
