@@ -126,3 +126,28 @@ def test_sequence_lens_stop_each_sequence() -> None:
 def test_inference_errors_name_the_problem(op, shapes, attrs, message) -> None:
     with pytest.raises(InferError, match=message):
         infer_types(op, types(*shapes), attrs)
+
+
+def test_linear_attention_equals_causal_unnormalised_attention() -> None:
+    # with the plain "linear" rule the recurrence is sum_{s <= t} (q_t . k_s) v_s
+    q, k, v = (RNG.standard_normal((2, 4, 6, 5)).astype(np.float32) for _ in range(3))
+    k2, v2 = k[:, ::2], v[:, ::2]  # two KV heads serve four query heads
+    y, state = run_ir("linear_attention", [q, k2, v2], update_rule="linear", scale=0.5)
+    kr, vr = np.repeat(k2, 2, axis=1), np.repeat(v2, 2, axis=1)
+    scores = np.tril(q @ kr.transpose(0, 1, 3, 2))
+    np.testing.assert_allclose(y, 0.5 * scores @ vr, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(state, k2.transpose(0, 1, 3, 2) @ v2, rtol=1e-4, atol=1e-5)
+
+
+def test_gated_delta_rule_step_by_step() -> None:
+    q, k, v = (RNG.standard_normal((1, 1, 3, 2)).astype(np.float32) for _ in range(3))
+    decay = RNG.uniform(-1, 0, (1, 1, 3, 2)).astype(np.float32)
+    beta = RNG.uniform(0, 1, (1, 1, 3, 1)).astype(np.float32)
+    y, state = run_ir("linear_attention", [q, k, v, None, decay, beta], scale=1.0)
+    s = np.zeros((2, 2))
+    for t in range(3):
+        s = s * np.exp(decay[0, 0, t])[:, None]
+        delta = beta[0, 0, t] * (v[0, 0, t] - s.T @ k[0, 0, t])
+        s = s + np.outer(k[0, 0, t], delta)
+        np.testing.assert_allclose(y[0, 0, t], q[0, 0, t] @ s, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state[0, 0], s, rtol=1e-5, atol=1e-6)
