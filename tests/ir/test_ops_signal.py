@@ -9,6 +9,8 @@ import pytest
 from onnx import helper
 
 from anekit.frontend.onnx import from_onnx
+from anekit.ir.dtypes import DType
+from anekit.ir.registry import InferError, TensorType, infer_types
 from tests.ir.ort_oracle import run_ir, run_ort
 
 ort = pytest.importorskip("onnxruntime")
@@ -151,3 +153,52 @@ def test_center_crop_pad_matches_onnxruntime(target) -> None:
     (ref,) = sess.run(None, {"x": x})
     (y,) = from_onnx(model).run({"x": x}).values()
     np.testing.assert_array_equal(y, ref)
+
+
+def _folded_model(op: str, consts: list[np.ndarray], opset: int, **attrs) -> onnx.ModelProto:
+    names = [f"c{k}" for k in range(len(consts))]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], **attrs)], "g", [],
+        [helper.make_empty_tensor_value_info("y")],
+        initializer=[onnx.numpy_helper.from_array(np.asarray(c), n) for n, c in zip(names, consts, strict=True)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+@pytest.mark.parametrize(
+    ("mels", "n_fft", "rate", "lo", "hi"),
+    [(8, 64, 16000, 0.0, 8000.0), (20, 512, 22050, 80.0, 7600.0)],
+)
+def test_mel_weight_matrix_matches_onnxruntime(mels, n_fft, rate, lo, hi) -> None:
+    args = [np.int64(mels), np.int64(n_fft), np.int64(rate), np.float32(lo), np.float32(hi)]
+    model = _folded_model("MelWeightMatrix", args, 17)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {})
+    (y,) = from_onnx(model).run({}).values()
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_stft_matches_onnxruntime(channels) -> None:
+    signal = RNG.standard_normal((2, 50, channels)).astype(np.float32)
+    window = np.hanning(12).astype(np.float32)
+    step = np.asarray(5, np.int64)
+    onesided = 1 if channels == 1 else 0  # a one-sided transform needs a real signal
+    (ref,) = run_ort("STFT", [signal, step, window], opset=17, onesided=onesided)
+    node = helper.make_node("STFT", ["x", "s", "w"], ["y"], onesided=onesided)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", 1, signal.shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        initializer=[onnx.numpy_helper.from_array(step, "s"), onnx.numpy_helper.from_array(window, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    (y,) = from_onnx(model).run({"x": signal}).values()
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_bitcast_reinterprets_bytes_and_rejects_fp16() -> None:
+    x = np.asarray([1.0, -2.5, np.inf], np.float32)
+    (y,) = run_ir("bitcast", [x], to="int32")
+    np.testing.assert_array_equal(y, x.view(np.int32))
+    with pytest.raises(InferError, match="one width"):
+        infer_types("bitcast", [TensorType((3,), DType.FP16)], {"to": "int32"})

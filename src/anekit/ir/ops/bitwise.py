@@ -1,9 +1,10 @@
-"""Bitwise ops on integer tensors: and, or, xor, not, and shifts (ONNX BitShift semantics)."""
+"""Bit-level ops: and, or, xor, not, shifts (ONNX BitShift semantics), and bitcast."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, broadcast
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
@@ -51,3 +52,20 @@ def bit_shift(x, shift, direction):
     unsigned = np.dtype(f"u{x.dtype.itemsize}")
     moved = np.left_shift(x.view(unsigned), amount.view(unsigned)).view(x.dtype)
     return np.where(valid, moved, 0).astype(x.dtype)
+
+
+def _bitcast_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    (x,) = ins
+    to = attrs["to"]
+    if x.dtype is DType.FP16 or to is DType.FP16 or to.itemsize != x.dtype.itemsize:
+        raise InferError(
+            f"bitcast needs two non-fp16 types of one width, got {x.dtype} -> {to} "
+            "(fp16 has no 16-bit integer partner in the IR)"
+        )
+    return [TensorType(x.shape, to)]
+
+
+@declare("bitcast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_bitcast_infer, kind="cast")
+def bitcast(x, to):
+    """the same bytes read as dtype ``to`` (of the same width)"""
+    return np.ascontiguousarray(x).view(to.numpy).reshape(x.shape)

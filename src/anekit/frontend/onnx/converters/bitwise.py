@@ -1,9 +1,10 @@
-"""Converters for BitShift and the Bitwise* ops."""
+"""Converters for BitShift, the Bitwise* ops and BitCast."""
 
 from __future__ import annotations
 
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.dtypes import ir_dtype
 
 _BINARY = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
 
@@ -22,3 +23,9 @@ def bitwise_not(cx: NodeContext):
 def bit_shift(cx: NodeContext):
     attrs = {"direction": cx.attr("direction").lower()}
     return cx.emit("bit_shift", [cx.input(0), cx.input(1)], attrs, final=True)
+
+
+@converter("BitCast")
+def bitcast(cx: NodeContext):
+    to = ir_dtype(cx.attr("to"), "the BitCast target type")
+    return cx.emit("bitcast", [cx.input(0)], {"to": to}, final=True)

@@ -1,4 +1,5 @@
-"""Converters for DFT and the window functions (folded to constants: they depend on a size only)."""
+"""Converters for DFT, STFT, and the window functions and MelWeightMatrix (folded to
+constants: they depend on sizes only)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,46 @@ def dft(cx: NodeContext):
         length = cx.shape(0)[axis]
     attrs = {"axis": axis, "length": length, "inverse": inverse, "onesided": onesided}
     return cx.emit("dft", [cx.input(0)], attrs, final=True)
+
+
+@converter("STFT")
+def stft(cx: NodeContext):
+    """Frames gathered from the signal, weighted by the window, then a DFT per frame."""
+    b, length, channels = cx.shape(0)
+    step = cx.ints_input(1, "frame_step")[0]
+    window = cx.input(2)
+    if cx.input(3) is not None:
+        size = cx.ints_input(3, "frame_length")[0]
+    else:
+        size = cx.shape(2)[0] if window is not None else length
+    if step <= 0 or not 0 < size <= length:
+        raise ModelError(f"frame_step {step} and frame_length {size} do not fit {length} samples")
+    frames = 1 + (length - size) // step
+    index = np.arange(frames)[:, None] * step + np.arange(size)[None, :]
+    x = cx.emit("gather", [cx.input(0), cx.constant(index.astype(np.int64), "frames")], {"axis": 1})
+    if window is not None:
+        x = cx.emit("mul", [x, cx.emit("reshape", [window], {"shape": (1, 1, size, 1)})])
+    attrs = {"axis": 2, "length": size, "onesided": cx.attr("onesided", 1)}
+    return cx.emit("dft", [x], attrs, final=True)
+
+
+@converter("MelWeightMatrix")
+def mel_weight_matrix(cx: NodeContext):
+    """Triangular mel filters over the DFT bins: a constant of its (constant) arguments."""
+    mels = cx.ints_input(0, "num_mel_bins")[0]
+    n_fft = cx.ints_input(1, "dft_length")[0]
+    rate = cx.ints_input(2, "sample_rate")[0]
+    lo_hz = float(cx.require_const(3, "lower_edge_hertz").reshape(-1)[0])
+    hi_hz = float(cx.require_const(4, "upper_edge_hertz").reshape(-1)[0])
+    to_mel = lambda hz: 2595 * np.log1p(hz / 700) / np.log(10)  # noqa: E731
+    edges = np.arange(mels + 2) * (to_mel(hi_hz) - to_mel(lo_hz)) / (mels + 2) + to_mel(lo_hz)
+    edges = 700 * np.expm1(edges / 2595 * np.log(10))
+    edges = (((n_fft + 1) * edges) // rate).astype(np.int64)
+    lo, mid, hi = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
+    j = np.arange(n_fft // 2 + 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = np.where((j >= lo) & (j <= mid) & (mid > lo), (j - lo) / (mid - lo), 0.0)
+        fall = np.where((j >= mid) & (j < hi), (hi - j) / (hi - mid), np.nan)
+    weights = np.where(np.isnan(fall), np.where((mid == lo) & (j == mid), 1.0, rise), fall)
+    dtype = ir_dtype(cx.attr("output_datatype", 1), "the MelWeightMatrix output_datatype")
+    return cx.constant(weights.astype(dtype.numpy), "mel_weights")
