@@ -79,8 +79,35 @@ class CompiledModel:
             "estimate": _estimate(self),
         }
 
+    @cached_property
+    def bundle(self) -> Any:
+        """The emitted MIL programs, weights, manifest and report (`anekit.codegen.bundle`)."""
+        from anekit.runtime.compiled import bundle_contents
+
+        return bundle_contents(self)
+
+    @cached_property
+    def program(self) -> Any:
+        """The bundle as a runnable `anekit.runtime.Program` (what `load` gives back)."""
+        from anekit.runtime.compiled import program_of
+
+        return program_of(self)
+
+    def save(self, path: str | os.PathLike[str], **options: Any) -> Any:
+        """Write the bundle directory ``path`` (e.g. ``model.anekit``); returns its Path."""
+        from anekit.runtime.compiled import save
+
+        return save(self, path, **options)
+
+    def save_mlpackage(self, path: str | os.PathLike[str]) -> Any:
+        """Export the whole model as one Core ML ``.mlpackage`` (needs the `coreml` extra)."""
+        from anekit.runtime.compiled import save_mlpackage
+
+        return save_mlpackage(self, path)
+
     def run(self, feeds: Mapping[str, Any], backend: str = "reference") -> dict[str, np.ndarray]:
-        """Run the compiled graph; ``reference`` runs the engine graph in fp32 with numpy."""
+        """Run the compiled graph; ``reference`` runs the engine graph in fp32 with numpy,
+        ``sim`` the emitted MIL programs on the fp16 simulator."""
         runner = BACKENDS.get(backend)
         if runner is None:
             raise AnekitError(
@@ -99,9 +126,15 @@ def _run_reference(cm: CompiledModel, feeds: Mapping[str, Any]) -> dict[str, np.
     return cm.graph.run(feeds)
 
 
-# backend name -> runner; the simulator (issue 4) adds "sim" here
+def _run_sim(cm: CompiledModel, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    from anekit.runtime.compiled import run_sim
+
+    return run_sim(cm, feeds)
+
+
+# backend name -> runner
 BACKENDS: Mapping[str, Callable[[CompiledModel, Mapping[str, Any]], dict[str, np.ndarray]]] = (
-    MappingProxyType({"reference": _run_reference})
+    MappingProxyType({"reference": _run_reference, "sim": _run_sim})
 )
 
 

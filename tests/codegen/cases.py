@@ -199,6 +199,19 @@ def _gather(rng, live=True):  # noqa: ANN001, ANN202
     return anekit.graph([y]), feeds
 
 
+def _gather_nd_live(rng):  # noqa: ANN001, ANN202
+    x = anekit.input("x", (3, 4, 5))
+    idx = anekit.input("idx", (2, 2), "int64")
+    g = anekit.graph([record("gather_nd", [x, idx], {}, name="y")])
+    return g, {"x": _rng_array(rng, (3, 4, 5)), "idx": np.array([[2, -1], [0, 1]], np.int64)}
+
+
+def _einsum(rng, equation, *shapes):  # noqa: ANN001, ANN002, ANN202
+    inputs = [anekit.input(f"x{i}", s) for i, s in enumerate(shapes)]
+    g = anekit.graph([ops.einsum(equation, *inputs, name="y")])
+    return g, {f"x{i}": _rng_array(rng, s) for i, s in enumerate(shapes)}
+
+
 def _resize(rng, **attrs):  # noqa: ANN001, ANN202
     x = anekit.input("x", (1, 2, 4, 5))
     y = ops.resize(x, **attrs, name="y")
@@ -242,6 +255,7 @@ CASES: tuple[Case, ...] = (
     simple("fmod", lambda rng: (anekit.graph([record("mod", [anekit.input("x", (3, 4)), anekit.constant(np.float32(0.7))], {"fmod": True}, name="y")]),
                                  {"x": _rng_array(rng, (3, 4), 3.0)})),  # fmt: skip
     simple("where", _shape(lambda x: ops.where(ops.greater(x, 0.0), x, anekit.constant(np.float32(-1.0)), name="y"))),
+    simple("where_scalars", _shape(lambda x: ops.where(ops.greater(x, 0.0), anekit.constant(np.float32(2.0)), anekit.constant(np.float32(-1.0)), name="y"))),
     simple("logic", _shape(lambda x: record("xor", [record("and", [ops.greater(x, 0.0), ops.less(x, 0.5)]),
                                                     record("or", [record("not", [ops.greater(x, -0.5)]), ops.less(x, -1.0)])],
                                             name="y"))),  # fmt: skip
@@ -293,6 +307,21 @@ CASES: tuple[Case, ...] = (
     simple("depth_to_space_dcr", _shape(lambda x: ops.depth_to_space(x, 2, name="y"), shape=(1, 8, 2, 3))),
     simple("depth_to_space_crd", _shape(lambda x: ops.depth_to_space(x, 2, mode="CRD", name="y"), shape=(1, 8, 2, 3))),
     simple("space_to_depth", _shape(lambda x: record("space_to_depth", [x], {"block_size": 2}, name="y"), shape=(1, 2, 4, 6))),
+    simple("gather_nd", _shape(lambda x: record("gather_nd", [x, anekit.constant(np.array([[[1, -1], [0, 2]], [[1, 0], [0, -4]]], np.int64))], {"batch_dims": 1}, name="y"))),
+    simple("gather_nd_live", lambda rng: _gather_nd_live(rng)),
+    simple("gather_nd_bool", _shape(lambda x: record("gather_nd", [ops.greater(x, 0.0), anekit.constant(np.array([[1, -1], [0, 2]], np.int64))], {}, name="y"))),
+    simple("gather_elements_bool", _shape(lambda x: record("gather_elements", [ops.greater(x, 0.0), anekit.constant(np.zeros((2, 3, 4, 2), np.int64))], {"axis": 3}, name="y"))),
+    simple("scatter_elements", _shape(lambda x: record("scatter_elements", [x, anekit.constant(np.array([[[[1, 0, -1, 2, 0]]]], np.int64).repeat(2, 0).repeat(3, 1)), anekit.constant(np.ones((2, 3, 1, 5), np.float32))], {"axis": 2, "reduction": "add"}, name="y"))),
+    simple("scatter_nd", _shape(lambda x: record("scatter_nd", [x, anekit.constant(np.array([[1, 2], [0, -1]], np.int64)), anekit.constant(np.full((2, 4, 5), 7.0, np.float32))], {}, name="y"))),
+    simple("one_hot", _shape(lambda x: record("one_hot", [x, anekit.constant(np.array([-1.0, 2.0], np.float32))], {"depth": 5, "axis": 1}, name="y"), shape=(2, 3), dtype="int64")),
+    simple("topk", _shape(lambda x: record("topk", [x], {"k": 3, "axis": 2}))),
+    simple("cumsum", _shape(lambda x: record("cumsum", [x], {"axis": 3, "exclusive": True, "reverse": True}, name="y"))),
+    simple("hardmax", _shape(lambda x: record("hardmax", [x], {"axis": 1}, name="y"))),
+    simple("shrink", _shape(lambda x: record("shrink", [x], {"lambd": 0.4, "bias": 0.1}, name="y"))),
+    simple("einsum_matmul", lambda rng: _einsum(rng, "bij,bkj->bik", (2, 3, 4), (2, 5, 4))),
+    simple("einsum_outer_sum", lambda rng: _einsum(rng, "ij,kj", (3, 4), (5, 4))),
+    simple("einsum_batch_free", lambda rng: _einsum(rng, "abc,cbd->dab", (2, 3, 4), (4, 3, 5))),
+    simple("einsum_reduce", lambda rng: _einsum(rng, "abc->ca", (2, 3, 4))),
     simple("resize_nearest_2x", lambda rng: _resize(rng, sizes=(1, 2, 8, 10), mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
     simple("resize_nearest_odd", lambda rng: _resize(rng, sizes=(1, 2, 7, 3), mode="nearest")),
     simple("resize_linear", lambda rng: _resize(rng, sizes=(1, 2, 6, 9), mode="linear")),

@@ -138,6 +138,29 @@ class Lowering:
         """A tensor const (weights go to the weight.bin)."""
         return self.b.tensor(np.asarray(array), f"{self.call.hint}_{key}")
 
+    def broadcast(self, var: str, shape: Sequence[int], to: Sequence[int], dtype: str) -> str:
+        """``var`` (of ``shape``) broadcast to ``to`` with reshape and tile (a no-op if equal)."""
+        shape, to = tuple(shape), tuple(to)
+        if shape == to:
+            return var
+        aligned = (1,) * (len(to) - len(shape)) + shape
+        if aligned != shape:
+            var = self.tmp(
+                "reshape", {"x": var, "shape": self.p("shape", list(aligned))}, aligned, dtype
+            )
+        reps = [t if a == 1 else 1 for a, t in zip(aligned, to, strict=True)]
+        return self.tmp("tile", {"x": var, "reps": self.p("reps", reps)}, to, dtype, "broadcast")
+
+    def select(
+        self, cond: str, a: str, a_shape: Sequence[int], b: str, b_shape: Sequence[int]
+    ) -> str:
+        """Output 0 as ``select(cond, a, b)``; coremltools' select takes its shape from a and b
+        alone, so a (or b) is broadcast to the output shape first when neither has it."""
+        out = self.out_shape()
+        if tuple(a_shape) != out and tuple(b_shape) != out:
+            a = self.broadcast(a, a_shape, out, self.out_dtype())
+        return self.out("select", {"cond": cond, "a": a, "b": b})
+
     def cast(self, var: str, shape: Sequence[int], dtype: str) -> str:
         return self.tmp("cast", {"x": var, "dtype": self.p("dtype", dtype, "string")}, shape, dtype)
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from anekit.codegen.builder import Arg, FunctionBuilder
-from anekit.codegen.lower import elementwise, nn, pool, resize, shape
+from anekit.codegen.lower import einsum, elementwise, indexing, nn, pool, resize, shape
 from anekit.codegen.lower.context import Call, Lowering
 from anekit.errors import ModelError
 from anekit.ir.registry import TensorType, infer_types
@@ -78,6 +78,8 @@ LOWERINGS: Mapping[str, LowerFn] = MappingProxyType(
         **pool.LOWERINGS,
         **shape.LOWERINGS,
         **resize.LOWERINGS,
+        **indexing.LOWERINGS,
+        **einsum.LOWERINGS,
         "ane_layer": _layer,
     }
 )

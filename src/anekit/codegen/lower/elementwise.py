@@ -53,7 +53,9 @@ def _inverse_hyperbolic(sign: float) -> LowerFn:
     def lower(lo: Lowering) -> str:
         x, shape = lo.x(0), lo.out_shape()
         square = lo.tmp("mul", {"x": x, "y": x}, shape, hint="square")
-        shifted = lo.tmp("add", {"x": square, "y": lo.f("one" if sign > 0 else "minus_one", sign)}, shape)
+        shifted = lo.tmp(
+            "add", {"x": square, "y": lo.f("one" if sign > 0 else "minus_one", sign)}, shape
+        )
         root = lo.tmp("sqrt", {"x": shifted}, shape)
         return lo.out("log", {"x": lo.tmp("add", {"x": x, "y": root}, shape)})
 
@@ -127,7 +129,7 @@ def _prelu(lo: Lowering) -> str:
 def _where(lo: Lowering) -> str:
     a, b = lo.need(1), lo.need(2)
     dtype = a.dtype if a.var is not None else b.dtype
-    return lo.out("select", {"cond": lo.x(0), "a": lo.var(a, dtype), "b": lo.var(b, dtype)})
+    return lo.select(lo.x(0), lo.var(a, dtype), a.shape, lo.var(b, dtype), b.shape)
 
 
 def _not(lo: Lowering) -> str:

@@ -15,6 +15,21 @@ from anekit.ir.ops.reduce import reduced_axes
 
 LowerFn = Callable[[Lowering], str]
 MASK_VALUE = -1e4  # additive attention mask: fp16-safe, never -inf (Orion, FACTS section 1)
+FP16_MAX = 65504.0
+
+
+def saturated(lo: Lowering, var: str, shape: tuple[int, ...]) -> str:
+    """In fp16 programs, ``var`` clamped to +-65504 before a softmax or a normalisation
+    (Orion section 7): an overflowed activation then saturates instead of turning the
+    whole softmax or norm into NaN. fp32 programs are left alone."""
+    if lo.fdtype != "fp16":
+        return var
+    return lo.tmp(
+        "clip",
+        {"x": var, "alpha": lo.f("fp16_min", -FP16_MAX), "beta": lo.f("fp16_max", FP16_MAX)},
+        shape,
+        hint="saturated",
+    )
 
 
 def interleave_pads(pads: tuple[int, ...]) -> list[int]:
@@ -137,6 +152,7 @@ def _attention(lo: Lowering) -> str:
                        scores_shape, hint="masked")  # fmt: skip
     elif mask is not None:
         s = lo.tmp("add", {"x": s, "y": lo.x(3)}, scores_shape, hint="masked")
+    s = saturated(lo, s, scores_shape)
     p = lo.tmp("softmax", {"x": s, "axis": lo.p("axis", np.int32(-1))}, scores_shape, hint="probs")
     return matmul(lo, p, lo.x(2))
 
@@ -145,19 +161,21 @@ def _attention(lo: Lowering) -> str:
 
 
 def _softmax(lo: Lowering) -> str:
-    return lo.out("softmax", {"x": lo.x(0), "axis": lo.p("axis", np.int32(lo.attrs["axis"]))})
+    x = saturated(lo, lo.x(0), lo.need(0).shape)
+    return lo.out("softmax", {"x": x, "axis": lo.p("axis", np.int32(lo.attrs["axis"]))})
 
 
 def _log_softmax(lo: Lowering) -> str:
     x = lo.need(0)
     axis = lo.attrs["axis"] % x.rank
     reduced = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
+    var = saturated(lo, lo.x(0), x.shape)
     lse = lo.tmp(
         "reduce_log_sum_exp",
-        {"x": lo.x(0), "axes": lo.p("axes", [axis]), "keep_dims": lo.p("keep_dims", True)},
+        {"x": var, "axes": lo.p("axes", [axis]), "keep_dims": lo.p("keep_dims", True)},
         reduced,
     )
-    return lo.out("sub", {"x": lo.x(0), "y": lse})
+    return lo.out("sub", {"x": var, "y": lse})
 
 
 def _batch_norm(lo: Lowering) -> str:
@@ -202,7 +220,7 @@ def _layer_norm(lo: Lowering) -> str:
     axis = lo.attrs["axis"] % x.rank
     norm_shape = x.shape[axis:]
     inputs = {
-        "x": lo.x(0),
+        "x": saturated(lo, lo.x(0), x.shape),
         "axes": lo.p("axes", list(range(axis, x.rank))),
         "epsilon": lo.f("epsilon", lo.attrs["epsilon"]),
     }
@@ -233,14 +251,15 @@ def _rms_norm(lo: Lowering) -> str:
     axes = list(range(axis, x.rank))
     n = int(np.prod(x.shape[axis:]))
     reduced = tuple(1 if i >= axis else d for i, d in enumerate(x.shape))
-    l2 = lo.tmp("reduce_l2_norm", {"x": lo.x(0), "axes": lo.p("axes", axes),
+    var = saturated(lo, lo.x(0), x.shape)
+    l2 = lo.tmp("reduce_l2_norm", {"x": var, "axes": lo.p("axes", axes),
                                    "keep_dims": lo.p("keep_dims", True)}, reduced)  # fmt: skip
     rms = lo.tmp("mul", {"x": l2, "y": lo.f("inv_sqrt_n", 1.0 / math.sqrt(n))}, reduced)
     ms = lo.tmp("mul", {"x": rms, "y": rms}, reduced, hint="mean_square")
     inv = lo.tmp("rsqrt", {"x": ms, "epsilon": lo.f("epsilon", lo.attrs["epsilon"])}, reduced)
     if lo.arg(1) is None:
-        return lo.out("mul", {"x": lo.x(0), "y": inv})
-    y = lo.tmp("mul", {"x": lo.x(0), "y": inv}, x.shape)
+        return lo.out("mul", {"x": var, "y": inv})
+    y = lo.tmp("mul", {"x": var, "y": inv}, x.shape)
     return lo.out("mul", {"x": y, "y": lo.x(1)})
 
 
@@ -249,7 +268,8 @@ def _group_norm(lo: Lowering) -> str:
     x = lo.need(0)
     g = lo.attrs["num_groups"]
     grouped = (x.shape[0], g, int(np.prod(x.shape[1:])) // g)
-    y = lo.tmp("reshape", {"x": lo.x(0), "shape": lo.p("shape", list(grouped))}, grouped)
+    var = saturated(lo, lo.x(0), x.shape)
+    y = lo.tmp("reshape", {"x": var, "shape": lo.p("shape", list(grouped))}, grouped)
     y = lo.tmp("instance_norm", {"x": y, "epsilon": lo.f("epsilon", lo.attrs["epsilon"])}, grouped)
     y = lo.tmp("reshape", {"x": y, "shape": lo.p("shape", list(x.shape))}, x.shape)
     y = lo.tmp("mul", {"x": y, "y": channel_vector(lo, 1, x.rank, "scale")}, x.shape)
@@ -263,7 +283,7 @@ def _lrn(lo: Lowering) -> str:
     return lo.out(
         "local_response_norm",
         {
-            "x": lo.x(0),
+            "x": saturated(lo, lo.x(0), x.shape),
             "size": lo.p("size", np.int32(lo.attrs["size"])),
             "alpha": lo.f("alpha", lo.attrs["alpha"]),
             "beta": lo.f("beta", lo.attrs["beta"]),

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 
 from anekit.codegen.lower.context import Lowering
+from anekit.codegen.lower.indexing import gather
 from anekit.codegen.lower.nn import interleave_pads
 from anekit.ir.ops.shape import _slice_params, slice_bounds
 
@@ -123,17 +124,15 @@ def _gather(lo: Lowering) -> str:
     x = lo.need(0)
     axis = lo.attrs["axis"] % x.rank
     idx = _indices(lo, 1, x.shape[axis])
-    inputs = {
-        "x": lo.x(0),
-        "axis": lo.p("axis", np.int32(axis)),
-        "batch_dims": lo.p("batch_dims", np.int32(0)),
-    }
+    inputs = {"axis": lo.p("axis", np.int32(axis)), "batch_dims": lo.p("batch_dims", np.int32(0))}
     if lo.need(1).rank > 0:
-        return lo.out("gather", {**inputs, "indices": idx})
-    # a scalar index: gather one entry, then drop the axis
-    one = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+        return gather(lo, "gather", {**inputs, "indices": idx})
+    # a scalar index: gather with a one-element index, then drop the axis
+    if x.dtype == "bool":
+        raise lo.error("gathering one entry of a bool tensor has no MIL lowering here")
     idx1 = lo.tmp("reshape", {"x": idx, "shape": lo.p("shape", [1])}, (1,), "int32")
-    y = lo.tmp("gather", {**inputs, "indices": idx1}, one, x.dtype)
+    one = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+    y = lo.tmp("gather", {"x": lo.x(0), **inputs, "indices": idx1}, one, x.dtype)
     return lo.out("reshape", {"x": y, "shape": lo.p("shape", list(lo.out_shape()))})
 
 
@@ -141,9 +140,7 @@ def _gather_elements(lo: Lowering) -> str:
     x = lo.need(0)
     axis = lo.attrs["axis"] % x.rank
     idx = _indices(lo, 1, x.shape[axis])
-    return lo.out(
-        "gather_along_axis", {"x": lo.x(0), "indices": idx, "axis": lo.p("axis", np.int32(axis))}
-    )
+    return gather(lo, "gather_along_axis", {"indices": idx, "axis": lo.p("axis", np.int32(axis))})
 
 
 def _expand(lo: Lowering) -> str:
