@@ -136,3 +136,46 @@ def test_inference_errors_name_the_problem(op, shapes, dtypes, attrs, message) -
     ts = [types(s, dtype=d)[0] for s, d in zip(shapes, dtypes, strict=True)]
     with pytest.raises(InferError, match=message):
         infer_types(op, ts, attrs)
+
+
+def _conv_model(op: str, inputs: list[np.ndarray], **attrs) -> onnx.ModelProto:
+    names = [f"i{k}" for k in range(len(inputs))]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("i0", helper.np_dtype_to_tensor_dtype(inputs[0].dtype), inputs[0].shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        initializer=[onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in zip(names[1:], inputs[1:], strict=True)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _ort_and_ours(model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"i0": x})
+    (got,) = from_onnx(model).run({"i0": x}).values()
+    return got, ref
+
+
+def test_conv_integer_matches_onnxruntime() -> None:
+    x = RNG.integers(0, 255, (1, 4, 7, 6)).astype(np.uint8)
+    w = RNG.integers(0, 255, (6, 2, 3, 3)).astype(np.uint8)
+    model = _conv_model(
+        "ConvInteger", [x, w, np.asarray(9, np.uint8), np.asarray(100, np.uint8)],
+        pads=[1, 0, 1, 2], strides=[2, 1], group=2,
+    )  # fmt: skip
+    got, ref = _ort_and_ours(model, x)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_qlinear_conv_per_channel_with_bias_matches_onnxruntime() -> None:
+    x = RNG.integers(0, 255, (2, 3, 6, 6)).astype(np.uint8)
+    w = RNG.integers(-128, 127, (5, 3, 3, 3)).astype(np.int8)
+    params = [
+        x, np.float32(0.05), np.asarray(128, np.uint8), w,
+        RNG.uniform(0.001, 0.01, 5).astype(np.float32), np.zeros(5, np.int8),
+        np.float32(0.2), np.asarray(120, np.uint8), RNG.integers(-500, 500, 5).astype(np.int32),
+    ]  # fmt: skip
+    model = _conv_model("QLinearConv", [np.asarray(p) for p in params], pads=[1, 1, 1, 1])
+    got, ref = _ort_and_ours(model, x)
+    np.testing.assert_array_equal(got, ref)

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 
+from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, float_only
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
@@ -72,6 +73,14 @@ def _conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 @declare("conv", inputs=("x", "weight", "bias?"), attrs=CONV_ATTRS, infer=_conv_infer, kind="conv")
 def conv(x, weight, bias, strides, pads, dilations, group):
     """N-d cross-correlation (as ONNX Conv) with explicit pads"""
+    y = _correlate(x, weight, strides, pads, dilations, group, np.float32)
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return y
+
+
+def _correlate(x, weight, strides, pads, dilations, group, acc_dtype) -> np.ndarray:
+    """The grouped N-d cross-correlation, accumulated in ``acc_dtype``."""
     sp = x.ndim - 2
     strides, pads, dil = conv_geometry(
         sp, {"strides": strides, "pads": pads, "dilations": dilations}
@@ -86,7 +95,7 @@ def conv(x, weight, bias, strides, pads, dilations, group):
     ]
     o = int(np.prod(out_sp))
     wg = weight.reshape(group, m // group, cg, -1)  # g, mg, cg, K
-    acc = np.zeros((n, group, m // group, o), dtype=np.float32)
+    acc = np.zeros((n, group, m // group, o), dtype=acc_dtype)
     # One grouped matmul per kernel offset keeps memory at one input-sized slice.
     for kidx, offs in enumerate(itertools.product(*(range(k) for k in kernel))):
         sl = tuple(
@@ -95,10 +104,43 @@ def conv(x, weight, bias, strides, pads, dilations, group):
         )
         patch = xp[(slice(None), slice(None), *sl)].reshape(n, group, cg, o)
         acc += np.matmul(wg[None, :, :, :, kidx], patch)
-    y = acc.reshape(n, m, *out_sp)
-    if bias is not None:
-        y = y + bias.reshape((1, m) + (1,) * sp)
-    return y
+    return acc.reshape(n, m, *out_sp)
+
+
+def _conv_integer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    x, w = ins[0], ins[1]
+    zx, zw = (list(ins[2:]) + [None, None])[:2]
+    for name, t, zp in (("x", x, zx), ("weight", w, zw)):
+        if t.dtype not in (DType.INT8, DType.UINT8):
+            raise InferError(f"{name} must be int8 or uint8, got {t.dtype}")
+        if zp is not None and (
+            zp.dtype != t.dtype or zp.numel not in (1, w.shape[0] if name == "weight" else 1)
+        ):
+            raise InferError(
+                f"{name}'s zero point must be one {t.dtype} (or one per output channel)"
+            )
+    as_float = [TensorType(t.shape, DType.FP32) for t in (x, w)]
+    (out,) = _conv_infer(as_float, attrs)
+    return [TensorType(out.shape, DType.INT32)]
+
+
+@declare(
+    "conv_integer",
+    inputs=("x", "weight", "x_zero_point?", "w_zero_point?"),
+    attrs=CONV_ATTRS,
+    infer=_conv_integer_infer,
+    kind="conv",
+)
+def conv_integer(x, weight, x_zero_point, w_zero_point, strides, pads, dilations, group):
+    """(x - x_zero_point) correlated with (weight - w_zero_point), exact in int32"""
+    xi = x.astype(np.int64)
+    wi = weight.astype(np.int64)
+    if x_zero_point is not None:
+        xi = xi - x_zero_point.astype(np.int64).reshape(())
+    if w_zero_point is not None:
+        wi = wi - w_zero_point.astype(np.int64).reshape((-1,) + (1,) * (weight.ndim - 1))
+    # padding is zero after the shift: pad the centred input
+    return _correlate(xi, wi, strides, pads, dilations, group, np.int64).astype(np.int32)
 
 
 def conv_transpose_output_size(

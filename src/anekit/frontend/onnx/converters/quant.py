@@ -1,5 +1,6 @@
-"""Converters for quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-and the integer matmuls MatMulInteger and QLinearMatMul (exact int32 accumulation)."""
+"""Converters for quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, and
+the integer matmuls and convolutions (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv)
+with exact int32 accumulation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.dtypes import ir_dtype
+from anekit.frontend.onnx.converters.nn import resolve_pads
 from anekit.ir.dtypes import DType
 
 
@@ -88,6 +90,47 @@ def qlinear_matmul(cx: NodeContext):
     dtype = cx.type(7).dtype if cx.input(7) is not None else cx.type(0).dtype
     if dtype not in (DType.INT8, DType.UINT8):
         raise ModelError(f"QLinearMatMul output must be int8 or uint8, got {dtype}")
+    if cx.input(7) is not None:
+        y = cx.emit("add", [y, cx.emit("cast", [cx.input(7)], {"to": DType.FP32})])
+    info = np.iinfo(dtype.numpy)
+    y = cx.emit("clip", [y], {"min": float(info.min), "max": float(info.max)})
+    return cx.emit("cast", [y], {"to": dtype}, final=True)
+
+
+def _integer_conv(cx: NodeContext, x: int, w: int, zx: int, zw: int) -> str:
+    x_shape, w_shape = cx.shape(x), cx.shape(w)
+    sp = len(x_shape) - 2
+    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
+    strides = tuple(cx.attr("strides", (1,) * sp))
+    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    pads = resolve_pads(cx, x_shape[2:], kernel, strides, dilations)
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": cx.attr("group", 1)}
+    ins = [cx.input(x), cx.input(w), cx.input(zx), cx.input(zw)]
+    return cx.emit("conv_integer", ins, attrs, final=cx.op_type == "ConvInteger")
+
+
+@converter("ConvInteger")
+def conv_integer(cx: NodeContext):
+    return _integer_conv(cx, 0, 1, 2, 3)
+
+
+@converter("QLinearConv")
+def qlinear_conv(cx: NodeContext):
+    """Exact int32 convolution (+ int32 bias), rescaled by x_scale w_scale / y_scale, requantized."""
+    acc = _integer_conv(cx, 0, 3, 2, 5)
+    rank = len(cx.shape(0))
+    per_channel = (cx.shape(3)[0],) + (1,) * (rank - 2)  # broadcasts over [N, M, spatial...]
+    if cx.input(8) is not None:
+        acc = cx.emit("add", [acc, cx.emit("reshape", [cx.input(8)], {"shape": per_channel})])
+    y = cx.emit("cast", [acc], {"to": DType.FP32})
+    w_scale = cx.input(4)
+    if int(np.prod(cx.shape(4))) > 1:  # one scale per output channel
+        w_scale = cx.emit("reshape", [w_scale], {"shape": per_channel})
+    factor = cx.emit("div", [cx.emit("mul", [cx.input(1), w_scale]), cx.input(6)])
+    if cx.type(1).dtype is not DType.FP32:
+        factor = cx.emit("cast", [factor], {"to": DType.FP32})
+    y = cx.emit("round", [cx.emit("mul", [y, factor])])
+    dtype = cx.type(7).dtype if cx.input(7) is not None else cx.type(0).dtype
     if cx.input(7) is not None:
         y = cx.emit("add", [y, cx.emit("cast", [cx.input(7)], {"to": DType.FP32})])
     info = np.iinfo(dtype.numpy)
