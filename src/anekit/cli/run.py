@@ -48,18 +48,44 @@ def _run_netplist(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarr
     return netplist.read(path).run(feeds)
 
 
+def _run_mil(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
+    if backend != "sim":
+        raise AnekitError(
+            f"backend '{backend}' runs graphs; a MIL program runs on 'sim' (the fp16 simulator)",
+            where=str(path),
+            hint="drop --backend, or run the ONNX model itself on 'reference'",
+        )
+    if shapes:
+        raise AnekitError("a MIL program declares its input shapes; drop --shape")
+    from anekit.runtime.sim import SimProgram
+
+    return SimProgram.load(path).run(feeds)
+
+
+def _run_bundle(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
+    if shapes:
+        raise AnekitError("a bundle's input shapes are fixed when it is compiled; drop --shape")
+    from anekit.runtime import load
+
+    return load(path).run(feeds, backend=backend)
+
+
 def _runner_for(path: Path) -> Runner:
     """Pick how to run ``path`` from what it is (later: bundles, MIL text, netplists)."""
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
 
 
 # file suffix -> runner; ONNX is the default for anything else
-RUNNERS: dict[str, Runner] = {".onnx": _run_onnx, ".plist": _run_netplist}
+RUNNERS: dict[str, Runner] = {".onnx": _run_onnx, ".plist": _run_netplist, ".mil": _run_mil}
+RUNNERS[".anekit"] = _run_bundle  # a compiled bundle directory
+# file suffix -> backend used when --backend is not given; "reference" otherwise
+DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim"}
+DEFAULT_BACKENDS[".anekit"] = "sim"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files")
-    p.add_argument("model", help="an ONNX model file or a netplist (.plist)")
+    p.add_argument("model", help="an ONNX model file, a MIL program (.mil) or a netplist (.plist)")
     p.add_argument(
         "--input",
         "-i",
@@ -71,9 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", metavar="OUT.npz", help="save every output into an .npz file")
     p.add_argument(
         "--backend",
-        default="reference",
+        default=None,
         choices=["reference", "sim"],
-        help="where to run (default: reference)",
+        help="where to run (default: sim for MIL programs, reference otherwise)",
     )
     add_shape_option(p)
     p.set_defaults(func=run)
@@ -84,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise AnekitError(f"model '{path}' does not exist")
     feeds = parse_inputs(args.input)
-    outputs = _runner_for(path)(path, feeds, args.backend, parse_shapes(args.shape))
+    backend = args.backend or DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
+    outputs = _runner_for(path)(path, feeds, backend, parse_shapes(args.shape))
     width = max((len(k) for k in outputs), default=0)
     for name, arr in outputs.items():
         print(f"{name:<{width}}  {describe_array(np.asarray(arr))}")

@@ -28,11 +28,15 @@ _MIL = {
     np.dtype(np.int8): "int8",
     np.dtype(np.uint8): "uint8",
     np.dtype(np.uint16): "uint16",
+    np.dtype(np.uint32): "uint32",
     np.dtype(np.bool_): "bool",
 }
 
 
 def mil_dtype(array: np.ndarray, float_dtype: str) -> str:
+    """float32 arrays take the program's float type; float16 arrays are always fp16."""
+    if array.dtype == np.float16:
+        return "fp16"
     return float_dtype if array.dtype.kind == "f" else _MIL[array.dtype]
 
 
@@ -71,12 +75,14 @@ def build(
     ops = []
     args: dict[str, Any] = {}
     fixed = const_dtypes or {}
+    in_tuples: set[str] = set()
     for key, value in consts.items():
         if isinstance(value, (tuple, list)) and not isinstance(value, np.ndarray):
             names = []
             for i, item in enumerate(value):
                 if isinstance(item, str) and item in inputs:
                     names.append(item)
+                    in_tuples.add(item)
                     continue
                 v, dt = _const_value(item, dtype)
                 ops.append(const(f"{key}_{i}", v, fixed.get(key, dt)))
@@ -87,7 +93,8 @@ def build(
         ops.append(const(f"c_{key}", v, fixed.get(key, dt)))
         args[key] = f"c_{key}"
     for key in inputs:
-        args.setdefault(key, key)
+        if key not in in_tuples:
+            args.setdefault(key, key)
     outs = [Binding(f"y{i}", mil_type(o, dtype)) for i, o in enumerate(outputs)]
     ops.append(operation(op, outs, args, name="y"))
     params = [Binding(k, mil_type(v, dtype)) for k, v in inputs.items()]
@@ -118,11 +125,17 @@ def coreml(op: str, **kwargs: Any) -> Any:
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function as CtFunction
 
+    def value(v: Any) -> np.ndarray:
+        if v.val is None:
+            raise AssertionError(f"coremltools has no value inference for {op}")
+        array = np.asarray(v.val)
+        return array.astype(np.float32) if array.dtype == object else array
+
     with CtFunction({}, opset_version=ct.target.iOS18):
         result = getattr(mb, op)(**kwargs)
         if isinstance(result, (tuple, list)):
-            return [np.asarray(r.val) for r in result]
-        return np.asarray(result.val)
+            return [value(r) for r in result]
+        return value(result)
 
 
 def fp16_exact(values: np.ndarray) -> np.ndarray:

@@ -22,8 +22,9 @@ def cast(x: np.ndarray, dtype: Any) -> np.ndarray:
     if x.dtype.kind == "f" and storage.kind in "iu":
         # float -> int truncates toward zero (numpy's cast, as coremltools' value inference);
         # NaN and out-of-range values saturate instead of being undefined.
-        info = np.iinfo(storage)
-        return np.nan_to_num(np.clip(np.trunc(x), info.min, info.max), nan=0).astype(storage)
+        info = np.iinfo(storage)  # (clipped in float64: int32's max is not a float32)
+        wide = np.clip(np.trunc(x.astype(np.float64)), info.min, info.max)
+        return np.nan_to_num(wide, nan=0).astype(storage)
     return x.astype(storage)
 
 
