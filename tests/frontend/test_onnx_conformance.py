@@ -26,7 +26,7 @@ UNSUPPORTED_OPS = {
     "If",
     "ImageDecoder", "Loop", "NonMaxSuppression", "OptionalGetElement",
     "OptionalHasElement", "RandomUniformLike",
-    "RegexFullMatch", "RoiAlign", "Scan",
+    "RegexFullMatch", "Scan",
     "SequenceEmpty", "SequenceInsert", "SequenceLength",
     "SequenceMap", "SplitToSequence",
     "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", }  # fmt: skip

@@ -166,3 +166,22 @@ def test_cubic_grid_sample_matches_onnxruntime(padding) -> None:
         (ref,) = run_ort("GridSample", [x, grid], opset=20, **attrs)
         (y,) = run_ir("grid_sample", [x, grid], **attrs)
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ratio", [0, 2])
+@pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
+def test_roi_align_matches_onnxruntime(mode, ratio, ctm) -> None:
+    x = RNG.standard_normal((2, 3, 12, 10)).astype(np.float32)
+    corners = RNG.uniform(-2, 22, (6, 2, 2)).astype(np.float32)
+    rois = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)  # x1 y1 x2 y2
+    rois[0] = [3, 3, 3.2, 3.1]  # a degenerate box
+    idx = np.asarray([0, 1, 1, 0, 1, 0], np.int64)
+    attrs = dict(
+        output_height=3, output_width=4, sampling_ratio=ratio, spatial_scale=0.5, mode=mode
+    )
+    (ref,) = run_ort(
+        "RoiAlign", [x, rois, idx], opset=16, coordinate_transformation_mode=ctm, **attrs
+    )
+    (y,) = run_ir("roi_align", [x, rois, idx], half_pixel=ctm == "half_pixel", **attrs)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

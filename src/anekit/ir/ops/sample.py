@@ -1,4 +1,4 @@
-"""Sampling an N-d image at given normalised coordinates (grid_sample, as ONNX and torch)."""
+"""Sampling images at computed positions: grid_sample (as ONNX and torch) and roi_align."""
 
 from __future__ import annotations
 
@@ -107,3 +107,101 @@ def grid_sample(x, grid, mode, padding_mode, align_corners):
         picked = x[(batch, slice(None), *index)]  # split advanced indices go first: [n, out..., c]
         y += np.where(inside[..., None], picked * weight[..., None].astype(np.float32), 0)
     return np.moveaxis(y, -1, 1)
+
+
+# --- roi_align --------------------------------------------------------------------------------
+
+
+def _roi_align_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    x, rois, idx = ins
+    float_only(ins, (0, 1))
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4:
+        raise InferError(f"roi_align takes x [N, C, H, W] and rois [R, 4], got {x} and {rois}")
+    if idx.dtype.name not in ("INT32", "INT64") or idx.shape != (rois.shape[0],):
+        raise InferError(f"batch_indices must be int32/int64 [{rois.shape[0]}], got {idx}")
+    if attrs["output_height"] <= 0 or attrs["output_width"] <= 0:
+        raise InferError("output_height and output_width must be positive")
+    shape = (rois.shape[0], x.shape[1], attrs["output_height"], attrs["output_width"])
+    return [TensorType(shape, x.dtype)]
+
+
+def _bilinear_axis(pos: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low index, high index, weight of high) along one axis, clamped as onnxruntime."""
+    pos = np.maximum(pos, 0.0)
+    low = np.floor(pos).astype(np.int64)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    frac = np.where(at_end, 0.0, pos - low)
+    return low, high, frac
+
+
+@declare(
+    "roi_align",
+    inputs=("x", "rois", "batch_indices"),
+    attrs=(
+        Attr("output_height", "int", 1),
+        Attr("output_width", "int", 1),
+        Attr("sampling_ratio", "int", 0, doc="samples per bin side; 0 = ceil(roi / output)"),
+        Attr("spatial_scale", "float", 1.0),
+        Attr("mode", "str", "avg", choices=("avg", "max")),
+        Attr("half_pixel", "bool", True, doc="shift ROI corners by -0.5 (else force ROIs >= 1)"),
+    ),
+    infer=_roi_align_infer,
+    kind="resize",
+)
+def roi_align(x, rois, batch_indices, output_height, output_width, sampling_ratio,
+              spatial_scale, mode, half_pixel):  # fmt: skip
+    """bilinear samples on a regular grid in each ROI bin, averaged (or maxed, onnxruntime's way:
+    the largest weighted corner) per bin"""
+    _, _, h, w = x.shape
+    ph, pw = output_height, output_width
+    box = rois.astype(np.float64) * spatial_scale - (0.5 if half_pixel else 0.0)
+    start_w, start_h = box[:, 0], box[:, 1]
+    roi_w, roi_h = box[:, 2] - start_w, box[:, 3] - start_h
+    if not half_pixel:
+        roi_w, roi_h = np.maximum(roi_w, 1.0), np.maximum(roi_h, 1.0)
+    bin_h, bin_w = roi_h / ph, roi_w / pw
+    if sampling_ratio > 0:
+        grid_h = np.full(len(box), sampling_ratio)
+        grid_w = grid_h
+    else:
+        grid_h = np.ceil(roi_h / ph).astype(np.int64)
+        grid_w = np.ceil(roi_w / pw).astype(np.int64)
+    count = np.maximum(grid_h * grid_w, 1).astype(np.float32)[:, None, None, None]
+    b = batch_indices.astype(np.int64)[:, None, None]
+    acc = np.zeros((len(box), ph, pw, x.shape[1]), dtype=np.float32)
+    if mode == "max":
+        acc[:] = -np.inf
+    rows, cols = np.arange(ph), np.arange(pw)
+    for iy in range(int(grid_h.max(initial=0))):  # one pass per sample position in a bin
+        y = (
+            start_h[:, None]
+            + rows * bin_h[:, None]
+            + (iy + 0.5) * (bin_h / np.maximum(grid_h, 1))[:, None]
+        )
+        y_lo, y_hi, ly = _bilinear_axis(y, h)
+        for ix in range(int(grid_w.max(initial=0))):
+            x_pos = (
+                start_w[:, None]
+                + cols * bin_w[:, None]
+                + (ix + 0.5) * (bin_w / np.maximum(grid_w, 1))[:, None]
+            )
+            x_lo, x_hi, lx = _bilinear_axis(x_pos, w)
+            inside = ((y >= -1) & (y <= h))[:, :, None] & ((x_pos >= -1) & (x_pos <= w))[:, None, :]
+            live = ((iy < grid_h) & (ix < grid_w))[:, None, None, None]
+            corners = []
+            for ys, wy in ((y_lo, 1 - ly), (y_hi, ly)):
+                for xs, wx in ((x_lo, 1 - lx), (x_hi, lx)):
+                    weight = np.where(inside, wy[:, :, None] * wx[:, None, :], 0.0)
+                    value = x[b, :, ys[:, :, None], xs[:, None, :]]  # [R, ph, pw, C]
+                    corners.append(weight[..., None].astype(np.float32) * value)
+            if mode == "avg":
+                acc += np.where(live, corners[0] + corners[1] + corners[2] + corners[3], 0.0)
+            else:
+                best = np.maximum(
+                    np.maximum(corners[0], corners[1]), np.maximum(corners[2], corners[3])
+                )
+                acc = np.where(live, np.maximum(acc, best), acc)
+    out = acc / count if mode == "avg" else np.where(np.isneginf(acc), 0.0, acc)
+    return np.moveaxis(out, -1, 1)

@@ -1,5 +1,5 @@
 """Converters for Resize, Upsample, the pixel shuffles (DepthToSpace, SpaceToDepth),
-GridSample and AffineGrid."""
+GridSample, AffineGrid and RoiAlign."""
 
 from __future__ import annotations
 
@@ -171,3 +171,22 @@ def affine_grid(cx: NodeContext):
     theta_t = cx.emit("transpose", [cx.input(0)], {"perm": (0, 2, 1)})
     grid = cx.emit("matmul", [base_c, theta_t])  # [N, positions, nd]
     return cx.emit("reshape", [grid], {"shape": (n, *spatial, nd)}, final=True)
+
+
+@converter("RoiAlign")
+def roi_align(cx: NodeContext):
+    # opset 10 had no coordinate mode and behaved as output_half_pixel
+    ctm = cx.attr(
+        "coordinate_transformation_mode", "half_pixel" if cx.opset >= 16 else "output_half_pixel"
+    )
+    if ctm not in ("half_pixel", "output_half_pixel"):
+        raise ModelError(f"unknown coordinate_transformation_mode '{ctm}'")
+    attrs = {
+        "output_height": cx.attr("output_height", 1),
+        "output_width": cx.attr("output_width", 1),
+        "sampling_ratio": cx.attr("sampling_ratio", 0),
+        "spatial_scale": cx.attr("spatial_scale", 1.0),
+        "mode": cx.attr("mode", "avg"),
+        "half_pixel": ctm == "half_pixel",
+    }
+    return cx.emit("roi_align", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
