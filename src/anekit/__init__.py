@@ -36,6 +36,20 @@ def from_torch(
     return _from_torch(module, example_inputs, input_names, **kwargs)
 
 
+def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A001
+    """Compile a model (Graph, ONNX path or ModelProto) for a chip: an `anekit.compiler.CompiledModel`."""
+    from anekit.compiler import compile as _compile
+
+    return _compile(model, target, **options)
+
+
+def load(path: Any, **options: Any) -> Any:
+    """Load a compiled bundle (``NAME.anekit``) or a MIL file as a runnable `anekit.runtime.Program`."""
+    from anekit.runtime import load as _load
+
+    return _load(path, **options)
+
+
 __all__ = [
     "AnekitError",
     "DType",
@@ -50,10 +64,12 @@ __all__ = [
     "UnsupportedModelError",
     "Value",
     "__version__",
+    "compile",
     "constant",
     "from_onnx",
     "from_torch",
     "graph",
     "input",
+    "load",
     "ops",
 ]

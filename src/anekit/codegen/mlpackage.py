@@ -157,10 +157,12 @@ def _build(
             ("input", p.name): func.inputs[input_names[p.name]] for p in manifest.inputs
         }
         for segment, program, reader in zip(manifest.segments, programs, weights, strict=True):
+            function = program.function(segment.function)
+            bypass = _padding_ops(function, segment)
             local: dict[str, Any] = {}
             for io in segment.inputs:
                 var = replay.cast(values[_key(io.source)], io.mil_dtype)
-                if io.padded:
+                if io.padded and io.mil_name not in bypass.values():
                     widths = [
                         w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
                     ]
@@ -171,12 +173,10 @@ def _build(
                         name=namer.fresh(f"s{segment.index}_{io.mil_name}_padded"),
                     )
                 local[io.mil_name] = var
-            _replay_function(
-                replay, program.function(segment.function), local, reader, f"s{segment.index}_"
-            )
+            _replay_function(replay, function, local, reader, f"s{segment.index}_", bypass)
             for io in segment.outputs:
                 var = local[io.mil_name]
-                if io.padded:
+                if io.padded and io.mil_name not in bypass:
                     var = mb.slice_by_size(x=var, begin=np.zeros(len(io.shape), np.int32),
                                            size=np.array(io.shape, np.int32),
                                            name=namer.fresh(f"s{segment.index}_{io.mil_name}_unpadded"))  # fmt: skip
@@ -190,15 +190,45 @@ def _build(
     return prog
 
 
+def _padding_ops(function: mil.Function, segment: Any) -> dict[str, str]:
+    """The ops that only add or strip engine I/O padding, which one function does not need:
+    output name -> the variable it merely passes on (the slice of a padded input, the pad of
+    a padded output). An input read by anything else keeps its padding."""
+    readers: dict[str, list[mil.Operation]] = {}
+    for op in function.operations:
+        for name in op.variables():
+            readers.setdefault(name, []).append(op)
+    found: dict[str, str] = {}
+    for io in segment.inputs:
+        ops = readers.get(io.mil_name, [])
+        if (
+            io.padded
+            and len(ops) == 1
+            and ops[0].op == "slice_by_size"
+            and ops[0].input("x") == mil.Var(io.mil_name)
+        ):
+            found[ops[0].outputs[0].name] = io.mil_name
+    producers = function.producers
+    for io in segment.outputs:
+        op = producers.get(io.mil_name)
+        if io.padded and op is not None and op.op == "pad" and isinstance(op.input("x"), mil.Var):
+            found[io.mil_name] = op.input("x").name  # type: ignore[union-attr]
+    return found
+
+
 def _replay_function(
     replay: _Replay,
     function: mil.Function,
     local: dict[str, Any],
     reader: BlobReader | None,
     prefix: str,
+    bypass: dict[str, str],
 ) -> None:
     mb = replay.mb
     for op in function.operations:
+        if op.outputs[0].name in bypass:  # padding for engine surfaces: pass the value on
+            local[op.outputs[0].name] = local[bypass[op.outputs[0].name]]
+            continue
         if op.op == "const":
             (out,) = op.outputs
             var = replay.const(op.attribute("val"), reader, replay.namer.fresh(prefix + out.name))

@@ -1,0 +1,138 @@
+"""`anekit compile MODEL -t TARGET -o OUT.anekit`: compile a model into a bundle (and an .mlpackage)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from anekit.cli.common import add_shape_option, parse_shapes, print_json
+from anekit.errors import AnekitError, ModelError
+
+MAX_CPU_ROWS = 10
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
+    )
+    p.add_argument("model", help="an ONNX model file")
+    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    p.add_argument(
+        "--output", "-o", metavar="OUT.anekit", help="bundle directory (default: MODEL.anekit)"
+    )
+    p.add_argument("--mlpackage", metavar="PATH", help="also export a Core ML .mlpackage")
+    p.add_argument(
+        "--weights",
+        choices=("fp16", "fp32"),
+        default="fp16",
+        help="how CPU segments store float weights (engine segments always use fp16)",
+    )
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_shape_option(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit import targets
+    from anekit.compiler import compile as compile_model
+    from anekit.runtime.compiled import save
+
+    target = targets.get(args.target)  # an unknown target fails before the model loads
+    path = Path(args.model)
+    if not path.is_file():
+        raise ModelError(f"model file '{path}' does not exist")
+    output = Path(args.output) if args.output else Path(f"{path.stem}.anekit")
+    if output.suffix != ".anekit":
+        raise AnekitError(f"the bundle '{output}' must end in .anekit")
+    if args.mlpackage and not args.mlpackage.endswith(".mlpackage"):
+        raise AnekitError(f"'{args.mlpackage}' must end in .mlpackage")
+    shapes = parse_shapes(args.shape) or None
+    with _progress(quiet=args.json) as step:
+        step("compiling", None)
+        compiled = compile_model(path, target, input_shapes=shapes)
+        step("emitting MIL", len(compiled.segments))
+        written = save(
+            compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
+        )
+        package = None
+        if args.mlpackage:
+            step("exporting the .mlpackage", None)
+            package = compiled.save_mlpackage(args.mlpackage)
+    if args.json:
+        print_json(_json(compiled, written, package))
+        return 0
+    _print_summary(compiled, written, package)
+    return 0
+
+
+def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
+    from anekit.formats.bundle import read_bundle
+
+    manifest = read_bundle(bundle, verify=False).manifest
+    return {
+        "bundle": str(bundle),
+        "mlpackage": str(package) if package else None,
+        "target": compiled.target.name,
+        "summary": dict(compiled.summary),
+        "segments": [
+            {"index": s.index, "device": s.device, "program": s.program, "weights": s.weights}
+            for s in manifest.segments
+        ],
+        "bytes": sum(f.size for f in manifest.files.values()),
+    }
+
+
+def _print_summary(compiled: Any, bundle: Path, package: Path | None) -> None:
+    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    ane = sum(1 for s in compiled.segments if s.device == "ane")
+    print(
+        f"wrote {bundle} for {compiled.target.name}: {len(compiled.segments)} segment(s) "
+        f"({ane} ANE, {len(compiled.segments) - ane} CPU), {size / 1e6:.1f} MB"
+    )
+    if package is not None:
+        print(f"wrote {package}")
+    print(compiled.summary_line())
+    cpu = [r for r in compiled.report["ops"] if r["placement"] == "cpu"]
+    for row in cpu[:MAX_CPU_ROWS]:
+        print(f"  cpu: {row['node']} ({row['op']}): {row['reason']}")
+    if len(cpu) > MAX_CPU_ROWS:
+        print(f"  ... and {len(cpu) - MAX_CPU_ROWS} more on the CPU (see `anekit check`)")
+
+
+Step = Callable[[str | None, int | None], None]
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool) -> Iterator[Step]:
+    """A progress bar on stderr (rich, when installed and stderr is a terminal).
+
+    ``step(label, n)`` starts a stage (``n``: its number of units, None for a spinner);
+    ``step(None, k)`` reports that ``k`` units of the stage are done.
+    """
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+    except ImportError:
+        Console = None  # noqa: N806
+    console = Console(stderr=True) if Console is not None else None
+    if quiet or console is None or not console.is_terminal:
+        yield lambda label, n: None
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        current: list[Any] = []  # the id of the running stage's task
+
+        def step(label: str | None, n: int | None) -> None:
+            if label is not None:
+                if current:
+                    bar.remove_task(current.pop())
+                current.append(bar.add_task(label, total=n))
+            elif current:
+                bar.update(current[0], completed=n)
+
+        yield step
+    sys.stderr.flush()
