@@ -72,7 +72,7 @@ def test_compile_then_run(
     assert program.target.name == "m1" and [s.device for s in program.segments][-1] == "cpu"
     inputs = ["--input", f"x={files['x']}", "--input", f"ids={files['ids']}"]
     npz = tmp_path / "out.npz"
-    assert main(["run", str(out), *inputs, "-o", str(npz)]) == 0
+    assert main(["run", str(out), *inputs, "--backend", "sim", "-o", str(npz)]) == 0
     printed = capsys.readouterr().out
     assert printed.splitlines()[0].startswith("y ") and "saved 2 output(s)" in printed
     feeds = {"x": np.load(files["x"]), "ids": np.load(files["ids"])}
