@@ -33,6 +33,8 @@ _IO_DTYPES: dict[int, DType] = {
 }
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 MIN_OPSET = 1
+# how an unknown input name is described, per option (the CLI's --shape feeds input_shapes)
+_OPTION_WORDS = {"input_shapes": "shapes were given for", "constant_inputs": "constant values were given for"}
 
 
 def from_onnx(
@@ -154,7 +156,7 @@ class Importer:
             unknown = sorted(set(given) - set(names))
             if unknown:
                 raise ModelError(
-                    f"{option} names {unknown}, which are not inputs of the model; its inputs are {names}"
+                    f"{_OPTION_WORDS[option]} {unknown}, which are not inputs of the model; its inputs are {names}"
                 )
         inputs = []
         for vi in graph_inputs:

@@ -247,7 +247,14 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a / b
 
 
+# Small integer exponents as multiplications: np.power with a float exponent is ~20x
+# slower (GPT-2's GELU computes x**3), and repeated products are exact in fp32 here.
+_SMALL_POWERS = {1.0: lambda a: a, 2.0: lambda a: a * a, 3.0: lambda a: a * a * a}
+
+
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f" and b.size == 1 and b.shape == () and float(b) in _SMALL_POWERS:
+        return _SMALL_POWERS[float(b)](a)
     if a.dtype.kind in "iu":
         if b.dtype.kind in "iu":
             return np.power(a, np.maximum(b, 0)).astype(a.dtype)
