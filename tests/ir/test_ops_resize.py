@@ -185,3 +185,16 @@ def test_roi_align_matches_onnxruntime(mode, ratio, ctm) -> None:
     )
     (y,) = run_ir("roi_align", [x, rois, idx], half_pixel=ctm == "half_pixel", **attrs)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deform_conv_matches_onnxruntime(with_mask) -> None:
+    x = RNG.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w = RNG.standard_normal((6, 2, 3, 2)).astype(np.float32)
+    offset = (RNG.standard_normal((2, 2 * 3 * 2 * 2, 3, 5)) * 1.5).astype(np.float32)
+    bias = RNG.standard_normal(6).astype(np.float32)
+    mask = RNG.uniform(0, 1, (2, 2 * 3 * 2, 3, 5)).astype(np.float32) if with_mask else None
+    attrs = dict(strides=(2, 1), pads=(1, 0, 0, 1), dilations=(1, 2), group=2, offset_group=2)
+    (ref,) = run_ort("DeformConv", [x, w, offset, bias, mask], opset=19, **attrs)
+    (y,) = run_ir("deform_conv", [x, w, offset, bias, mask], **attrs)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,5 @@
-"""Sampling images at computed positions: grid_sample (as ONNX and torch) and roi_align."""
+"""Sampling images at computed positions: grid_sample (as ONNX and torch), roi_align, and the
+deformable convolution."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import numpy as np
 
 from anekit.ir.ops._infer import Attrs, Types, float_only
+from anekit.ir.ops.conv import CONV_ATTRS, conv_geometry, conv_output_size
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
 _CUBIC_A = -0.75
@@ -205,3 +207,78 @@ def roi_align(x, rois, batch_indices, output_height, output_width, sampling_rati
                 acc = np.where(live, np.maximum(acc, best), acc)
     out = acc / count if mode == "avg" else np.where(np.isneginf(acc), 0.0, acc)
     return np.moveaxis(out, -1, 1)
+
+
+# --- deformable convolution -------------------------------------------------------------------
+
+
+def _deform_conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    x, w, offset = ins[:3]
+    bias, mask = (list(ins[3:]) + [None, None])[:2]
+    float_only(ins, range(len(ins)))
+    if x.rank != 4 or w.rank != 4:
+        raise InferError("deform_conv supports 2-d images: x [N, C, H, W], weight [M, C/g, kh, kw]")
+    g, og = attrs["group"], attrs["offset_group"]
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    if g <= 0 or og <= 0 or c % g or m % g or c % og or w.shape[1] * g != c:
+        raise InferError(f"channels {c} -> {m} do not fit group {g} and offset_group {og}")
+    strides, pads, dil = conv_geometry(2, attrs)
+    out = [
+        conv_output_size(d, k, strides[i], pads[i], pads[2 + i], dil[i])
+        for i, (d, k) in enumerate(((h, kh), (wd, kw)))
+    ]
+    if offset.shape != (n, og * kh * kw * 2, *out):
+        raise InferError(f"offset must be {[n, og * kh * kw * 2, *out]}, got {list(offset.shape)}")
+    if mask is not None and mask.shape != (n, og * kh * kw, *out):
+        raise InferError(f"mask must be {[n, og * kh * kw, *out]}, got {list(mask.shape)}")
+    if bias is not None and bias.shape != (m,):
+        raise InferError(f"bias must be [{m}], got {list(bias.shape)}")
+    return [TensorType((n, m, *out), x.dtype)]
+
+
+@declare(
+    "deform_conv",
+    inputs=("x", "weight", "offset", "bias?", "mask?"),
+    attrs=(*CONV_ATTRS, Attr("offset_group", "int", 1)),
+    infer=_deform_conv_infer,
+    kind="conv",
+)
+def deform_conv(x, weight, offset, bias, mask, strides, pads, dilations, group, offset_group):
+    """2-d convolution whose taps move by learned offsets (bilinear, zero outside), times mask"""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = weight.shape
+    og = offset_group
+    strides, pads, dil = conv_geometry(
+        2, {"strides": strides, "pads": pads, "dilations": dilations}
+    )
+    oh, ow = offset.shape[2:]
+    off = offset.reshape(n, og, kh, kw, 2, oh, ow)
+    mk = None if mask is None else mask.reshape(n, og, kh, kw, oh, ow)
+    xs = x.reshape(n, og, c // og, h, wd)
+    base_y = (np.arange(oh) * strides[0] - pads[0])[:, None]
+    base_x = (np.arange(ow) * strides[1] - pads[1])[None, :]
+    bi, gi = np.arange(n)[:, None, None, None], np.arange(og)[None, :, None, None]
+    wg = weight.reshape(group, m // group, cg, kh, kw)
+    y = np.zeros((n, group, m // group, oh * ow), dtype=np.float32)
+    for i in range(kh):  # one sampled column block per kernel tap
+        for j in range(kw):
+            py = base_y + i * dil[0] + off[:, :, i, j, 0]  # [n, og, oh, ow]
+            px = base_x + j * dil[1] + off[:, :, i, j, 1]
+            y0, x0 = np.floor(py), np.floor(px)
+            sample = np.zeros((n, og, oh, ow, c // og), dtype=np.float32)
+            for yy, wy in ((y0, 1 - (py - y0)), (y0 + 1, py - y0)):
+                for xx, wx in ((x0, 1 - (px - x0)), (x0 + 1, px - x0)):
+                    ok = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < wd)
+                    yi = np.clip(yy, 0, h - 1).astype(np.int64)
+                    xi = np.clip(xx, 0, wd - 1).astype(np.int64)
+                    val = xs[bi, gi, :, yi, xi]  # [n, og, oh, ow, c/og]
+                    sample += np.where(ok, wy * wx, 0.0)[..., None].astype(np.float32) * val
+            if mk is not None:
+                sample *= mk[:, :, i, j][..., None]
+            cols = np.moveaxis(sample, -1, 2).reshape(n, group, cg, oh * ow)
+            y += np.matmul(wg[None, :, :, :, i, j], cols)
+    y = y.reshape(n, m, oh, ow)
+    if bias is not None:
+        y = y + bias.reshape(1, m, 1, 1)
+    return y

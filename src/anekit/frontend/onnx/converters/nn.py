@@ -168,3 +168,23 @@ def conv_transpose(cx: NodeContext):
         "group": cx.attr("group", 1),
     }
     return cx.emit("conv_transpose", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
+
+
+@converter("DeformConv")
+def deform_conv(cx: NodeContext):
+    x_shape, w_shape = cx.shape(0), cx.shape(1)
+    sp = len(x_shape) - 2
+    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
+    strides = tuple(cx.attr("strides", (1,) * sp))
+    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    attrs = {
+        "strides": strides,
+        "pads": tuple(cx.attr("pads", (0,) * (2 * sp))),
+        "dilations": dilations,
+        "group": cx.attr("group", 1),
+        "offset_group": cx.attr("offset_group", 1),
+    }
+    if kernel != tuple(w_shape[2:]):
+        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
+    ins = [cx.input(i) for i in range(5)]
+    return cx.emit("deform_conv", ins, attrs, final=True)
