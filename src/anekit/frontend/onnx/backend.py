@@ -29,13 +29,18 @@ SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
 }  # fmt: skip
 
 
-# Ops whose output depends only on the shapes of their inputs, never on the values.
-_SHAPE_ONLY = {"Shape", "Size", "EyeLike"}
+# Inputs whose values an op never reads (only their shape or element type).
+_VALUE_FREE: dict[str, tuple[int, ...]] = {
+    "Shape": (0,),
+    "Size": (0,),
+    "EyeLike": (0,),
+    "CastLike": (1,),
+}
 
 
 def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
     """Graph inputs whose values reach a shape-argument position, directly or through
-    other nodes (e.g. a window size cast and fed to Range); Shape/Size stop the trace."""
+    other nodes (e.g. a window size cast and fed to Range); value-free inputs stop the trace."""
     graph = model.graph
     graph_inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
     producer = {out: node for node in graph.node for out in node.output if out}
@@ -55,8 +60,9 @@ def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
         if name in graph_inputs:
             found.add(name)
         node = producer.get(name)
-        if node is not None and node.op_type not in _SHAPE_ONLY:
-            pending.extend(i for i in node.input if i)
+        if node is not None:
+            skip = _VALUE_FREE.get(node.op_type, ())
+            pending.extend(i for k, i in enumerate(node.input) if i and k not in skip)
     return found
 
 
