@@ -4,13 +4,14 @@ the ONNX node cases leave out (ceil mode with pads, indices with dilation, group
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.registry import InferError, TensorType, infer_types
 from tests.ir.ort_oracle import run_ir, run_ort, types
 
-pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime")
 
 
 RNG = np.random.default_rng(7)
@@ -164,3 +165,48 @@ def test_inference_errors_name_the_problem(op, shapes, attrs, message) -> None:
 def test_pool_rejects_int_average() -> None:
     with pytest.raises(InferError, match="float tensor"):
         infer_types("avg_pool", [TensorType((1, 1, 4, 4), to_dtype("int32"))], {"kernel": (2, 2)})
+
+
+def _light_layer_configs() -> list[tuple[str, onnx.NodeProto, tuple[int, ...]]]:
+    """Every distinct pooling/LRN layer of onnx's bundled light models with its input shape."""
+    import glob
+    import os
+
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
+    seen, configs = set(), []
+    for path in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
+        model = onnx.shape_inference.infer_shapes(onnx.load(path))
+        shapes = {
+            vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+            for vi in [*model.graph.value_info, *model.graph.input]
+        }
+        for node in model.graph.node:
+            if node.op_type not in ("MaxPool", "AveragePool", "GlobalAveragePool", "LRN"):
+                continue
+            key = (node.op_type, shapes[node.input[0]], str(node.attribute))
+            if key not in seen:
+                seen.add(key)
+                configs.append((os.path.basename(path), node, shapes[node.input[0]]))
+    return configs
+
+
+@pytest.mark.parametrize(
+    ("model", "node", "shape"),
+    _light_layer_configs(),
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_light_model_layers_match_onnxruntime(model, node, shape) -> None:
+    from anekit.frontend.onnx import from_onnx
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    layer = onnx.helper.make_node(node.op_type, ["x"], ["y"])
+    layer.attribute.extend(node.attribute)
+    graph = onnx.helper.make_graph(
+        [layer], "g", [onnx.helper.make_tensor_value_info("x", 1, shape)],
+        [onnx.helper.make_empty_tensor_value_info("y")],
+    )  # fmt: skip
+    m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 9)], ir_version=7)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"x": x})
+    (y,) = from_onnx(m).run({"x": x}).values()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
