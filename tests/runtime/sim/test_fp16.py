@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anekit.runtime.sim.fp16 import FP16_MAX, is_fp16_exact, round_to_fp16
+from anekit.runtime.sim.fp16 import FP16_MAX, is_fp16_exact, round_to_fp16, widen_fp16
 
 
 def numpy_round(values: np.ndarray) -> np.ndarray:
@@ -71,3 +71,10 @@ def test_shapes_and_non_contiguous_input(shape: tuple[int, ...]) -> None:
     if values.ndim == 3:
         strided = values[:, :, ::2]
         assert same_bits(round_to_fp16(strided), numpy_round(strided))
+
+
+def test_widening_every_fp16_value_is_exact() -> None:
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = widen_fp16(every.reshape(256, 256)[:, ::-1])  # non-contiguous too
+    assert got.dtype == np.float32 and got.shape == (256, 256)
+    assert same_bits(got, every.reshape(256, 256)[:, ::-1].astype(np.float32))

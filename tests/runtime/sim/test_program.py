@@ -336,3 +336,20 @@ def test_program_value_equality_is_unchanged_by_loading() -> None:
     program = function(mil.operation("relu", ("y", T16), {"x": "x"}))
     SimProgram(program)
     assert program == replace(program)
+
+
+def test_outputs_never_alias_each_other_or_constants() -> None:
+    c = np.arange(4, dtype=np.float32).reshape(1, 4)
+    ops = (
+        mil.const("c", c),
+        mil.operation("relu", ("a", T32), {"x": "x"}),
+        mil.operation("identity", ("b", T32), {"x": "a"}),  # the very same array as a
+        mil.operation("identity", ("k", T32), {"x": "c"}),  # folded: a constant
+    )
+    prog = SimProgram(function(*ops, inputs=(("x", T32),), outputs=("a", "b", "k")))
+    first = prog.run({"x": np.ones((1, 4))})
+    assert first["a"] is not first["b"] and first["a"].flags.writeable
+    first["a"][...] = -1
+    first["k"][...] = -1
+    np.testing.assert_array_equal(first["b"], np.ones((1, 4)))
+    np.testing.assert_array_equal(prog.run({"x": np.ones((1, 4))})["k"], c)

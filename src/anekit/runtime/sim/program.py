@@ -19,18 +19,17 @@ import numpy as np
 from anekit.errors import InputError
 from anekit.formats.mil import Program, ScalarType, TensorType, parse, parse_file
 
-from .fp16 import narrow_to_float16, round_to_fp16
-from .plan import (
+from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
-    Plan,
     apply,
     check_output,
     kernel_error,
-    load_plan,
     shape_matches,
     storage_shape,
 )
+from .fp16 import narrow_to_float16, round_to_fp16, widen_fp16
+from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
 
 
@@ -92,6 +91,13 @@ class SimProgram:
             self._plan: Plan = load_plan(self.function, blobs, self._source)
         finally:
             blobs.close()
+        # constants a kernel could hand back unchanged: outputs that are one of them are copied
+        self._constants = frozenset(
+            id(v)
+            for step in self._plan.steps
+            for v in (*step.known.values(), *(v for _, items in step.variadic for _, v in items))
+            if isinstance(v, np.ndarray)
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, function: str = "main") -> SimProgram:
@@ -177,7 +183,7 @@ class SimProgram:
                 )
         if dtype == "fp16":
             if array.dtype == np.float16:
-                array = array.astype(np.float32)
+                array = widen_fp16(array)
             else:
                 array = round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
         else:
@@ -229,17 +235,26 @@ class SimProgram:
                 for slot in step.frees:
                     env[slot] = None
         results: dict[str, np.ndarray] = {}
+        handed: set[int] = set(self._constants)
         for name, slot, known in plan.outputs:
             value = known if slot == NO_SLOT else env[slot]
-            results[name] = self._output(name, value, fp32_outputs)
+            results[name] = self._output(name, value, fp32_outputs, slot != NO_SLOT, handed)
         return results
 
-    def _output(self, name: str, value: Any, fp32_outputs: bool) -> Any:
+    def _output(
+        self, name: str, value: Any, fp32_outputs: bool, computed: bool, handed: set[int]
+    ) -> Any:
+        """An output the caller owns: a writeable array, never shared with the program."""
         if isinstance(value, str) or not isinstance(value, np.ndarray):
             return value
         dtype = storage_shape(self._plan.output_types[name])[1]
         if dtype == "fp16" and not fp32_outputs:
             return narrow_to_float16(value)
+        if computed and value.flags.owndata and id(value) not in handed:
+            # made by this run and not handed out twice: no copy needed
+            handed.add(id(value))
+            value.flags.writeable = True
+            return value
         return value.copy()
 
 

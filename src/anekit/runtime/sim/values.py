@@ -16,7 +16,6 @@ and size against the file; its dtype and element count must match the declared t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,7 @@ import numpy as np
 
 from anekit.errors import FormatError
 from anekit.formats.blob import BlobReader
-from anekit.formats.mil import (
-    ArgList,
-    BlobFile,
-    DictValue,
-    ListValue,
-    Scalar,
-    Tensor,
-    TensorType,
-    TupleValue,
-    Var,
-)
+from anekit.formats.mil import BlobFile, DictValue, ListValue, Scalar, Tensor, TupleValue
 
 from .fp16 import widen_fp16
 
@@ -185,15 +174,3 @@ def literal_dtype(value: Any) -> str:
     if isinstance(value, (Scalar, Tensor, BlobFile)):
         return value.dtype
     raise FormatError(f"{type(value).__name__} literals are not supported by the simulator")
-
-
-def literal_type(value: Any) -> Any:
-    return value.type
-
-
-Arg = Var | ArgList | Scalar | Tensor | BlobFile
-Decoder = Callable[[Any], Any]
-
-
-def is_tensor_type(t: Any) -> bool:
-    return isinstance(t, TensorType)

@@ -29,8 +29,22 @@ def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if x.dtype.kind != "f" and np.any(np.asarray(y) < 0):
-        raise ValueError("an int32 cannot be raised to a negative power")
+    if x.dtype.kind != "f":
+        if np.any(np.asarray(y) < 0):
+            raise ValueError("an int32 cannot be raised to a negative power")
+        return np.power(x, y)
+    if y.ndim == 0 and x.ndim:
+        # small integer exponents (GELU's x**3) by multiplication: numpy's float32 power is
+        # a generic routine some 30 times slower
+        e = float(y)
+        if e == 2.0:
+            return x * x
+        if e == 3.0:
+            return x * x * x
+        if e == 1.0:
+            return x.copy()
+        if e == 0.5:
+            return np.sqrt(x)
     return np.power(x, y)
 
 
