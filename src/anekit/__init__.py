@@ -16,7 +16,6 @@ from anekit.errors import (
 from anekit.frontend.builder import Tensor, constant, graph, input, ops
 from anekit.ir import DType, Graph, Node, Value
 
-
 __version__ = "0.1.0"
 
 
@@ -43,6 +42,15 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
     return _compile(model, target, **options)
 
 
+def __getattr__(name: str) -> Any:
+    """`anekit.CompiledModel`, imported on first use (the compiler pulls in every pass)."""
+    if name == "CompiledModel":
+        from anekit.compiler import CompiledModel
+
+        return CompiledModel
+    raise AttributeError(f"module 'anekit' has no attribute '{name}'")
+
+
 def load(path: Any, **options: Any) -> Any:
     """Load a compiled bundle (``NAME.anekit``) or a MIL file as a runnable `anekit.runtime.Program`."""
     from anekit.runtime import load as _load
@@ -52,6 +60,7 @@ def load(path: Any, **options: Any) -> Any:
 
 __all__ = [
     "AnekitError",
+    "CompiledModel",
     "DType",
     "FormatError",
     "Graph",

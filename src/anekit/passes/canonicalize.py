@@ -36,7 +36,8 @@ def eliminate_common(graph: Graph, ctx: PassContext) -> Graph:
     """Nodes that compute the same value as an earlier node read that node's outputs instead."""
     rw = Rewriter(graph, ctx)
     seen: dict[Hashable, Node] = {}
-    for node in graph.nodes:
+    for stale in graph.nodes:
+        node = rw.node(stale.name)  # its inputs may already read merged values
         key = _key(rw, node)
         if key is None:
             continue

@@ -184,12 +184,15 @@ def merge_reshapes(rw: Rewriter, node: Node) -> bool:
 
 @rule("reshape")
 def sink_transpose(rw: Rewriter, node: Node) -> bool:
-    """reshape(transpose(x)) read by a transpose -> transpose(reshape(x)), which then merges."""
+    """reshape(transpose(x)) read by transposes -> transpose(reshape(x)), which then merges.
+
+    The first transpose may have other readers: each rewritten branch loses one transpose.
+    """
     prev = rw.producer(node.inputs[0])
-    after = rw.sole_user(node.output)
-    if prev is None or prev.op != "transpose" or after is None or after.op != "transpose":
+    readers = rw.users(node.output)
+    if prev is None or prev.op != "transpose" or rw.is_output(node.output) or not readers:
         return False
-    if not rw.single_use(prev.output):
+    if any(r.op != "transpose" for r in readers):
         return False
     found = transpose_then_reshape(rw.shape(prev.inputs[0]), _perm(prev), rw.shape(node.output))
     if found is None:
@@ -211,7 +214,7 @@ def hoist_transpose(rw: Rewriter, node: Node) -> bool:
     if r is None or r.op != "reshape" or not rw.single_use(r.output):
         return False
     first = rw.producer(r.inputs[0])
-    if first is None or first.op != "transpose" or not rw.single_use(first.output):
+    if first is None or first.op != "transpose":
         return False
     found = reshape_then_transpose(rw.shape(r.inputs[0]), rw.shape(r.output), _perm(node))
     if found is None:

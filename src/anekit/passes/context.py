@@ -24,6 +24,9 @@ class PassOptions:
     mask_value: float = -1e4
     # Replace exact (erf) GELU by its tanh form when the target lacks the MIL gelu op.
     approximate_gelu: bool = True
+    # Decompose a softmax the target gates off (else it runs on the CPU, as Apple's own
+    # validator would send it).
+    decompose_gated_softmax: bool = True
     # Canonicalization stops after this many sweeps even if rules still fire.
     max_sweeps: int = 32
 

@@ -156,7 +156,7 @@ def _softmax_parts(e: _Emit, x: str, axis: int) -> tuple[str, str]:
 
 @rule("softmax")
 def decompose_softmax(rw: Rewriter, node: Node) -> bool:
-    if rw.ctx.target.features.softmax:
+    if rw.ctx.target.features.softmax or not rw.ctx.options.decompose_gated_softmax:
         return False
     e = _Emit(rw, node)
     shifted, total = _softmax_parts(e, node.inputs[0], node.attrs["axis"])

@@ -56,6 +56,11 @@ def _folded_reason(ctx: PassContext, origin: str, holders: Sequence[Node]) -> st
     return _notes(ctx, origin, ("folded",))
 
 
+def _primary(node: Node) -> tuple[str, ...]:
+    """The original nodes a node implements itself (a layer's epilogue and weights excluded)."""
+    return node.attrs["main_origin"] if node.op == "ane_layer" else node.origin
+
+
 def _device(ctx: PassContext, node: Node) -> str:
     """Where the segment pass placed ``node`` (before it runs: layers on the engine)."""
     placed = ctx.placement.get(node.name)
@@ -86,16 +91,24 @@ def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
             reason = f"{ev.detail} ({ev.pass_name})" if ev else "removed"
             rows.append(OpReport(s.name, s.op, "removed", None, reason))
             continue
-        cpu = [h for h in hs if _device(ctx, h) == "cpu"]
-        if cpu:
-            rows.append(OpReport(s.name, s.op, "cpu", _names(cpu), _reason(ctx, cpu[0])))
-            continue
-        mains = [h for h in hs if h.op == "ane_layer" and s.name in LayerView(h).main_origin]
-        if mains:
+        mains = [h for h in hs if s.name in _primary(h)]
+        cpu_mains = [h for h in mains if _device(ctx, h) == "cpu"]
+        if cpu_mains:
+            rows.append(
+                OpReport(s.name, s.op, "cpu", _names(cpu_mains), _reason(ctx, cpu_mains[0]))
+            )
+        elif mains:
             note = _notes(ctx, s.name, ("split", "decomposed", "rewritten"))
             rows.append(OpReport(s.name, s.op, "ane", _names(mains), note))
+        elif all(_device(ctx, h) == "cpu" for h in hs):
+            why = f"folded into '{hs[0].name}', which runs on the CPU: {_reason(ctx, hs[0])}"
+            rows.append(OpReport(s.name, s.op, "cpu", _names(hs), why))
         else:
-            reason = _folded_reason(ctx, s.name, hs)
+            notes = [
+                _folded_reason(ctx, s.name, hs),
+                _notes(ctx, s.name, ("decomposed", "rewritten")),
+            ]
+            reason = "; ".join(n for n in notes if n) or None
             rows.append(OpReport(s.name, s.op, "folded", _names(hs), reason))
     return rows
 

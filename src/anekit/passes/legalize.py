@@ -105,7 +105,8 @@ def _join(rw: Rewriter, node: Node, parts: list[str], axis: int) -> None:
     attrs = layer_attrs("concat", {"axis": axis}, len(parts), late, "concat", ())
     types = [rw.value(p).type for p in parts]
     norm, _ = infer_types("ane_layer", types, attrs)
-    rw.put(Node("ane_layer", node.name, tuple(parts), node.outputs, norm, node.origin))
+    origin = tuple(dict.fromkeys(o for step in late for o in step.origin))
+    rw.put(Node("ane_layer", node.name, tuple(parts), node.outputs, norm, origin))
 
 
 def _balanced(total: int, pieces: int) -> list[tuple[int, int]]:

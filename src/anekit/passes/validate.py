@@ -184,7 +184,21 @@ def _pool(view: LayerView, graph: Graph, t: Target) -> Reject | None:
     return _kernel_check(tuple(view.main_attrs["kernel"]), t, "pool")
 
 
+def _resize(view: LayerView, graph: Graph, t: Target) -> Reject | None:
+    """The texture engine resamples H and W of a rank-4 tensor, nearest or bilinear."""
+    at = view.main_attrs
+    src = graph.values[view.main_inputs[0]].shape
+    if at["mode"] not in ("nearest", "linear") or at["antialias"]:
+        mode = "antialiased " + at["mode"] if at["antialias"] else at["mode"]
+        return Reject("resize-mode", f"resize mode {mode} is not supported on this architecture")
+    if len(src) != 4 or tuple(at["sizes"][:2]) != tuple(src[:2]):
+        return Reject("resize-axes", "resize is only supported on the height and width axes")
+    return None
+
+
 def _texture(view: LayerView, graph: Graph, t: Target) -> Reject | None:
+    if view.main == "resize":
+        return _resize(view, graph, t)
     if (
         view.main == "pad"
         and view.main_attrs["mode"] != "constant"
