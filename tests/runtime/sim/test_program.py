@@ -115,7 +115,8 @@ def test_multi_function_program_and_run_function() -> None:
     out = run_function(program, {"x": x, "bias": bias}, function="prefill")
     s = (x + 1).astype(np.float16)
     np.testing.assert_array_equal(out["s"], s)
-    want = 1 / (1 + np.exp(-s.astype(np.float64)))
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-s.astype(np.float64)))
     assert_fp16_within(out["y"], want, 1)
     assert list(out) == ["y", "s"]
     empty = run_function(program, {}, function="empty")
@@ -288,7 +289,8 @@ def test_feeds_are_rounded_to_fp16_and_outputs_are_fresh_arrays() -> None:
     prog = relu_program()
     x = np.array([[0.1, -1, 70000, 1 / 3]])  # float64 feed: rounded once to fp16
     out = prog.run({"x": x})["y"]
-    np.testing.assert_array_equal(out, np.maximum(x.astype(np.float16), 0))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(out, np.maximum(x.astype(np.float16), 0))
     wide = prog.run({"x": x}, fp32_outputs=True)["y"]
     assert wide.dtype == np.float32
     np.testing.assert_array_equal(wide, out.astype(np.float32))
@@ -353,3 +355,32 @@ def test_outputs_never_alias_each_other_or_constants() -> None:
     first["k"][...] = -1
     np.testing.assert_array_equal(first["b"], np.ones((1, 4)))
     np.testing.assert_array_equal(prog.run({"x": np.ones((1, 4))})["k"], c)
+
+
+@pytest.mark.parametrize(
+    "op, inputs, consts, message",
+    [
+        ("fill", {}, {"shape": np.array([2**30, 2**30], np.int32), "value": 1.0},
+         "more than the simulator's limit"),
+        ("tile", {"x": np.ones((1, 4), np.float32)}, {"reps": np.array([2**20, 2**20], np.int32)},
+         "more than the simulator's limit"),
+        ("one_hot", {"indices": np.zeros(4, np.int32)}, {"one_hot_vector_size": 2**30},
+         "more than the simulator's limit"),
+        ("range_1d", {}, {"start": 0, "end": 2**31 - 1, "step": 1}, "more than the simulator's limit"),
+        ("pad", {"x": np.ones((1, 4), np.float32)}, {"pad": np.array([2**30, 2**30], np.int32)},
+         "more than the simulator's limit"),
+        ("upsample_nearest_neighbor", {"x": np.ones((1, 1, 4, 4), np.float32)},
+         {"scale_factor_height": 1e6, "scale_factor_width": 1e6}, "more than the simulator's limit"),
+        ("reshape", {"x": np.ones((1, 4), np.float32)}, {"shape": np.array([-1, -1], np.int32)},
+         "more than one -1"),
+        ("conv", {"x": np.ones((1, 1, 4, 4), np.float32)},
+         {"weight": np.ones((1, 1, 9, 9), np.float32)}, "smaller than the kernel extent"),
+    ],
+)  # fmt: skip
+def test_hostile_sizes_are_format_errors_not_memory_errors(op, inputs, consts, message) -> None:
+    from tests.runtime.sim.milops import run_mil
+
+    # the declared output type fits (int32 for one_hot's and range's ints); only the size is bad
+    dtype = np.int32 if op in ("one_hot", "range_1d") else np.float32
+    with pytest.raises(FormatError, match=message):
+        run_mil(op, inputs, consts, np.zeros((1,), dtype))
