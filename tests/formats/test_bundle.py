@@ -282,12 +282,12 @@ def test_a_failed_write_leaves_the_old_bundle_whole(
     contents = writer.build_bundle(g, targets.get("m1"), [whole_graph_segment(g)])
     calls = []
 
-    def failing(path: Path, data: bytes) -> None:
+    def failing(path: Path, data: writer.FileData) -> None:
         calls.append(path)
         if len(calls) == 2:
             raise OSError("disk full")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        path.write_bytes(data.to_bytes())
 
     monkeypatch.setattr(writer, "_write", failing)
     with pytest.raises(OSError, match="disk full"):

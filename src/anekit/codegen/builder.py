@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.codegen.names import Namer
-from anekit.formats.blob import BlobWriter
+from anekit.codegen.weights import WeightFile
 from anekit.formats.mil import (
     ArgList,
     Binding,
@@ -92,9 +92,11 @@ class FunctionBuilder:
         self.weight_dtype = "fp16" if float_dtype == "fp16" else weight_dtype
         self.namer = Namer()
         self.operations: list[Operation] = []
-        self.blobs = BlobWriter()
+        self.blobs = WeightFile()
         self._params: dict[tuple, str] = {}
         self._tensors: dict[str, str] = {}  # IR constant name -> MIL var
+        # const op name -> the IR constant it holds unchanged (for checks of the weight.bin)
+        self.ir_constants: dict[str, str] = {}
 
     # --- types ---------------------------------------------------------------------------
 
@@ -205,6 +207,7 @@ class FunctionBuilder:
             )
             if ir_name is not None:
                 self._tensors[ir_name] = var
+                self.ir_constants[blob] = ir_name
             return var
         typed = self._cast(array, dtype)
         name = self.namer.fresh(hint)
@@ -219,6 +222,7 @@ class FunctionBuilder:
         var = self._const(name, literal)  # type: ignore[arg-type]
         if ir_name is not None:
             self._tensors[ir_name] = var
+            self.ir_constants[var] = ir_name
         return var
 
     def _const(self, name: str, literal: Scalar | Tensor | BlobFile) -> str:

@@ -12,13 +12,14 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit import __version__
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
+from anekit.codegen.weights import WeightFile
 from anekit.errors import AnekitError
 from anekit.formats.bundle import (
     MANIFEST,
@@ -45,12 +46,51 @@ _VOLATILE = ("seconds", "time", "elapsed", "_ms", "_us")
 
 
 @dataclass(frozen=True)
+class FileData:
+    """One file of a bundle in memory, as chunks (large weights are not copied)."""
+
+    chunks: tuple[bytes | memoryview, ...]
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes | WeightFile) -> FileData:
+        if isinstance(data, WeightFile):
+            return cls(tuple(data.chunks()), data.size, data.sha256())
+        return cls((data,), len(data), hashlib.sha256(data).hexdigest())
+
+    def to_bytes(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)  # type: ignore[return-value]
+
+
+class _Bytes(Mapping[str, bytes]):
+    """Relative path -> the file's bytes, joined when asked for."""
+
+    def __init__(self, data: Mapping[str, FileData]):
+        self._data = data
+
+    def __getitem__(self, rel: str) -> bytes:
+        return self._data[rel].to_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass(frozen=True)
 class BundleContents:
-    """A bundle in memory: its manifest, every file's bytes, and the programs as trees."""
+    """A bundle in memory: its manifest, every file, and the programs as trees."""
 
     manifest: Manifest
-    files: Mapping[str, bytes]  # relative path -> bytes (manifest.json included)
+    data: Mapping[str, FileData]  # relative path -> file (manifest.json included)
     segments: tuple[EmittedSegment, ...]
+
+    @property
+    def files(self) -> Mapping[str, bytes]:
+        """Relative path -> bytes (weights are joined on access: prefer ``data`` for size)."""
+        return _Bytes(self.data)
 
     @property
     def programs(self) -> tuple[Program, ...]:
@@ -84,14 +124,14 @@ def build_bundle(
         emitted.append(emit_segment(graph, segment, target, weights=weights))
         if progress is not None:
             progress(k + 1, len(segments))
-    files: dict[str, bytes] = {}
+    files: dict[str, FileData] = {}
     entries: list[SegmentEntry] = []
     produced: dict[str, tuple[int, str]] = {}
     graph_inputs = set(graph.input_names)
     for s in emitted:
-        files[program_path(s.index)] = s.text.encode()
-        if s.weights is not None:
-            files[weights_path(s.index)] = s.weights
+        files[program_path(s.index)] = FileData.of(s.text.encode())
+        if s.weight_file is not None:
+            files[weights_path(s.index)] = FileData.of(s.weight_file)
         ins = tuple(_io(p, _source(p.value, graph_inputs, produced, s.index)) for p in s.inputs)
         outs = tuple(_io(p, None) for p in s.outputs)
         for p in s.outputs:
@@ -101,7 +141,7 @@ def build_bundle(
                 index=s.index,
                 device=s.device,
                 program=program_path(s.index),
-                weights=weights_path(s.index) if s.weights is not None else None,
+                weights=weights_path(s.index) if s.weight_file is not None else None,
                 function="main",
                 nodes=len(s.nodes),
                 inputs=ins,
@@ -110,7 +150,7 @@ def build_bundle(
                 output_alloc_bytes=s.output_alloc_bytes,
             )
         )
-    files[REPORT] = canonical_json(deterministic(dict(report or {})))
+    files[REPORT] = FileData.of(canonical_json(deterministic(dict(report or {}))))
     manifest = Manifest(
         model=graph.name or "model",
         generator=f"anekit {__version__}",
@@ -126,12 +166,9 @@ def build_bundle(
             for v in graph.outputs
         ),
         segments=tuple(entries),
-        files={
-            rel: FileEntry(hashlib.sha256(data).hexdigest(), len(data))
-            for rel, data in files.items()
-        },
+        files={rel: FileEntry(f.sha256, f.size) for rel, f in files.items()},
     )
-    files[MANIFEST] = manifest.to_bytes()
+    files[MANIFEST] = FileData.of(manifest.to_bytes())
     return BundleContents(manifest, files, tuple(emitted))
 
 
@@ -148,11 +185,11 @@ def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path
         )
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     try:
-        for rel, data in sorted(contents.files.items()):
+        for rel, data in sorted(contents.data.items()):
             if rel == MANIFEST:
                 continue
             _write(tmp / rel, data)
-        _write(tmp / MANIFEST, contents.files[MANIFEST])  # last: a bundle is whole once it has one
+        _write(tmp / MANIFEST, contents.data[MANIFEST])  # last: a bundle is whole once it has one
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
@@ -182,10 +219,11 @@ def deterministic(data: Any) -> Any:
     return data
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: FileData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        f.write(data)
+        for chunk in data.chunks:
+            f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
 

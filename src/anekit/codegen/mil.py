@@ -21,9 +21,10 @@ Rules (FACTS sections 1 and 3, the Orion constraint catalog):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 from anekit import __version__
 from anekit.codegen.builder import Arg, FunctionBuilder, mil_type
 from anekit.codegen.lower import Call, lower_call
+from anekit.codegen.weights import WeightFile
 from anekit.errors import ModelError
 from anekit.formats.mil import Binding, Function, Program, print_program
 from anekit.ir.graph import Graph
@@ -102,17 +104,24 @@ class EmittedSegment:
     index: int
     device: str
     program: Program
-    weights: bytes | None
+    weight_file: WeightFile | None
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     input_alloc_bytes: int | None
     output_alloc_bytes: int | None
     nodes: tuple[str, ...]
     legacy_scalars: bool = False
+    # const op name -> the IR constant it holds unchanged (the rest are derived from them)
+    constants: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @cached_property
     def text(self) -> str:
         return print_program(self.program, legacy_scalars=self.legacy_scalars)
+
+    @property
+    def weights(self) -> bytes | None:
+        """The weight.bin's bytes (joined on each access; None when the program has no blobs)."""
+        return None if self.weight_file is None else self.weight_file.to_bytes()
 
 
 def padded_shape(shape: tuple[int, ...], dtype: str, min_bytes: int) -> tuple[int, ...]:
@@ -210,13 +219,14 @@ def emit_segment(
         index=segment.index,
         device=device,
         program=program,
-        weights=b.blobs.to_bytes() if len(b.blobs) else None,
+        weight_file=b.blobs if len(b.blobs) else None,
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         input_alloc_bytes=_alloc(inputs, min_bytes) if engine else None,
         output_alloc_bytes=_alloc(outputs, min_bytes) if engine else None,
         nodes=tuple(segment.nodes),
         legacy_scalars=target.mil.program_version == "1.0",
+        constants=MappingProxyType(dict(b.ir_constants)),
     )
 
 
