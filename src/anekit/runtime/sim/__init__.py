@@ -7,10 +7,22 @@ Example::
     prog = SimProgram.load("model.mil")          # @model_path = the file's directory
     outputs = prog.run({"x": x})                 # dict: output name -> array
 
-Loading checks the whole program at once (every unsupported op listed together, input
-domains, declared output dtypes) and reads every weight; ``run`` can then be called many
-times. See :mod:`.program` for the numerics and :mod:`.values` for how BLOBFILE weights are
-confined to the program's directory.
+Numerics (the fp16 policy):
+
+- every fp16-typed value is stored as float32 holding an fp16 value; an op widens nothing
+  (fp16 values are exact in float32), computes in float32 (matmuls and convs through BLAS
+  sgemm with fp32 accumulation; a few ops whose formula cancels badly, such as erf-GELU, in
+  float64) and its fp16 results are rounded once, to nearest even;
+- overflow gives +-infinity, as IEEE conversion does; nothing saturates at 65504 (clamping
+  before softmax or a normalisation is a model-side practice, FACTS section 3);
+- fp32 values stay fp32, integers and bools keep their types; ops that only move or select
+  values (reshape, slice, gather, max_pool, relu...) are not rounded at all.
+
+Loading checks the whole program at once (every unsupported op listed together, inputs,
+constness and type domains from Apple's iOS 15-18 definitions, the dtypes the program
+declares) and reads every weight; ``run`` can then be called many times, and checks each
+result's shape against its declaration. :mod:`.values` confines BLOBFILE weights to the
+program's directory.
 """
 
 from __future__ import annotations
