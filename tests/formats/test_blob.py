@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
 import struct
 from pathlib import Path
 from types import ModuleType
@@ -20,17 +17,12 @@ from anekit.formats.blob import DTYPES_BY_CODE, BlobReader, BlobWriter
 
 
 def _load_milstorage() -> ModuleType:
-    """coremltools' pybind blob module, loaded without importing coremltools (and torch)."""
-    spec = importlib.util.find_spec("coremltools")
-    if spec is None or spec.origin is None:
-        pytest.skip("coremltools (the 'coreml' extra) is not installed")
-    found = glob.glob(os.path.join(os.path.dirname(spec.origin), "libmilstoragepython*"))
-    assert found, "coremltools is installed but has no libmilstoragepython extension"
-    mod_spec = importlib.util.spec_from_file_location("libmilstoragepython", found[0])
-    assert mod_spec is not None and mod_spec.loader is not None
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
-    return module
+    """coremltools' pybind blob module (the 'coreml' extra).
+
+    Imported under its package name only: pybind refuses to register the same types
+    twice, so loading the extension under a second name breaks every later user.
+    """
+    return pytest.importorskip("coremltools.libmilstoragepython")
 
 
 @pytest.fixture(scope="module")
