@@ -212,6 +212,46 @@ def _einsum(rng, equation, *shapes):  # noqa: ANN001, ANN002, ANN202
     return g, {f"x{i}": _rng_array(rng, s) for i, s in enumerate(shapes)}
 
 
+def _recurrent(
+    rng, op, *, direction="forward", layout=0, peepholes=False, initial=False, lengths=None, **attrs
+):  # noqa: ANN001, ANN002, ANN202
+    """A recurrent layer over 5 steps of a batch of 3 (x and the initial states are inputs)."""
+    gates = {"lstm": 4, "gru": 3, "rnn": 1}[op]
+    seq, batch, size, hidden = 5, 3, 4, 6
+    dirs = 2 if direction == "bidirectional" else 1
+    x_shape = (seq, batch, size) if layout == 0 else (batch, seq, size)
+    state_shape = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
+    x = anekit.input("x", x_shape)
+    args = [
+        x,
+        *(
+            anekit.constant(_rng_array(rng, s, 0.5))
+            for s in (
+                (dirs, gates * hidden, size),
+                (dirs, gates * hidden, hidden),
+                (dirs, 2 * gates * hidden),
+            )
+        ),
+    ]
+    args.append(anekit.constant(np.array(lengths, np.int64)) if lengths else None)
+    feeds = {"x": _rng_array(rng, x_shape)}
+    if initial:
+        args.append(anekit.input("h0", state_shape))
+        feeds["h0"] = _rng_array(rng, state_shape, 0.5)
+        if op == "lstm":
+            args.append(anekit.constant(_rng_array(rng, state_shape, 0.5)))
+    elif op == "lstm" and peepholes:
+        args += [None, None]
+    if peepholes:
+        args.append(anekit.constant(_rng_array(rng, (dirs, 3 * hidden), 0.5)))
+    while args and args[-1] is None:
+        args.pop()
+    outs = record(
+        op, args, {"hidden_size": hidden, "direction": direction, "layout": layout, **attrs}
+    )
+    return anekit.graph(list(outs)), feeds
+
+
 def _resize(rng, **attrs):  # noqa: ANN001, ANN202
     x = anekit.input("x", (1, 2, 4, 5))
     y = ops.resize(x, **attrs, name="y")
@@ -322,6 +362,12 @@ CASES: tuple[Case, ...] = (
     simple("einsum_outer_sum", lambda rng: _einsum(rng, "ij,kj", (3, 4), (5, 4))),
     simple("einsum_batch_free", lambda rng: _einsum(rng, "abc,cbd->dab", (2, 3, 4), (4, 3, 5))),
     simple("einsum_reduce", lambda rng: _einsum(rng, "abc->ca", (2, 3, 4))),
+    simple("lstm", lambda rng: _recurrent(rng, "lstm", direction="bidirectional")),
+    simple("lstm_peepholes_layout1", lambda rng: _recurrent(rng, "lstm", layout=1, peepholes=True, initial=True, clip=2.0)),
+    simple("lstm_lengths_input_forget", lambda rng: _recurrent(rng, "lstm", direction="reverse", lengths=(5, 0, 3), input_forget=True)),
+    simple("gru", lambda rng: _recurrent(rng, "gru", direction="bidirectional", initial=True)),
+    simple("gru_linear_before_reset", lambda rng: _recurrent(rng, "gru", linear_before_reset=True, activations=("hardsigmoid", "softsign"), activation_alpha=(0.3,), activation_beta=(0.4,))),
+    simple("rnn_relu", lambda rng: _recurrent(rng, "rnn", activations=("relu",), layout=1)),
     simple("resize_nearest_2x", lambda rng: _resize(rng, sizes=(1, 2, 8, 10), mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
     simple("resize_nearest_odd", lambda rng: _resize(rng, sizes=(1, 2, 7, 3), mode="nearest")),
     simple("resize_linear", lambda rng: _resize(rng, sizes=(1, 2, 6, 9), mode="linear")),

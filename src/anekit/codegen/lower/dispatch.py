@@ -12,7 +12,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from anekit.codegen.builder import Arg, FunctionBuilder
-from anekit.codegen.lower import einsum, elementwise, indexing, nn, pool, resize, shape
+from anekit.codegen.lower import (
+    einsum,
+    elementwise,
+    indexing,
+    nn,
+    pool,
+    recurrent,
+    resize,
+    shape,
+)
 from anekit.codegen.lower.context import Call, Lowering
 from anekit.errors import ModelError
 from anekit.ir.registry import TensorType, infer_types
@@ -80,6 +89,7 @@ LOWERINGS: Mapping[str, LowerFn] = MappingProxyType(
         **resize.LOWERINGS,
         **indexing.LOWERINGS,
         **einsum.LOWERINGS,
+        **recurrent.LOWERINGS,
         "ane_layer": _layer,
     }
 )
