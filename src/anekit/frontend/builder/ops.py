@@ -95,6 +95,17 @@ __all__ = [
     "pixel_unshuffle",
     "resize",
     "upsample",
+    "cumsum",
+    "dequantize_linear",
+    "gather_nd",
+    "gru",
+    "lstm",
+    "one_hot",
+    "quantize_linear",
+    "rnn",
+    "scatter_elements",
+    "scatter_nd",
+    "topk",
 ]
 
 TensorLike = Any  # a Tensor, a numpy array or a Python number
@@ -777,3 +788,177 @@ def pixel_unshuffle(x: TensorLike, downscale_factor: int, *, name: str | None = 
     """torch.nn.functional.pixel_unshuffle (space_to_depth in CRD order)."""
     attrs = {"block_size": downscale_factor, "mode": "CRD"}
     return record("space_to_depth", [x], attrs, name=name)
+
+
+# --- recurrent layers, ordering, indexing and quantization ---------------------------------
+
+
+def _recurrent(op, x, w, r, bias, states, sequence_lens, direction, batch_first, name, **extra):
+    attrs = {
+        "hidden_size": as_tensor(r).shape[-1],
+        "direction": direction,
+        "layout": 1 if batch_first else 0,
+        **extra,
+    }
+    return record(op, [x, w, r, bias, sequence_lens, *states], attrs, name=name)
+
+
+def lstm(
+    x: TensorLike,
+    w: TensorLike,
+    r: TensorLike,
+    bias: TensorLike | None = None,
+    initial_h: TensorLike | None = None,
+    initial_c: TensorLike | None = None,
+    *,
+    sequence_lens: TensorLike | None = None,
+    direction: str = "forward",
+    batch_first: bool = False,
+    name: str | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """ONNX LSTM: returns (y, y_h, y_c).
+
+    Weights are in ONNX's layout: w [directions, 4*hidden, input] and r [directions, 4*hidden,
+    hidden] with gates in the order i, o, f, c; bias [directions, 8*hidden] (W then R biases).
+    """
+    states = (initial_h, initial_c)
+    return _recurrent("lstm", x, w, r, bias, states, sequence_lens, direction, batch_first, name)
+
+
+def gru(
+    x: TensorLike,
+    w: TensorLike,
+    r: TensorLike,
+    bias: TensorLike | None = None,
+    initial_h: TensorLike | None = None,
+    *,
+    sequence_lens: TensorLike | None = None,
+    direction: str = "forward",
+    batch_first: bool = False,
+    linear_before_reset: bool = False,
+    name: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """ONNX GRU: returns (y, y_h). Gates in the order z, r, h; torch.nn.GRU matches
+    ``linear_before_reset=True``."""
+    return _recurrent(
+        "gru", x, w, r, bias, (initial_h,), sequence_lens, direction, batch_first, name,
+        linear_before_reset=linear_before_reset,
+    )  # fmt: skip
+
+
+def rnn(
+    x: TensorLike,
+    w: TensorLike,
+    r: TensorLike,
+    bias: TensorLike | None = None,
+    initial_h: TensorLike | None = None,
+    *,
+    sequence_lens: TensorLike | None = None,
+    direction: str = "forward",
+    batch_first: bool = False,
+    nonlinearity: str = "tanh",
+    name: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """ONNX RNN (h_t = f(x_t W^T + h_{t-1} R^T + b)): returns (y, y_h)."""
+    dirs = 2 if direction == "bidirectional" else 1
+    return _recurrent(
+        "rnn", x, w, r, bias, (initial_h,), sequence_lens, direction, batch_first, name,
+        activations=(nonlinearity,) * dirs,
+    )  # fmt: skip
+
+
+def topk(
+    x: TensorLike, k: int, axis: int = -1, largest: bool = True, *, name: str | None = None
+) -> tuple[Tensor, Tensor]:
+    """(values, int64 indices) of the k largest (or smallest) entries, sorted."""
+    return record("topk", [x], {"k": k, "axis": axis, "largest": largest}, name=name)
+
+
+def cumsum(
+    x: TensorLike,
+    axis: int,
+    exclusive: bool = False,
+    reverse: bool = False,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    attrs = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    return record("cumsum", [x], attrs, name=name)
+
+
+def one_hot(
+    indices: TensorLike,
+    depth: int,
+    axis: int = -1,
+    values: Sequence[float] = (0.0, 1.0),
+    dtype: str | DType = "fp32",
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """values[1] at each index along a new axis of size depth, values[0] elsewhere."""
+    table = constant(np.asarray(values, dtype=to_dtype(dtype).numpy))
+    return record("one_hot", [indices, table], {"depth": depth, "axis": axis}, name=name)
+
+
+def gather_nd(
+    x: TensorLike, indices: TensorLike, batch_dims: int = 0, *, name: str | None = None
+) -> Tensor:
+    return record("gather_nd", [x, indices], {"batch_dims": batch_dims}, name=name)
+
+
+def scatter_nd(
+    x: TensorLike,
+    indices: TensorLike,
+    updates: TensorLike,
+    reduction: str = "none",
+    *,
+    name: str | None = None,
+) -> Tensor:
+    return record("scatter_nd", [x, indices, updates], {"reduction": reduction}, name=name)
+
+
+def scatter_elements(
+    x: TensorLike,
+    indices: TensorLike,
+    updates: TensorLike,
+    axis: int = 0,
+    reduction: str = "none",
+    *,
+    name: str | None = None,
+) -> Tensor:
+    attrs = {"axis": axis, "reduction": reduction}
+    return record("scatter_elements", [x, indices, updates], attrs, name=name)
+
+
+def quantize_linear(
+    x: TensorLike,
+    scale: TensorLike,
+    zero_point: TensorLike | None = None,
+    axis: int = 1,
+    dtype: str | DType = "uint8",
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """saturate(round(x / scale) + zero_point) as int8/uint8; per tensor or per ``axis``."""
+    attrs = {"axis": axis, "dtype": dtype}
+    if zero_point is not None and not isinstance(zero_point, Tensor):
+        zero_point = constant(np.asarray(zero_point), dtype=dtype)
+    return record("quantize_linear", [x, _param(scale), zero_point], attrs, name=name)
+
+
+def _param(value: TensorLike) -> Tensor:
+    """A scale or zero point as a tensor of its own dtype (not the data's)."""
+    return value if isinstance(value, Tensor) else constant(np.asarray(value))
+
+
+def dequantize_linear(
+    x: TensorLike,
+    scale: TensorLike,
+    zero_point: TensorLike | None = None,
+    axis: int = 1,
+    *,
+    name: str | None = None,
+) -> Tensor:
+    """(x - zero_point) * scale; per tensor or per ``axis``."""
+    zp = None if zero_point is None else _param(zero_point)
+    return record("dequantize_linear", [x, _param(scale), zp], {"axis": axis}, name=name)
