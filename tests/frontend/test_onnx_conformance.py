@@ -186,3 +186,23 @@ def test_unsupported_reasons_do_not_overlap() -> None:
 def test_excluded_cases_exist() -> None:
     names = {c.name for c in ALL_CASES}
     assert set(EXCLUDED_CASES) <= names
+
+
+def test_unsupported_ops_are_named_with_their_reason() -> None:
+    from onnx import helper
+
+    from anekit.errors import UnsupportedModelError
+    from anekit.frontend.onnx import from_onnx
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["r"], name="noise"),
+        helper.make_node("NonMaxSuppression", ["r", "r"], ["y"], name="nms"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_empty_tensor_value_info("y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedModelError) as info:
+        from_onnx(model)
+    message = str(info.value)
+    assert "RandomUniformLike x1 ('noise') [random numbers]" in message
+    assert "NonMaxSuppression x1 ('nms') [its output shape depends on the data]" in message

@@ -32,9 +32,51 @@ _IO_DTYPES: dict[int, DType] = {
     onnx.TensorProto.BOOL: DType.BOOL,
 }
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# Why whole families of ONNX ops stay unsupported (shown next to them in the error).
+_WHY_UNSUPPORTED: dict[str, str] = {
+    **dict.fromkeys(("If", "Loop", "Scan"), "control flow: anekit compiles one static graph"),
+    **dict.fromkeys(
+        (
+            "SequenceAt",
+            "SequenceConstruct",
+            "SequenceEmpty",
+            "SequenceErase",
+            "SequenceInsert",
+            "SequenceLength",
+            "SequenceMap",
+            "SplitToSequence",
+            "ConcatFromSequence",
+            "Optional",
+            "OptionalGetElement",
+            "OptionalHasElement",
+        ),
+        "sequences and optionals: anekit has tensors only",
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch", "TfIdfVectorizer"),
+        "string tensors",
+    ),
+    **dict.fromkeys(
+        (
+            "Bernoulli",
+            "RandomNormal",
+            "RandomNormalLike",
+            "RandomUniform",
+            "RandomUniformLike",
+            "Multinomial",
+        ),
+        "random numbers",
+    ),  # fmt: skip
+    "NonMaxSuppression": "its output shape depends on the data",
+    "ImageDecoder": "encoded image bytes",
+}
 MIN_OPSET = 1
 # how an unknown input name is described, per option (the CLI's --shape feeds input_shapes)
-_OPTION_WORDS = {"input_shapes": "shapes were given for", "constant_inputs": "constant values were given for"}
+_OPTION_WORDS = {
+    "input_shapes": "shapes were given for",
+    "constant_inputs": "constant values were given for",
+}
 
 
 def from_onnx(
@@ -66,7 +108,8 @@ def check_supported(graph: onnx.GraphProto, domains: Mapping[str, int]) -> None:
         parts = []
         for op, names in missing.items():
             shown = ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
-            parts.append(f"{op} x{len(names)} ({shown})")
+            why = f" [{_WHY_UNSUPPORTED[op]}]" if op in _WHY_UNSUPPORTED else ""
+            parts.append(f"{op} x{len(names)} ({shown}){why}")
         total = sum(len(v) for v in missing.values())
         raise UnsupportedModelError(
             f"the model uses {len(missing)} unsupported op type(s) in {total} node(s): "
