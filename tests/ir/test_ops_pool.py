@@ -210,3 +210,34 @@ def test_light_model_layers_match_onnxruntime(model, node, shape) -> None:
     (ref,) = sess.run(None, {"x": x})
     (y,) = from_onnx(m).run({"x": x}).values()
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def _single_node(op: str, shape, opset: int, **attrs) -> onnx.ModelProto:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+        [onnx.helper.make_tensor_value_info("x", 1, shape)],
+        [onnx.helper.make_empty_tensor_value_info("y")],
+    )  # fmt: skip
+    return onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=7
+    )
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs"),
+    [
+        ("GlobalLpPool", 2, {"p": 3}),
+        ("GlobalLpPool", 2, {}),
+        ("Upsample", 7, {"scales": [1.0, 1.0, 2.0, 3.0], "mode": "nearest"}),
+        ("Upsample", 7, {"scales": [1.0, 1.0, 1.5, 2.0], "mode": "linear"}),
+    ],
+)
+def test_ops_without_node_cases_match_onnxruntime(op, opset, attrs) -> None:
+    from anekit.frontend.onnx import from_onnx
+
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    model = _single_node(op, x.shape, opset, **attrs)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"x": x})
+    (y,) = from_onnx(model).run({"x": x}).values()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
