@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
@@ -31,7 +32,7 @@ def _resize_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         raise InferError(f"sizes must be >= 0 and scales > 0, got {list(sizes)} and {list(scales)}")
     if roi and len(roi) != 2 * x.rank:
         raise InferError(f"roi needs {2 * x.rank} values (starts then ends), got {len(roi)}")
-    if x.dtype.name == "BOOL":
+    if x.dtype is DType.BOOL:
         raise InferError("resize takes a numeric tensor, got bool")
     if attrs["antialias"] and attrs["mode"] == "nearest":
         raise InferError("antialias applies to linear and cubic modes, not nearest")

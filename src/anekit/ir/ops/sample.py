@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, float_only
 from anekit.ir.ops.conv import CONV_ATTRS, conv_geometry, conv_output_size
 from anekit.ir.registry import Attr, InferError, TensorType, declare
@@ -119,7 +120,7 @@ def _roi_align_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     float_only(ins, (0, 1))
     if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4:
         raise InferError(f"roi_align takes x [N, C, H, W] and rois [R, 4], got {x} and {rois}")
-    if idx.dtype.name not in ("INT32", "INT64") or idx.shape != (rois.shape[0],):
+    if idx.dtype not in (DType.INT32, DType.INT64) or idx.shape != (rois.shape[0],):
         raise InferError(f"batch_indices must be int32/int64 [{rois.shape[0]}], got {idx}")
     if attrs["output_height"] <= 0 or attrs["output_width"] <= 0:
         raise InferError("output_height and output_width must be positive")

@@ -8,6 +8,7 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.ir.dtypes import DType
 
 
 class _Attention:
@@ -80,7 +81,7 @@ class _Attention:
         short = self.lk - shape[-1]
         if short > 0:
             pads = (0,) * len(shape) + (0,) * (len(shape) - 1) + (short,)
-            value = 0.0 if self.cx.type(3).dtype.name == "BOOL" else float("-inf")
+            value = 0.0 if self.cx.type(3).dtype is DType.BOOL else float("-inf")
             mask = self.cx.emit("pad", [mask], {"pads": pads, "value": value})
         return mask
 
@@ -110,17 +111,11 @@ class _Attention:
             if causal:  # diff >= 0
                 parts.append(cx.emit("less_equal", [e, n]))
             if left >= 0:  # n - e <= left
-                parts.append(
-                    cx.emit(
-                        "less_equal", [n, cx.emit("add", [e, self.const(np.int64(left), "left")])]
-                    )
-                )
+                upper = cx.emit("add", [e, self.const(np.int64(left), "left")])
+                parts.append(cx.emit("less_equal", [n, upper]))
             if right >= 0:  # e - n <= right
-                parts.append(
-                    cx.emit(
-                        "less_equal", [cx.emit("sub", [e, self.const(np.int64(right), "right")]), n]
-                    )
-                )
+                lower = cx.emit("sub", [e, self.const(np.int64(right), "right")])
+                parts.append(cx.emit("less_equal", [lower, n]))
             pos = self.const(np.arange(self.lk, dtype=np.int64).reshape(1, 1, 1, -1), "positions")
             parts.append(cx.emit("less", [pos, n]))
         keep = parts[0] if parts else None
@@ -137,7 +132,7 @@ class _Attention:
         )
         bias = None
         if mask is not None:
-            bias = cx.emit("where", [mask, zero, ninf]) if cx.type(3).dtype.name == "BOOL" else mask
+            bias = cx.emit("where", [mask, zero, ninf]) if cx.type(3).dtype is DType.BOOL else mask
         if keep is not None:
             k = cx.emit("where", [keep, zero, ninf])
             bias = k if bias is None else cx.emit("add", [bias, k])
@@ -164,7 +159,7 @@ def _fused(a: _Attention) -> str:
     if keep is not None and cx.attr("is_causal", 0) and a.past == a.lk - a.lq and not _windowed(cx):
         keep, causal_flag = None, True  # the IR's causal frontier is the bottom-right one
     if mask is not None and keep is not None:
-        if cx.type(3).dtype.name == "BOOL":
+        if cx.type(3).dtype is DType.BOOL:
             mask = cx.emit("and", [mask, keep])
         else:
             mask = a.additive_bias(mask, keep)
