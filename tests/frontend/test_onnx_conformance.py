@@ -1,8 +1,12 @@
 """ONNX's own node test cases, run through AnekitBackend (from_onnx + Graph.run).
 
 Every case whose ops anekit imports runs. A case is left out only by the explicit
-lists below: ONNX op types anekit does not import, element types outside anekit's
-seven dtypes, and single cases with the reason written next to them.
+lists below: ONNX op types anekit does not import (grouped by reason), element types
+outside anekit's seven dtypes, ops of other domains (ai.onnx.ml, training, preview),
+and single cases with the reason written next to them. Einsum's float64-only cases
+run retyped to fp32 (FP64_AS_FP32). At the time of writing: 1410 of onnx 1.23's 1884
+node cases run and pass; 112 are left out by op, 325 by element type, 26 by domain and
+11 by name.
 """
 
 from __future__ import annotations
