@@ -231,6 +231,52 @@ def hoist_transpose(rw: Rewriter, node: Node) -> bool:
     return True
 
 
+def merged_axes(shape: Sequence[int], perm: Sequence[int]) -> tuple[Shape, Shape]:
+    """The smallest equivalent transpose: unit axes dropped, axes that stay neighbours in
+    the same order merged. Returns (input shape for it, its perm)."""
+    order = [p for p in perm if shape[p] != 1]
+    runs: list[list[int]] = []
+    for a in order:
+        if (
+            runs
+            and runs[-1][-1] + 1 == a
+            and all(shape[b] == 1 for b in range(runs[-1][-1] + 1, a))
+        ):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    by_start = sorted(runs, key=lambda r: r[0])
+    merged = tuple(int(np.prod([shape[a] for a in r])) for r in by_start)
+    index = {r[0]: i for i, r in enumerate(by_start)}
+    return merged, tuple(index[r[0]] for r in runs)
+
+
+@rule("transpose")
+def reduce_transpose_rank(rw: Rewriter, node: Node) -> bool:
+    """A transpose above the engine's rank limit, rewritten at the smallest rank it needs
+    (a pixel shuffle's rank-6 transpose is a rank-4 one between reshapes)."""
+    x = node.inputs[0]
+    shape, perm = rw.shape(x), _perm(node)
+    if len(shape) <= rw.ctx.target.limits.max_rank:
+        return False
+    small, small_perm = merged_axes(shape, perm)
+    if len(small) >= len(shape):
+        return False
+    o = node.origin
+    r = rw.add("reshape", [x], {"shape": small}, hint=f"{node.name}/in", origin=o, before=node)
+    t = rw.add("transpose", [r], {"perm": small_perm}, hint=node.name, origin=o, before=node)
+    y = rw.add(
+        "reshape",
+        [t],
+        {"shape": rw.shape(node.output)},
+        hint=f"{node.name}/out",
+        origin=o,
+        before=node,
+    )
+    rw.replace_uses(node.output, y)
+    return True
+
+
 def _origins(*nodes: Node | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(o for n in nodes if n is not None for o in n.origin))
 
@@ -246,4 +292,5 @@ CHAIN_RULES = (
     merge_reshapes,
     sink_transpose,
     hoist_transpose,
+    reduce_transpose_rank,
 )

@@ -9,7 +9,7 @@ from anekit.ir.engine import ACTIVATIONS
 from anekit.ir.graph import Node
 from anekit.ir.ops.shape import slice_bounds
 from anekit.passes.chains import is_unit_reshape, reshape_groups
-from anekit.passes.rewrite import Rewriter, is_close, live_and_const, rule, scalar_value
+from anekit.passes.rewrite import Rewriter, is_close, live_and_const, op, rule, scalar_value
 
 _SQRT1_2 = float(np.sqrt(0.5))
 _SQRT2 = float(np.sqrt(2.0))
@@ -148,17 +148,22 @@ def raise_tanh_gelu(rw: Rewriter, node: Node) -> bool:
     return _replace_with_gelu(rw, x, [inner, scale, node, plus, *tail], "tanh")
 
 
-@rule("sigmoid")
+_SWISH = op("mul", inputs=(None, op("sigmoid", single_use=True)))
+_SWISH_FLIPPED = op("mul", inputs=(op("sigmoid", single_use=True), None))
+
+
+@rule("mul")
 def raise_silu(rw: Rewriter, node: Node) -> bool:
-    """x * sigmoid(x) -> silu(x)."""
-    x = node.inputs[0]
-    m = rw.sole_user(node.output)
-    if m is None or m.op != "mul" or _other(m, node.output) != x:
+    """x * sigmoid(x) (either order) -> silu(x)."""
+    found = _SWISH.match(rw, node) or _SWISH_FLIPPED.match(rw, node)
+    if found is None:
         return False
-    if rw.value(m.output).type != rw.value(x).type:
+    sig = found[1]
+    x = sig.inputs[0]
+    if _other(node, sig.output) != x or rw.value(node.output).type != rw.value(x).type:
         return False
-    y = rw.add("silu", [x], hint=m.name, origin=node.origin + m.origin, before=m)
-    rw.replace_uses(m.output, y)
+    y = rw.add("silu", [x], hint=node.name, origin=sig.origin + node.origin, before=node)
+    rw.replace_uses(node.output, y)
     return True
 
 

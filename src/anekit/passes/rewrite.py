@@ -242,6 +242,48 @@ def apply_rules(
     return rw.build()
 
 
+# --- declarative matching ------------------------------------------------------------------
+
+Predicate = Callable[[Rewriter, Node], bool]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A node to match: its op(s), a predicate, patterns for the producers of its inputs
+    (None: anything, a constant included), and whether its output must have one reader.
+
+    ``match(rw, node)`` returns the matched nodes, the node itself first, then each
+    input's match in order; None when it does not match.
+    """
+
+    ops: tuple[str, ...]
+    where: Predicate | None = None
+    inputs: tuple[Pattern | None, ...] = ()
+    single_use: bool = False
+
+    def match(self, rw: Rewriter, node: Node | None) -> list[Node] | None:
+        if node is None or node.op not in self.ops:
+            return None
+        if self.single_use and not rw.single_use(node.output):
+            return None
+        if self.where is not None and not self.where(rw, node):
+            return None
+        found = [node]
+        for name, sub in zip(node.inputs, self.inputs, strict=False):
+            if sub is None:
+                continue
+            inner = sub.match(rw, rw.producer(name))
+            if inner is None:
+                return None
+            found += inner
+        return found
+
+
+def op(*ops: str, where: Predicate | None = None, inputs=(), single_use: bool = False) -> Pattern:
+    """Shorthand: ``op("mul", inputs=(None, op("sigmoid", single_use=True)))``."""
+    return Pattern(tuple(ops), where, tuple(inputs), single_use)
+
+
 # --- small matchers shared by the passes --------------------------------------------------
 
 
