@@ -36,9 +36,12 @@ def save(
     progress: Progress | None = None,
 ) -> Path:
     """Write the bundle ``path`` (``NAME.anekit``) for the compiled model."""
-    contents = compiled.bundle if weights == "fp16" and progress is None else None
-    if contents is None:
+    if weights == "fp16" and "bundle" in vars(compiled):
+        contents = compiled.bundle  # emitted already
+    else:
         contents = bundle_contents(compiled, weights=weights, progress=progress)
+        if weights == "fp16":
+            vars(compiled)["bundle"] = contents  # fills CompiledModel.bundle's cache
     return write_bundle(contents, path)
 
 
