@@ -15,15 +15,24 @@
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.ir.ort_oracle import run_ort
-from tests.runtime.sim.milops import assert_fp16_within, coreml, fp16_exact, run_mil
+from tests.runtime.sim.milops import assert_fp16_within, coreml, fp16_exact, run_mil, ulp16
 
 RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def _rng_per_test(request: pytest.FixtureRequest) -> None:
+    """Each test draws from its own seeded stream, so its data never depends on which
+    other tests ran before it in the same worker."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def fp16_values(shape: tuple[int, ...], low: float = -4.0, high: float = 4.0) -> np.ndarray:
@@ -273,11 +282,18 @@ def test_epsilon_ops_against_coremltools(op: str, epsilon: float | None) -> None
     x64 = x.astype(np.float64)
     eps16 = float(np.float16({"inverse": 1e-4, "log": 1e-45, "rsqrt": 1e-12}[op]
                              if epsilon is None else epsilon))  # fmt: skip
-    wide = {"inverse": lambda: 1 / (x64 + eps16), "log": lambda: np.log(x64 + eps16),
-            "rsqrt": lambda: 1 / np.sqrt(x64 + eps16)}[op]()  # fmt: skip
+    fn = {"inverse": lambda v: 1 / v, "log": np.log, "rsqrt": lambda v: 1 / np.sqrt(v)}[op]
+    wide = fn(x64 + eps16)
     (got16,) = run_mil(op, {"x": x}, consts, ref16.astype(np.float32), dtype="fp16")
     assert_fp16_within(got16, wide, 1)
-    assert_fp16_within(got16, ref16, 1)
+    # coremltools' fp16 value inference rounds x + epsilon to fp16 before the op, which
+    # moves its result by |f(x + eps) - f(fp16(x + eps))|, and rounds once more inside
+    # rsqrt (sqrt, then the reciprocal). Beyond that shift: ours rounds once (half an ulp),
+    # theirs at most twice (one ulp), so the two agree within 2 ulps. The exact check above
+    # is the strict one.
+    shift = np.abs(wide - fn((x64 + eps16).astype(np.float16).astype(np.float64)))
+    error = np.abs(got16.astype(np.float64) - ref16) - shift
+    assert (error <= 2 * ulp16(ref16)).all(), f"max excess {np.max(error / ulp16(ref16)):.3g} fp16 ulps"
 
 
 ALPHA_BETA = {
