@@ -92,3 +92,11 @@ def test_bad_input_declarations() -> None:
         anekit.input("x", (-1, 2))
     with pytest.raises(ModelError, match="dtype"):
         anekit.input("x", (1,), "float64")
+
+
+def test_constant_does_not_freeze_the_callers_array() -> None:
+    w = np.ones((2, 2), np.float32)
+    x = anekit.input("x", (2, 2))
+    anekit.graph([x @ w])
+    w[0, 0] = 5.0  # still writable
+    assert w[0, 0] == 5.0

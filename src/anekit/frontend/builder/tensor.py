@@ -139,7 +139,8 @@ def constant(value: Any, *, name: str | None = None, dtype: str | DType | None =
         dt = dtype_of_array(arr)
     except ValueError as exc:
         raise ModelError(f"constant {name or ''}: {exc}") from None
-    return Tensor(TensorType(arr.shape, dt), name=name, array=np.asarray(arr, order="C"))
+    # a private copy: graphs mark their constants read-only, which must not touch the caller's array
+    return Tensor(TensorType(arr.shape, dt), name=name, array=np.array(arr, order="C", copy=True))
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
