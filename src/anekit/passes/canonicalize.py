@@ -7,13 +7,15 @@ from collections.abc import Hashable
 import numpy as np
 
 from anekit.ir.graph import Graph, Node
+from anekit.passes.activations import ACTIVATION_RULES
 from anekit.passes.chains import CHAIN_RULES
 from anekit.passes.context import PassContext
-from anekit.passes.patterns import PATTERN_RULES
+from anekit.passes.folding import FOLD_RULES
+from anekit.passes.motion import MOTION_RULES
 from anekit.passes.rewrite import Rewriter, apply_rules
 from anekit.passes.simplify import SIMPLIFY_RULES
 
-CANONICAL_RULES = (*SIMPLIFY_RULES, *CHAIN_RULES, *PATTERN_RULES)
+CANONICAL_RULES = (*SIMPLIFY_RULES, *CHAIN_RULES, *ACTIVATION_RULES, *FOLD_RULES, *MOTION_RULES)
 # constants up to this many elements are compared by value when looking for duplicates
 CSE_CONST_ELEMENTS = 64
 
