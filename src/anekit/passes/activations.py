@@ -65,10 +65,12 @@ def _replace_with_gelu(rw: Rewriter, x: str, nodes: list[Node], approximate: str
     last = nodes[-1]
     if rw.value(last.output).type != rw.value(x).type:
         return False
-    origin = tuple(o for n in nodes for o in n.origin)
+    origin = tuple(dict.fromkeys(o for n in nodes for o in n.origin))
     y = rw.add(
         "gelu", [x], {"approximate": approximate}, hint=last.name, origin=origin, before=last
     )
+    form = "exact" if approximate == "none" else "tanh"
+    rw.ctx.event(origin, "rewritten", f"part of a written-out GELU ({form} form), raised to one op")
     rw.replace_uses(last.output, y)
     return True
 
@@ -112,6 +114,15 @@ def _cube_of(rw: Rewriter, v: str) -> str | None:
     return None
 
 
+def _cube_nodes(rw: Rewriter, v: str) -> list[Node]:
+    """The pow or the two multiplies computing x**3 into ``v``."""
+    p = rw.producer(v)
+    if p is None or p.op == "pow":
+        return [p] if p is not None else []
+    inner = [rw.producer(i) for i in p.inputs if rw.producer(i) is not None]
+    return [*(n for n in inner if n.op == "mul"), p]
+
+
 @rule("tanh")
 def raise_tanh_gelu(rw: Rewriter, node: Node) -> bool:
     """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) -> gelu(x, tanh)."""
@@ -141,7 +152,8 @@ def raise_tanh_gelu(rw: Rewriter, node: Node) -> bool:
     tail = _half_x_times(rw, plus.output, x) if plus is not None else None
     if tail is None:
         return False
-    return _replace_with_gelu(rw, x, [inner, scale, node, plus, *tail], "tanh")
+    cube = [n for n in _cube_nodes(rw, tc[0]) if rw.single_use(n.output)]
+    return _replace_with_gelu(rw, x, [*cube, t, inner, scale, node, plus, *tail], "tanh")
 
 
 _SWISH = op("mul", inputs=(None, op("sigmoid", single_use=True)))

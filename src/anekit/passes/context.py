@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
 from anekit.targets import Target
 
+DEAD_CODE = "dead code: nothing reads its result"
+
 
 @dataclass(frozen=True)
 class PassOptions:
@@ -106,7 +108,7 @@ class PassContext:
     def vanished(self, origins: Iterable[str]) -> None:
         """Log origins that no node carries any more, with the reason given, if any."""
         for o in origins:
-            reason = self._reasons.get(o, "dead code: nothing reads its result")
+            reason = self._reasons.get(o, DEAD_CODE)
             self.event([o], "removed", reason)
 
     def diagnose(self, diagnostic: Diagnostic) -> None:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph, Node
-from anekit.passes.context import PassContext
+from anekit.passes.context import DEAD_CODE, PassContext
 
 MAX_LAYER_NAMES = 3
+_LAYOUT_OPS = frozenset({"reshape", "transpose", "expand"})
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,10 @@ def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
         hs = holders.get(s.name, [])
         if not hs:
             ev = ctx.last_event(s.name, ("removed",))
-            reason = f"{ev.detail} ({ev.pass_name})" if ev else "removed"
+            detail = ev.detail if ev else "removed"
+            if detail == DEAD_CODE and s.op in _LAYOUT_OPS:
+                detail = "a layout change the engine layout made unnecessary"
+            reason = f"{detail} ({ev.pass_name})" if ev else detail
             rows.append(OpReport(s.name, s.op, "removed", None, reason))
             continue
         mains = [h for h in hs if s.name in _primary(h)]

@@ -189,6 +189,11 @@ def push_slices_up(rw: Rewriter, node: Node) -> bool:
     for sl, start, end in slices:
         y = make(start, end, sl)
         rw.replace_uses(sl.output, y)
+        if prod.op in ("conv", "matmul"):  # the slice is now part of the weights it cut
+            rw.ctx.absorbed.update(sl.origin)
+            rw.ctx.event(
+                sl.origin, "folded", f"folded into the weights of '{prod.name}' (cut per slice)"
+            )
     rw.ctx.event(prod.origin, "split", f"cut into {len(slices)} parts by the slices that read it")
     return True
 

@@ -29,7 +29,7 @@ def scalars_out_of_matmul(rw: Rewriter, node: Node) -> bool:
     if fa is None and fb is None:
         return False
     scale = np.float32(1.0)
-    origin = list(node.origin)
+    origin = []  # the scalars' own nodes: they become the product's scale
     if fa is not None:
         a, scale = fa[1], scale * np.float32(fa[2].reshape(()))
         origin += fa[0].origin
@@ -38,7 +38,7 @@ def scalars_out_of_matmul(rw: Rewriter, node: Node) -> bool:
         origin += fb[0].origin
     if rw.value(a).dtype != rw.value(node.output).dtype:
         return False
-    mm = rw.add("matmul", [a, b], hint=node.name, origin=origin, before=node)
+    mm = rw.add("matmul", [a, b], hint=node.name, origin=node.origin, before=node)
     k = rw.constant(np.asarray(scale, dtype=rw.value(mm).dtype.numpy), f"{node.name}/scale")
     y = rw.add("mul", [mm, k], hint=f"{node.name}/scaled", origin=origin, before=node)
     rw.replace_uses(node.output, y)
