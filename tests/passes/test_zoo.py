@@ -3,7 +3,6 @@ compiles for every chip, and an op with no engine form (an LSTM) lands on the CP
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from functools import cache
 
@@ -66,8 +65,7 @@ def test_every_pass_preserves_numerics(name: str) -> None:
 
 
 def _distinct_configs() -> list[targets.Target]:
-    """One chip per distinct set of the figures the middle-end reads (limits, gates, budgets):
-    chips that share them compile identically, so compiling each once covers them all."""
+    """One chip per distinct set of the figures the middle-end reads (limits, gates, budgets)."""
     seen: dict[tuple, targets.Target] = {}
     for t in targets.all_targets():
         key = (t.limits, t.features, t.onchip_budget_bytes, t.kmem_cap_bytes)
@@ -78,16 +76,16 @@ def _distinct_configs() -> list[targets.Target]:
 @pytest.mark.parametrize("name", MODELS)
 def test_compiles_for_every_chip(name: str) -> None:
     graph, _ = _graph(name)
-    configs = _distinct_configs()
-    assert len(configs) >= 3
-    for t in configs:
+    reported = {id(t) for t in _distinct_configs()}
+    for t in targets.all_targets():
         cm = compile_model(graph, t)
         assert set(cm.placement) == {n.name for n in cm.graph.nodes}
         assert [n for s in cm.segments for n in s.nodes] == [n.name for n in cm.graph.nodes]
         assert cm.summary["dispatches"] == sum(s.device == "ane" for s in cm.segments)
         assert len(cm.ops) == len(graph.nodes)
         assert {r.placement for r in cm.ops} <= {"ane", "cpu", "folded", "removed"}
-        json.dumps(cm.report)
+        if id(t) in reported:  # the report (with the cost model's estimate) once per config
+            json.dumps(cm.report)
 
 
 def _lstm_model() -> onnx.ModelProto:
@@ -144,10 +142,3 @@ def test_lstm_model_compiles_with_the_lstm_on_the_cpu() -> None:
         assert [s.device for s in cm.segments] == ["ane", "cpu", "ane"]
     want = anekit.from_onnx(model).run({"x": x})["logits"]
     assert rel_err(cm.run({"x": x})["logits"], want) <= 1e-5
-
-
-def test_distinct_configs_cover_every_chip() -> None:
-    configs = _distinct_configs()
-    for t in targets.all_targets():
-        twin = next(c for c in configs if (c.limits, c.features) == (t.limits, t.features))
-        assert dataclasses.astuple(twin.limits) == dataclasses.astuple(t.limits)
