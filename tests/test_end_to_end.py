@@ -52,8 +52,9 @@ def test_the_plan_covers_every_zoo_model_and_each_family_on_both_chips() -> None
 
 
 def _check_weights(compiled: Any, bundle: Path) -> int:
-    """Every BLOBFILE of every segment, read by coremltools' own reader: the same bytes we
-    read, and for constants of the engine graph, that constant cast to fp16."""
+    """Every program parses and prints back to its exact text; every BLOBFILE of every segment,
+    read by coremltools' own reader, is the engine graph's constant cast to fp16 (or, for
+    constants derived from them, the bytes our reader reads)."""
     import coremltools.libmilstoragepython as cml
 
     checked = 0
@@ -64,7 +65,10 @@ def _check_weights(compiled: Any, bundle: Path) -> int:
             continue
         path = bundle / segment.weights
         theirs, ours = cml._BlobStorageReader(str(path)), BlobReader(path)
-        program = mil.parse_file(bundle / segment.program)
+        text = (bundle / segment.program).read_text()
+        program = mil.parse(text)
+        legacy = compiled.target.mil.program_version == "1.0"
+        assert mil.print_program(program, legacy_scalars=legacy) == text  # round-trips exactly
         for op in program.function("main").operations:
             blob = op.attribute("val")
             if not isinstance(blob, mil.BlobFile):

@@ -10,6 +10,7 @@ are shared; tensors of at least ``BLOB_MIN_ELEMENTS`` floats go to the weight.bi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,9 +84,12 @@ class FunctionBuilder:
     ``float_dtype`` is the program's float type: fp16 on the engine, fp32 on the CPU.
     ``weight_dtype`` is how float weights are stored in the weight.bin: fp16 by default; an
     fp32 program then reads fp16 weights through a ``cast`` (weights ``fp32`` keeps them exact).
+    With an ``executor``, weights are converted on its threads while emission goes on.
     """
 
-    def __init__(self, float_dtype: str, weight_dtype: str = "fp16"):
+    def __init__(
+        self, float_dtype: str, weight_dtype: str = "fp16", executor: Executor | None = None
+    ):
         if weight_dtype not in ("fp16", "fp32"):
             raise ValueError(f"weights are stored as fp16 or fp32, not {weight_dtype!r}")
         self.float_dtype = float_dtype
@@ -97,6 +101,8 @@ class FunctionBuilder:
         self._tensors: dict[str, str] = {}  # IR constant name -> MIL var
         # const op name -> the IR constant it holds unchanged (for checks of the weight.bin)
         self.ir_constants: dict[str, str] = {}
+        self._stored: dict[str, str] = {}  # a tensor's var -> the const op that holds it
+        self.executor = executor
 
     # --- types ---------------------------------------------------------------------------
 
@@ -190,39 +196,40 @@ class FunctionBuilder:
         array = np.asarray(array)
         floats = array.dtype.kind == "f"
         dtype = self.float_dtype if floats else _INT_DTYPES[DType(_ir_kind(array))]
-        if floats and array.size >= BLOB_MIN_ELEMENTS and self.weight_dtype != dtype:
-            # stored in fp16, computed in fp32: the const, then a cast to the program's type
-            stored = self._cast(array, self.weight_dtype)
-            offset = self.blobs.add(stored, self.weight_dtype)
-            blob = self._const(
-                self.namer.fresh(f"{hint}_{self.weight_dtype}"),
-                BlobFile(TensorType(self.weight_dtype, stored.shape), WEIGHT_PATH, offset),
-            )
-            var = self.op(
-                "cast",
-                {"x": blob, "dtype": self.param(f"{hint}_dtype", dtype, "string", key="dtype")},
-                stored.shape,
-                dtype,
-                hint=hint,
-            )
-            if ir_name is not None:
-                self._tensors[ir_name] = var
-                self.ir_constants[blob] = ir_name
-            return var
-        typed = self._cast(array, dtype)
-        name = self.namer.fresh(hint)
-        mtype = mil_type(typed.shape, dtype)
-        if floats and typed.size >= BLOB_MIN_ELEMENTS:
-            offset = self.blobs.add(typed, dtype)
-            literal: object = BlobFile(mtype, WEIGHT_PATH, offset)  # type: ignore[arg-type]
-        elif typed.ndim == 0:
-            literal = Scalar(ScalarType(dtype), typed.item())
+        if floats and array.size >= BLOB_MIN_ELEMENTS:
+            var = self._blob(array, hint, dtype)
         else:
-            literal = Tensor(mtype, typed)  # type: ignore[arg-type]
-        var = self._const(name, literal)  # type: ignore[arg-type]
+            typed = self._cast(array, dtype)
+            literal = (
+                Scalar(ScalarType(dtype), typed.item())
+                if typed.ndim == 0
+                else Tensor(TensorType(dtype, typed.shape), typed)
+            )
+            var = self._const(self.namer.fresh(hint), literal)
+            self._stored[var] = var
         if ir_name is not None:
             self._tensors[ir_name] = var
-            self.ir_constants[var] = ir_name
+            self.ir_constants[self._stored[var]] = ir_name
+        return var
+
+    def _blob(self, array: np.ndarray, hint: str, dtype: str) -> str:
+        """A BLOBFILE const (converted on the executor when there is one); an fp32 program
+        reading fp16 weights gets the const, then a cast to its type."""
+        stored = self.weight_dtype if self.weight_dtype != dtype else dtype
+        if self.executor is not None:
+            future = self.executor.submit(self._cast, array, stored)
+            offset = self.blobs.add_pending(future, array.size, stored)
+        else:
+            offset = self.blobs.add(self._cast(array, stored), stored)
+        shape = tuple(int(d) for d in array.shape)
+        name = self.namer.fresh(f"{hint}_{stored}" if stored != dtype else hint)
+        blob = self._const(name, BlobFile(mil_type(shape, stored), WEIGHT_PATH, offset))  # type: ignore[arg-type]
+        self._stored[blob] = blob
+        if stored == dtype:
+            return blob
+        cast = self.param(f"{hint}_dtype", dtype, "string", key="dtype")
+        var = self.op("cast", {"x": blob, "dtype": cast}, shape, dtype, hint=hint)
+        self._stored[var] = blob
         return var
 
     def _const(self, name: str, literal: Scalar | Tensor | BlobFile) -> str:

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,10 +121,17 @@ def build_bundle(
     """
     graph, segments, rewired = _with_constant_outputs(graph, segments)
     emitted: list[EmittedSegment] = []
-    for k, segment in enumerate(segments):
-        emitted.append(emit_segment(graph, segment, target, weights=weights))
-        if progress is not None:
-            progress(k + 1, len(segments))
+    # weights are converted to fp16 on worker threads while the segments are lowered
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        for k, segment in enumerate(segments):
+            emitted.append(emit_segment(graph, segment, target, weights=weights, executor=pool))
+            if progress is not None:
+                progress(k + 1, len(segments))
+        weight_files = {
+            weights_path(s.index): FileData.of(s.weight_file)
+            for s in emitted
+            if s.weight_file is not None
+        }
     files: dict[str, FileData] = {}
     entries: list[SegmentEntry] = []
     produced: dict[str, tuple[int, str]] = {}
@@ -131,7 +139,7 @@ def build_bundle(
     for s in emitted:
         files[program_path(s.index)] = FileData.of(s.text.encode())
         if s.weight_file is not None:
-            files[weights_path(s.index)] = FileData.of(s.weight_file)
+            files[weights_path(s.index)] = weight_files[weights_path(s.index)]
         ins = tuple(_io(p, _source(p.value, graph_inputs, produced, s.index)) for p in s.inputs)
         outs = tuple(_io(p, None) for p in s.outputs)
         for p in s.outputs:

@@ -22,6 +22,7 @@ Rules (FACTS sections 1 and 3, the Orion constraint catalog):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -144,16 +145,22 @@ def whole_graph_segment(graph: Graph, device: Literal["ane", "cpu"] = "ane") -> 
 
 
 def emit_segment(
-    graph: Graph, segment: SegmentLike, target: Target, *, weights: str = "fp16"
+    graph: Graph,
+    segment: SegmentLike,
+    target: Target,
+    *,
+    weights: str = "fp16",
+    executor: Executor | None = None,
 ) -> EmittedSegment:
     """One segment of ``graph`` as a MIL program for ``target``.
 
     ``weights`` is how CPU segments store float weights (engine segments always use fp16):
     ``fp16`` (the default, half the size, read through a cast) or ``fp32`` (exact).
+    ``executor`` converts weights on other threads (the weight file waits for them).
     """
     device = segment.device
     engine = device == "ane"
-    b = FunctionBuilder("fp16" if engine else "fp32", weights)
+    b = FunctionBuilder("fp16" if engine else "fp32", weights, executor)
     namer = b.namer
     env: dict[str, Arg] = {}
     min_bytes = target.limits.min_io_bytes

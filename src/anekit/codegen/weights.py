@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import sys
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -29,11 +30,26 @@ _RECORD = struct.Struct("<IIQQQ")  # sentinel, dtype, size, data offset, padding
 _NUMPY = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4")}
 
 
+class _Pending:
+    """An array still being converted, with the byte size it must have."""
+
+    def __init__(self, future: Future[np.ndarray], nbytes: int, dtype: np.dtype):
+        self.future, self.nbytes, self.dtype = future, nbytes, dtype
+
+    def result(self) -> memoryview:
+        data = np.ascontiguousarray(self.future.result(), dtype=self.dtype)
+        if data.nbytes != self.nbytes:
+            raise ValueError(
+                f"a pending weight has {data.nbytes} bytes, {self.nbytes} were reserved"
+            )
+        return memoryview(data).cast("B")
+
+
 class WeightFile:
     """Append float arrays (fp16 or fp32, kept by reference); read back chunks, bytes, digest."""
 
     def __init__(self) -> None:
-        self._chunks: list[bytes | memoryview] = []
+        self._chunks: list[bytes | memoryview | _Pending] = []
         self._size = HEADER_SIZE
         self._count = 0
 
@@ -62,10 +78,28 @@ class WeightFile:
         self._count += 1
         return record_offset
 
+    def add_pending(self, future: Future[np.ndarray], count: int, dtype: str) -> int:
+        """Reserve the place of ``count`` elements of ``dtype`` that ``future`` will deliver
+        (an array converted on another thread); returns the record offset."""
+        nbytes = count * _NUMPY[dtype].itemsize
+        record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
+        data_offset = record_offset + RECORD_SIZE
+        code = DTYPES_BY_NAME[dtype].code
+        record = _RECORD.pack(SENTINEL, code, nbytes, data_offset, 0).ljust(RECORD_SIZE, b"\0")
+        if record_offset > self._size:
+            self._chunks.append(bytes(record_offset - self._size))
+        self._chunks.append(record)
+        self._chunks.append(_Pending(future, nbytes, _NUMPY[dtype]))
+        self._size = data_offset + nbytes
+        self._count += 1
+        return record_offset
+
     def chunks(self) -> list[bytes | memoryview]:
-        """The file as a list of byte chunks, header first."""
+        """The file as a list of byte chunks, header first (waits for pending arrays)."""
         header = _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
-        return [header, *self._chunks]
+        resolved = [c.result() if isinstance(c, _Pending) else c for c in self._chunks]
+        self._chunks = resolved  # type: ignore[assignment]
+        return [header, *resolved]
 
     def to_bytes(self) -> bytes:
         return b"".join(self.chunks())
