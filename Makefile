@@ -22,8 +22,9 @@ $(VENV)/.dev: $(VENV)/.core
 demo: $(VENV)/.core
 	@bash examples/demo.sh $(VENV)/bin/anekit
 
+# Two pytest workers on two cores: one BLAS/OpenMP thread each, or they oversubscribe the CPU.
 test: $(VENV)/.dev
-	$(PY) -m pytest -n 2 -q -p no:cacheprovider
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -p no:cacheprovider
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks
