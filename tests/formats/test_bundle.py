@@ -263,6 +263,15 @@ def test_program_signature_must_match_the_manifest(bundle: Path) -> None:
         load(bundle)
 
 
+def test_report_keeps_estimates_and_drops_wall_clock_times(tmp_path: Path) -> None:
+    g = _graph()
+    report = {"passes": [{"name": "fuse", "seconds": 0.25}], "estimate": {"total_ms": 1.5, "time_ms": 2},
+              "compile_seconds": 3.0}  # fmt: skip
+    contents = writer.build_bundle(g, targets.get("m4"), [whole_graph_segment(g)], report=report)
+    saved = json.loads(contents.files["report.json"])
+    assert saved == {"passes": [{"name": "fuse"}], "estimate": {"total_ms": 1.5, "time_ms": 2}}
+
+
 def test_write_refuses_to_replace_a_directory_that_is_not_a_bundle(tmp_path: Path) -> None:
     g = _graph()
     contents = writer.build_bundle(g, targets.get("m4"), [whole_graph_segment(g)])

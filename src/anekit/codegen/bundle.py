@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 
 # Called after each segment is emitted with (segments done, total): drives progress bars.
 Progress = Callable[[int, int], None]
-# Report keys that vary from run to run (timings): left out so bundles are reproducible.
-_VOLATILE = ("seconds", "time", "elapsed", "_ms", "_us")
+# Report keys holding wall-clock measurements (``seconds`` of each pass): they vary from run
+# to run, so they are left out and bundles stay reproducible. Estimated times stay.
+_VOLATILE = ("seconds", "elapsed")
 
 
 @dataclass(frozen=True)
@@ -215,12 +216,12 @@ def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path
 
 
 def deterministic(data: Any) -> Any:
-    """``data`` without the entries that change from run to run (timings)."""
+    """``data`` without the wall-clock measurements (keys ``seconds``, ``*_seconds``, ...)."""
     if isinstance(data, Mapping):
         return {
             str(k): deterministic(v)
             for k, v in data.items()
-            if not any(mark in str(k).lower() for mark in _VOLATILE)
+            if not any(str(k).lower() == m or str(k).lower().endswith(f"_{m}") for m in _VOLATILE)
         }
     if isinstance(data, (list, tuple)):
         return [deterministic(v) for v in data]
