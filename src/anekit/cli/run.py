@@ -70,14 +70,6 @@ def _run_bundle(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray
     return load(path).run(feeds, backend=backend)
 
 
-def _run_bundle(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
-    if shapes:
-        raise AnekitError("a bundle's input shapes are fixed when it is compiled; drop --shape")
-    from anekit.runtime import load
-
-    return load(path).run(feeds, backend=backend)
-
-
 def _runner_for(path: Path) -> Runner:
     """Pick how to run ``path`` from what it is (later: bundles, MIL text, netplists)."""
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
@@ -85,7 +77,6 @@ def _runner_for(path: Path) -> Runner:
 
 # file suffix -> runner; ONNX is the default for anything else
 RUNNERS: dict[str, Runner] = {".onnx": _run_onnx, ".plist": _run_netplist, ".mil": _run_mil}
-RUNNERS[".anekit"] = _run_bundle  # a compiled bundle directory
 RUNNERS[".anekit"] = _run_bundle  # a compiled bundle directory
 # file suffix -> backend used when --backend is not given; "reference" otherwise
 DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim"}
