@@ -100,3 +100,29 @@ def test_constant_does_not_freeze_the_callers_array() -> None:
     anekit.graph([x @ w])
     w[0, 0] = 5.0  # still writable
     assert w[0, 0] == 5.0
+
+
+def test_ops_exports_each_family_function_once() -> None:
+    import importlib
+    import pkgutil
+
+    import anekit.frontend.builder.ops as package
+
+    defined: set[str] = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name == "common":  # helpers the families share, not ops
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        defined |= {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and callable(value)
+            and getattr(value, "__module__", None) == module.__name__
+        }
+    assert len(ops.__all__) == len(set(ops.__all__))
+    assert set(ops.__all__) == defined
+    made = [ops.add, ops.greater, ops.relu, ops.reduce_sum, ops.conv1d, ops.avg_pool2d]
+    assert [f.__name__ for f in made] == [
+        "add", "greater", "relu", "reduce_sum", "conv1d", "avg_pool2d",
+    ]  # fmt: skip
