@@ -33,7 +33,15 @@ from typing import Any
 
 from anekit.errors import FormatError
 
-FIXTURES = Path(os.environ.get("ANEKIT_FIXTURES", "/work/shared/fixtures"))
+def _fixtures() -> Path:
+    """$ANEKIT_FIXTURES, else the shared/fixtures folder beside this checkout, else /work/shared."""
+    if os.environ.get("ANEKIT_FIXTURES"):
+        return Path(os.environ["ANEKIT_FIXTURES"])
+    beside = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+    return beside if beside.is_dir() else Path("/work/shared/fixtures")
+
+
+FIXTURES = _fixtures()
 RESULTS = Path(__file__).resolve().parent / "results" / "fuzz_formats.json"
 DEFAULT_SEED = 6
 DEFAULT_CASES = 12_000

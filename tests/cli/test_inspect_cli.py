@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from anekit.cli import inspect as inspect_cli
 from anekit.cli import main
+from tests.fixtures import FIXTURES
 
-FIXTURES = Path("/work/shared/fixtures")
 HWX_FILES = sorted((FIXTURES / "hwx").glob("*.hwx"))
 
 MIL_TEXT = """program(1.3)

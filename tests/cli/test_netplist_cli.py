@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from anekit.cli import main
 from anekit.formats import netplist
+from tests.fixtures import FIXTURES
 
-NETPLIST_DIR = Path("/work/shared/fixtures/netplist")
+NETPLIST_DIR = FIXTURES / "netplist"
 PLISTS = sorted(NETPLIST_DIR.glob("**/*.plist"))
 PLIST_IDS = [str(p.relative_to(NETPLIST_DIR)) for p in PLISTS]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from anekit import targets
 from anekit.errors import TargetError
 from anekit.targets import FEATURE_NAMES, Target, figure_paths
 from anekit.targets.model import KINDS
+from tests.fixtures import FIXTURES as ALL_FIXTURES
 
 # The chips issue 3 lists, plus the Ultra variants, in generation order.
 LISTED = ["m1", "m1-pro", "m1-max", "m2", "m2-pro", "m2-max", "m3", "m3-pro", "m3-max"]
@@ -31,7 +31,7 @@ ALIASES = {
     "h17": "m5",
     "h17s": "m5-pro",
 }
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "hwx"
+FIXTURES = ALL_FIXTURES / "hwx"
 
 
 def family_base(name: str) -> str:

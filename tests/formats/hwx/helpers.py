@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
-FIXTURES = Path("/work/shared/fixtures")
+from tests.fixtures import FIXTURES
+
 HWX_DIR = FIXTURES / "hwx"
 HWX_FILES = sorted(HWX_DIR.glob("*.hwx"))
 HWX_IDS = [path.stem for path in HWX_FILES]

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.fixtures import FIXTURES
 
 from anekit.ir import Graph
 
-FIXTURES = Path("/work/shared/fixtures")
 NETPLIST_DIR = FIXTURES / "netplist"
 PLISTS = sorted(NETPLIST_DIR.glob("**/*.plist"))
 PLIST_IDS = [str(p.relative_to(NETPLIST_DIR).with_suffix("")) for p in PLISTS]
