@@ -7,8 +7,13 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from anekit.cli.common import add_shape_option, parse_shapes, print_json
-from anekit.errors import ModelError
+from anekit.cli.common import (
+    add_shape_option,
+    aligned_lines,
+    existing_model_file,
+    parse_shapes,
+    print_json,
+)
 
 EXIT_CPU_FALLBACK = 3
 COLUMNS = ("node", "op", "placement", "layer", "reason")
@@ -32,15 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from anekit import targets
     from anekit.compiler import compile as compile_model
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
-    path = Path(args.model)
-    if not path.is_file():
-        raise ModelError(f"model file '{path}' does not exist")
+    path = existing_model_file(args.model)
     compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
     report = compiled.report
     if args.json:
@@ -76,9 +77,7 @@ def render(report: Mapping[str, Any], summary: str, file: Any = None) -> None:
 
 def _render_plain(report: Mapping[str, Any], summary: str, out: Any) -> None:
     rows = [[str(r[c] or "") for c in COLUMNS] for r in report["ops"]]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     print(f"target {report['target']}", file=out)
-    print("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip(), file=out)
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+    for line in aligned_lines(COLUMNS, rows):
+        print(line, file=out)
     print(summary, file=out)

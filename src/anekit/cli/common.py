@@ -125,6 +125,23 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
+def existing_model_file(spec: str) -> Path:
+    """The model file a command was given, checked to exist before anything slow happens."""
+    path = Path(spec)
+    if not path.is_file():
+        raise ModelError(f"model file '{path}' does not exist")
+    return path
+
+
+def aligned_lines(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain-text table (header, then rows): columns padded to their widest cell."""
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in (columns, *rows)
+    ]
+
+
 def load_model_graph(path: str, shapes: Mapping[str, tuple[int, ...]]):
     """An ONNX model file as a Graph (the error names the file when it is not ONNX)."""
     from anekit.frontend.onnx import from_onnx

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import add_shape_option, parse_shapes, print_json
-from anekit.errors import AnekitError, ModelError
+from anekit.cli.common import add_shape_option, existing_model_file, parse_shapes, print_json
+from anekit.errors import AnekitError
 
 MAX_CPU_ROWS = 10
 
@@ -42,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from anekit.runtime.compiled import save
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
-    path = Path(args.model)
-    if not path.is_file():
-        raise ModelError(f"model file '{path}' does not exist")
+    path = existing_model_file(args.model)
     output = Path(args.output) if args.output else Path(f"{path.stem}.anekit")
     if output.suffix != ".anekit":
         raise AnekitError(f"the bundle '{output}' must end in .anekit")

@@ -8,8 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import add_shape_option, parse_shapes, print_json
-from anekit.errors import ModelError
+from anekit.cli.common import (
+    add_shape_option,
+    aligned_lines,
+    existing_model_file,
+    parse_shapes,
+    print_json,
+)
 
 COLUMNS = (
     "target",
@@ -85,9 +90,7 @@ def estimate_model(model: Any, chosen: Sequence[Any], shapes: dict | None = None
 
 def run(args: argparse.Namespace) -> int:
     chosen = resolve_targets(args.target)  # an unknown target fails before the model loads
-    path = Path(args.model)
-    if not path.is_file():
-        raise ModelError(f"model file '{path}' does not exist")
+    path = existing_model_file(args.model)
     if args.plot:
         from anekit.cost.plot import require_matplotlib
 
@@ -132,10 +135,9 @@ def render(estimates: Sequence[Any], name: str, file: Any = None) -> None:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
         print(title, file=out)
-        for r in [list(COLUMNS), *rows]:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+        for line in aligned_lines(COLUMNS, rows):
+            print(line, file=out)
         return
     table = Table(title=title, title_justify="left")
     for col in COLUMNS:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from anekit import targets
+from anekit.cli.common import aligned_lines
 from anekit.targets import Target
 
 _SUMMARY_COLUMNS = (
@@ -139,6 +140,5 @@ def _print_plain(title: str, columns: tuple[str, ...], rows: list[list[str]]) ->
             for line in source.splitlines():
                 print(f"      {line}")
         return
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    for line in (list(columns), *rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    for line in aligned_lines(columns, rows):
+        print(line)
