@@ -61,6 +61,12 @@ def broadcast(dtype: DType | None = None, *, same_dtype: bool = True):
     return infer
 
 
+def index_dtype_only(t: TensorType) -> None:
+    """Indices are int32 or int64 tensors."""
+    if t.dtype not in (DType.INT32, DType.INT64):
+        raise InferError(f"indices must be int32 or int64, got {t.dtype}")
+
+
 def normalize_axis(axis: int, rank: int, *, allow_end: bool = False) -> int:
     limit = rank + 1 if allow_end else rank
     if not -limit <= axis < limit:

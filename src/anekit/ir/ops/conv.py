@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from anekit.ir.dtypes import DType
-from anekit.ir.ops._infer import Attrs, Types, float_only
+from anekit.ir.ops._infer import Attrs, Types, float_only, numel
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
 CONV_ATTRS = (
@@ -40,13 +40,18 @@ def conv_output_size(
     return (size + pad_begin + pad_end - ((k - 1) * dilation + 1)) // stride + 1
 
 
-def _conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+def _float_operands(ins: Types) -> tuple[TensorType, TensorType, TensorType | None, int]:
+    """(x, weight, bias or None, spatial axes) of a float convolution, ranks checked."""
     float_only(ins, range(len(ins)))
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     if x.rank < 3 or w.rank != x.rank:
         raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
-    sp = x.rank - 2
+    return x, w, b, x.rank - 2
+
+
+def _conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
+    x, w, b, sp = _float_operands(ins)
     strides, pads, dil = conv_geometry(sp, attrs)
     g = attrs["group"]
     if g <= 0 or x.shape[1] % g or w.shape[0] % g:
@@ -167,12 +172,7 @@ def _transpose_geometry(
 
 
 def _conv_transpose_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
-    float_only(ins, range(len(ins)))
-    x, w = ins[0], ins[1]
-    b = ins[2] if len(ins) > 2 else None
-    if x.rank < 3 or w.rank != x.rank:
-        raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
-    sp = x.rank - 2
+    x, w, b, sp = _float_operands(ins)
     strides, pads, dil, out_pad = _transpose_geometry(sp, attrs)
     g = attrs["group"]
     if g <= 0 or x.shape[1] % g:
@@ -264,7 +264,7 @@ def _col2im_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
             f"image {list(image)}, block {list(block)}"
         )
     strides, pads, dil = conv_geometry(sp, attrs)
-    k = numel_of(block)
+    k = numel(block)
     if x.shape[1] % k:
         raise InferError(f"dim 1 ({x.shape[1]}) is not a multiple of the block size {k}")
     blocks = 1
@@ -273,10 +273,6 @@ def _col2im_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     if blocks != x.shape[2]:
         raise InferError(f"the image holds {blocks} blocks, the input has {x.shape[2]}")
     return [TensorType((x.shape[0], x.shape[1] // k, *image), x.dtype)]
-
-
-def numel_of(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
 
 
 @declare(
@@ -299,7 +295,7 @@ def col2im(x, image_shape, block_shape, strides, pads, dilations):
         sp, {"strides": strides, "pads": pads, "dilations": dilations}
     )
     n = x.shape[0]
-    c = x.shape[1] // numel_of(block_shape)
+    c = x.shape[1] // numel(block_shape)
     grid = [
         conv_output_size(image_shape[i], block_shape[i], strides[i], pads[i], pads[sp + i], dil[i])
         for i in range(sp)

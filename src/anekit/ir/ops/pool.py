@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from anekit.ir.dtypes import DType
-from anekit.ir.ops._infer import Attrs, Types
+from anekit.ir.ops._infer import Attrs, Types, numel
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
 POOL_ATTRS = (
@@ -96,6 +96,25 @@ def _windows(
         yield offs, xp[(slice(None), slice(None), *sl)]
 
 
+def _window_attrs(kernel, strides, pads, dilations, ceil_mode) -> Attrs:
+    """A kernel's window attributes as the geometry helpers read them."""
+    return {
+        "kernel": kernel,
+        "strides": strides,
+        "pads": pads,
+        "dilations": dilations,
+        "ceil_mode": ceil_mode,
+    }
+
+
+def _window_sums(x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """The sum over each window, pads contributing zero."""
+    total: np.ndarray | None = None
+    for _offs, view in _windows(x, attrs, 0.0):
+        total = view.copy() if total is None else total + view
+    return total
+
+
 def _window_counts(in_sp: tuple[int, ...], attrs: Attrs, include_pad: bool) -> np.ndarray:
     """Elements each window averages over: inside the input, or inside input plus pads."""
     sp = len(in_sp)
@@ -151,7 +170,7 @@ def _flat_index(
         shape[i] = out_sp[i]
         index = index + (pos * elem[i]).reshape(shape)
         valid = valid & ((pos >= 0) & (pos < spatial[i])).reshape(shape)
-    plane = int(np.prod(spatial, dtype=np.int64))
+    plane = numel(spatial)
     base = np.arange(in_shape[0] * in_shape[1], dtype=np.int64).reshape(in_shape[:2]) * plane
     return base.reshape(in_shape[:2] + (1,) * sp) + index, valid
 
@@ -171,13 +190,7 @@ def _flat_index(
 )
 def max_pool(x, kernel, strides, pads, dilations, ceil_mode, return_indices, storage_order):
     """maximum over each window (pads never win); optionally the flat input index of it"""
-    attrs = {
-        "kernel": kernel,
-        "strides": strides,
-        "pads": pads,
-        "dilations": dilations,
-        "ceil_mode": ceil_mode,
-    }
+    attrs = _window_attrs(kernel, strides, pads, dilations, ceil_mode)
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     best: np.ndarray | None = None
     best_index: np.ndarray | None = None
@@ -223,17 +236,8 @@ def _float_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 )
 def avg_pool(x, kernel, strides, pads, dilations, ceil_mode, count_include_pad):
     """mean over each window: of the input elements, or counting pads too (never the overhang)"""
-    attrs = {
-        "kernel": kernel,
-        "strides": strides,
-        "pads": pads,
-        "dilations": dilations,
-        "ceil_mode": ceil_mode,
-    }
-    total: np.ndarray | None = None
-    for _offs, view in _windows(x, attrs, 0.0):
-        total = view.copy() if total is None else total + view
-    return total / _window_counts(x.shape[2:], attrs, count_include_pad)
+    attrs = _window_attrs(kernel, strides, pads, dilations, ceil_mode)
+    return _window_sums(x, attrs) / _window_counts(x.shape[2:], attrs, count_include_pad)
 
 
 def _lp_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
@@ -251,17 +255,8 @@ def _lp_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 )
 def lp_pool(x, kernel, strides, pads, dilations, ceil_mode, p):
     """(sum over each window of |x|^p)^(1/p), pads contributing zero"""
-    attrs = {
-        "kernel": kernel,
-        "strides": strides,
-        "pads": pads,
-        "dilations": dilations,
-        "ceil_mode": ceil_mode,
-    }
-    total: np.ndarray | None = None
-    for _offs, view in _windows(np.abs(x) ** np.float32(p), attrs, 0.0):
-        total = view.copy() if total is None else total + view
-    return total ** np.float32(1.0 / p)
+    attrs = _window_attrs(kernel, strides, pads, dilations, ceil_mode)
+    return _window_sums(np.abs(x) ** np.float32(p), attrs) ** np.float32(1.0 / p)
 
 
 def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
@@ -283,7 +278,7 @@ def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 )
 def max_unpool(x, indices, output_shape):
     """zeros of output_shape with x written at the flat indices (max_pool's indices output)"""
-    out = np.zeros(int(np.prod(output_shape, dtype=np.int64)), dtype=x.dtype)
+    out = np.zeros(numel(output_shape), dtype=x.dtype)
     flat = indices.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= out.size):
         raise IndexError(f"max_unpool index out of range [0, {out.size})")

@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.ir.dtypes import DType
-from anekit.ir.ops._infer import Attrs, Types, normalize_axis
+from anekit.ir.ops._infer import Attrs, Types, index_dtype_only, normalize_axis, numel
 from anekit.ir.registry import Attr, InferError, TensorType, declare
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 _UFUNC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _index_dtype(t: TensorType) -> None:
-    if t.dtype not in (DType.INT32, DType.INT64):
-        raise InferError(f"indices must be int32 or int64, got {t.dtype}")
 
 
 def _wrap(indices: np.ndarray, dims: np.ndarray | int) -> np.ndarray:
@@ -30,7 +25,7 @@ def _wrap(indices: np.ndarray, dims: np.ndarray | int) -> np.ndarray:
 
 def _gather_nd_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     data, idx = ins
-    _index_dtype(idx)
+    index_dtype_only(idx)
     b = attrs["batch_dims"]
     if idx.rank < 1 or b < 0 or b >= min(data.rank, idx.rank):
         raise InferError(f"batch_dims {b} must be below both ranks ({data.rank}, {idx.rank})")
@@ -56,7 +51,7 @@ def gather_nd(x, indices, batch_dims):
     """slices of x addressed by the last axis of indices (after batch_dims shared axes)"""
     b = batch_dims
     depth = indices.shape[-1]
-    batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    batch = numel(x.shape[:b])
     xb = x.reshape((batch,) + x.shape[b:])
     ib = _wrap(indices.reshape(batch, -1, depth), np.asarray(x.shape[b : b + depth]))
     rows = np.arange(batch)[:, None]
@@ -69,7 +64,7 @@ def gather_nd(x, indices, batch_dims):
 
 def _scatter_elements_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     data, idx, upd = ins
-    _index_dtype(idx)
+    index_dtype_only(idx)
     normalize_axis(attrs["axis"], data.rank)
     if idx.shape != upd.shape or idx.rank != data.rank:
         raise InferError(
@@ -107,7 +102,7 @@ def scatter_elements(x, indices, updates, axis, reduction):
 
 def _scatter_nd_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     data, idx, upd = ins
-    _index_dtype(idx)
+    index_dtype_only(idx)
     depth = idx.shape[-1] if idx.rank else 0
     if idx.rank < 1 or depth > data.rank:
         raise InferError(f"indices {list(idx.shape)} cannot address data of rank {data.rank}")

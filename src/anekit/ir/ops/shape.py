@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import (
     Attrs,
     Types,
     broadcast_shapes,
+    index_dtype_only,
     normalize_axes,
     normalize_axis,
     numel,
@@ -163,14 +163,9 @@ def slice_(x, starts, ends, axes, steps):
     return x[tuple(index)]
 
 
-def _index_dtype_check(t: TensorType) -> None:
-    if t.dtype not in (DType.INT32, DType.INT64):
-        raise InferError(f"indices must be int32 or int64, got {t.dtype}")
-
-
 def _gather_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     x, idx = ins
-    _index_dtype_check(idx)
+    index_dtype_only(idx)
     axis = normalize_axis(attrs["axis"], x.rank)
     return [TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)]
 
@@ -193,7 +188,7 @@ def gather(x, indices, axis):
 
 def _gather_elements_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     x, idx = ins
-    _index_dtype_check(idx)
+    index_dtype_only(idx)
     if idx.rank != x.rank:
         raise InferError("indices must have the rank of the data")
     normalize_axis(attrs["axis"], x.rank)
