@@ -34,15 +34,25 @@ def resolve_pads(
     return tuple(begins + ends)
 
 
+def weight_kernel(cx: NodeContext, w_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``kernel_shape``, which must be the weight's spatial shape (and defaults to it)."""
+    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
+    if kernel != tuple(w_shape[2:]):
+        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
+    return kernel
+
+
+def strides_and_dilations(cx: NodeContext, sp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A window's ``strides`` and ``dilations``, all 1 over ``sp`` spatial axes by default."""
+    return tuple(cx.attr("strides", (1,) * sp)), tuple(cx.attr("dilations", (1,) * sp))
+
+
 @converter("Conv")
 def conv(cx: NodeContext):
     x_shape, w_shape = cx.shape(0), cx.shape(1)
     sp = len(x_shape) - 2
-    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
-    if kernel != tuple(w_shape[2:]):
-        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
-    strides = tuple(cx.attr("strides", (1,) * sp))
-    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    kernel = weight_kernel(cx, w_shape)
+    strides, dilations = strides_and_dilations(cx, sp)
     pads = resolve_pads(cx, x_shape[2:], kernel, strides, dilations)
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": cx.attr("group", 1)}
     return cx.emit("conv", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
@@ -134,11 +144,8 @@ def _per_channel(cx: NodeContext, per_group: str, groups: int, channels: int) ->
 def conv_transpose(cx: NodeContext):
     x_shape, w_shape = cx.shape(0), cx.shape(1)
     sp = len(x_shape) - 2
-    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
-    if kernel != tuple(w_shape[2:]):
-        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
-    strides = tuple(cx.attr("strides", (1,) * sp))
-    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    kernel = weight_kernel(cx, w_shape)
+    strides, dilations = strides_and_dilations(cx, sp)
     out_pad = tuple(cx.attr("output_padding", (0,) * sp))
     auto = cx.attr("auto_pad", "NOTSET") or "NOTSET"
     output_shape = cx.attr("output_shape", None)
@@ -174,9 +181,8 @@ def conv_transpose(cx: NodeContext):
 def deform_conv(cx: NodeContext):
     x_shape, w_shape = cx.shape(0), cx.shape(1)
     sp = len(x_shape) - 2
-    kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
-    strides = tuple(cx.attr("strides", (1,) * sp))
-    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    weight_kernel(cx, w_shape)  # only checks kernel_shape: the weight gives the kernel
+    strides, dilations = strides_and_dilations(cx, sp)
     attrs = {
         "strides": strides,
         "pads": tuple(cx.attr("pads", (0,) * (2 * sp))),
@@ -184,7 +190,5 @@ def deform_conv(cx: NodeContext):
         "group": cx.attr("group", 1),
         "offset_group": cx.attr("offset_group", 1),
     }
-    if kernel != tuple(w_shape[2:]):
-        raise ModelError(f"kernel_shape {list(kernel)} does not match the weight {list(w_shape)}")
     ins = [cx.input(i) for i in range(5)]
     return cx.emit("deform_conv", ins, attrs, final=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
-from anekit.frontend.onnx.converters.nn import resolve_pads
+from anekit.frontend.onnx.converters.nn import resolve_pads, strides_and_dilations
 
 
 def _window_attrs(cx: NodeContext) -> dict:
@@ -16,8 +16,7 @@ def _window_attrs(cx: NodeContext) -> dict:
     kernel = tuple(cx.attr("kernel_shape"))
     if len(kernel) != sp:
         raise ModelError(f"kernel_shape {list(kernel)} does not match {sp} spatial axes")
-    strides = tuple(cx.attr("strides", (1,) * sp))
-    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    strides, dilations = strides_and_dilations(cx, sp)
     pads = resolve_pads(cx, x_shape[2:], kernel, strides, dilations)
     # ceil_mode only applies to explicit pads: auto_pad fixes the output size itself
     explicit = cx.attr("auto_pad", "NOTSET") in ("NOTSET", "")

@@ -10,7 +10,7 @@ from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.dtypes import ir_dtype
-from anekit.frontend.onnx.converters.nn import resolve_pads
+from anekit.frontend.onnx.converters.nn import resolve_pads, strides_and_dilations
 from anekit.ir.dtypes import DType
 
 
@@ -101,8 +101,7 @@ def _integer_conv(cx: NodeContext, x: int, w: int, zx: int, zw: int) -> str:
     x_shape, w_shape = cx.shape(x), cx.shape(w)
     sp = len(x_shape) - 2
     kernel = tuple(cx.attr("kernel_shape", w_shape[2:]))
-    strides = tuple(cx.attr("strides", (1,) * sp))
-    dilations = tuple(cx.attr("dilations", (1,) * sp))
+    strides, dilations = strides_and_dilations(cx, sp)
     pads = resolve_pads(cx, x_shape[2:], kernel, strides, dilations)
     attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": cx.attr("group", 1)}
     ins = [cx.input(x), cx.input(w), cx.input(zx), cx.input(zw)]
