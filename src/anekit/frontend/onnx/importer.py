@@ -14,23 +14,14 @@ import onnx
 from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
+from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
 from anekit.frontend.onnx.loader import load_model, onnx_type_name, tensor_to_array
-from anekit.ir.dtypes import DType, dtype_of_array
+from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.interpret import run_node
 from anekit.ir.registry import InferError, infer_types
 
-# IR dtypes for graph inputs and outputs.
-_IO_DTYPES: dict[int, DType] = {
-    onnx.TensorProto.FLOAT: DType.FP32,
-    onnx.TensorProto.FLOAT16: DType.FP16,
-    onnx.TensorProto.INT8: DType.INT8,
-    onnx.TensorProto.UINT8: DType.UINT8,
-    onnx.TensorProto.INT32: DType.INT32,
-    onnx.TensorProto.INT64: DType.INT64,
-    onnx.TensorProto.BOOL: DType.BOOL,
-}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # Why whole families of ONNX ops stay unsupported (shown next to them in the error).
