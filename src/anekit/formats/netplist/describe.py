@@ -14,7 +14,7 @@ from typing import Any
 
 from anekit.errors import FormatError
 from anekit.formats.netplist.document import Network, parse_document
-from anekit.formats.netplist.reader import GraphBuilder
+from anekit.formats.netplist.reader import GraphBuilder, read_file_bytes
 from anekit.formats.netplist.vocab import ASSUMED, ATTESTED
 from anekit.formats.netplist.weights import WeightFiles
 from anekit.ir.engine import LayerView
@@ -163,10 +163,5 @@ def describe_bytes(
 def describe(path: str | Path) -> dict[str, Any]:
     """The JSON description of the netplist at `path` (weights resolved beside it)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FormatError(
-            f"cannot read the netplist: {exc.strerror or exc}", where=str(path)
-        ) from None
+    data = read_file_bytes(path)
     return describe_bytes(data, directory=path.parent, where=str(path))

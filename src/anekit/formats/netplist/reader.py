@@ -215,13 +215,18 @@ def parse(
     return build_graph(net, source, where)
 
 
-def read(path: str | Path, *, network: str | None = None) -> Graph:
-    """Read a netplist file into a Graph of `ane_layer` nodes (one per unit)."""
-    path = Path(path)
+def read_file_bytes(path: Path) -> bytes:
+    """The bytes of the netplist file at ``path``; FormatError naming it if it cannot be read."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise FormatError(
             f"cannot read the netplist: {exc.strerror or exc}", where=str(path)
         ) from None
+
+
+def read(path: str | Path, *, network: str | None = None) -> Graph:
+    """Read a netplist file into a Graph of `ane_layer` nodes (one per unit)."""
+    path = Path(path)
+    data = read_file_bytes(path)
     return parse(data, directory=path.parent, network=network, where=str(path))
