@@ -15,7 +15,12 @@ from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelE
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
-from anekit.frontend.onnx.loader import load_model, onnx_type_name, tensor_to_array
+from anekit.frontend.onnx.loader import (
+    ExternalData,
+    load_model,
+    onnx_type_name,
+    tensor_to_array,
+)
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
@@ -122,6 +127,7 @@ class Importer:
         self.proto = proto
         self.constant_inputs = {k: np.asarray(v) for k, v in (constant_inputs or {}).items()}
         self.base_dir = base_dir
+        self.external = ExternalData(base_dir)  # data files mapped once, shared by tensors
         self.input_shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
@@ -223,7 +229,7 @@ class Importer:
         return ed.build()
 
     def _add_initializer(self, t: onnx.TensorProto) -> None:
-        arr = tensor_to_array(t, self.base_dir)
+        arr = tensor_to_array(t, self.base_dir, self.external)
         if arr.dtype not in (
             np.float32,
             np.float16,
@@ -358,7 +364,9 @@ class Importer:
             vals = [Value(n, t.shape, t.dtype) for n, t in zip(names, out_types, strict=True)]
             probe = Node(op, node.name, tuple(ins), tuple(names), norm)
             for n, arr in zip(names, run_node(probe, args, vals), strict=True):
-                arr = np.asarray(arr, order="C")
+                # kept as computed: a folded Transpose or Slice of a weight stays a view of
+                # it (no copy of a large weight; code generation converts it once)
+                arr = np.asarray(arr)
                 arr.flags.writeable = False
                 self.values[n] = Value(n, arr.shape, dtype_of_array(arr))
                 self.constants[n] = arr

@@ -1,7 +1,16 @@
-"""Loading ONNX models from files, bytes or protos, with bounds-checked external data."""
+"""Loading ONNX models from files, bytes or protos, with bounds-checked external data.
+
+External data is memory-mapped read-only (one map per file, shared by its tensors): the
+arrays are views of the page cache, paged in once when something reads them (e.g. the fp16
+conversion of code generation), never copied at import. Small tensors and files beyond
+``MAX_MAPPED_FILES`` are read into memory instead. As with any mapped file, rewriting or
+truncating the data file while its arrays are alive changes or invalidates them.
+"""
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 from pathlib import Path
 
@@ -71,10 +80,65 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return proto
 
 
-def tensor_to_array(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
-    """A TensorProto as a numpy array; external data is read with every bound checked."""
+# Tensors from this size up are views of the file's map; smaller ones are copied out of it
+# (so they do not each hold a view). At most this many data files are mapped per import
+# (each map holds a file descriptor); tensors of further files are read.
+MIN_MAPPED_BYTES = 1 << 16
+MAX_MAPPED_FILES = 64
+
+
+class ExternalData:
+    """The external data files of one model, memory-mapped read-only on first use."""
+
+    def __init__(self, base_dir: Path | None):
+        self.base_dir = base_dir
+        self._maps: dict[Path, memoryview | None] = {}
+
+    def array(self, tensor: TensorProto) -> np.ndarray:
+        """The tensor's data (bounds checked), a read-only view of the file's map when large."""
+        target, offset, dtype, shape = _locate(tensor, self.base_dir)
+        count = math.prod(shape)
+        view = self._map(target)
+        if view is None:
+            return np.fromfile(target, dtype=dtype, count=count, offset=offset).reshape(shape)
+        if offset + count * dtype.itemsize > len(view):  # the file shrank after the check
+            raise FormatError(
+                f"initializer '{tensor.name}': external data ends past the end of its file"
+            )
+        arr = np.frombuffer(view, dtype=dtype, count=count, offset=offset).reshape(shape)
+        if arr.nbytes < MIN_MAPPED_BYTES:
+            return arr.copy()
+        arr.flags.writeable = False
+        return arr
+
+    def _map(self, target: Path) -> memoryview | None:
+        if target in self._maps:
+            return self._maps[target]
+        if len(self._maps) >= MAX_MAPPED_FILES:
+            return None
+        try:
+            with open(target, "rb") as f:
+                view: memoryview | None = memoryview(
+                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                )
+        except (OSError, ValueError):  # an empty file, or a file system that cannot map
+            view = None
+        self._maps[target] = view
+        return view
+
+
+def tensor_to_array(
+    tensor: TensorProto, base_dir: Path | None, external: ExternalData | None = None
+) -> np.ndarray:
+    """A TensorProto as a numpy array; external data is read, or mapped through
+    ``external`` (one per model), with every bound checked."""
     if tensor.data_location == TensorProto.EXTERNAL:
-        return _read_external(tensor, base_dir)
+        if external is not None:
+            return external.array(tensor)
+        target, offset, dtype, shape = _locate(tensor, base_dir)
+        return np.fromfile(target, dtype=dtype, count=math.prod(shape), offset=offset).reshape(
+            shape
+        )
     if tensor.data_type not in ONNX_TO_NUMPY:
         raise ModelError(
             f"initializer '{tensor.name}' has element type {onnx_type_name(tensor.data_type)}, "
@@ -86,7 +150,10 @@ def tensor_to_array(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
         raise FormatError(f"initializer '{tensor.name}' is malformed: {exc}") from None
 
 
-def _read_external(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
+def _locate(
+    tensor: TensorProto, base_dir: Path | None
+) -> tuple[Path, int, np.dtype, tuple[int, ...]]:
+    """Where an external tensor's bytes are: file, offset, dtype and shape, all checked."""
     info = {e.key: e.value for e in tensor.external_data}
     name = tensor.name
     if base_dir is None:
@@ -115,8 +182,7 @@ def _read_external(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
     shape = tuple(int(d) for d in tensor.dims)
     if any(d < 0 for d in shape):
         raise FormatError(f"initializer '{name}' has a negative dimension {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
-    nbytes = count * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # exact: hostile dims cannot wrap around
     try:
         offset = int(info.get("offset", 0))
         length = int(info.get("length", nbytes))
@@ -130,5 +196,4 @@ def _read_external(tensor: TensorProto, base_dir: Path | None) -> np.ndarray:
             f"initializer '{name}': external data [{offset}, {offset + length}) does not fit "
             f"'{location}' ({size} bytes) or does not hold {list(shape)} x {dtype}"
         )
-    arr = np.fromfile(target, dtype=dtype, count=count, offset=offset)
-    return arr.reshape(shape)
+    return target, offset, dtype, shape
