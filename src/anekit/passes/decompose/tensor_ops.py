@@ -1,0 +1,75 @@
+"""Split, the composite reductions and expand decomposed into slices, plain reductions, broadcasts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.ir.graph import Node
+from anekit.passes.decompose.emit import Emit
+from anekit.passes.rewrite import Rewriter, rule
+
+
+@rule("split")
+def split_as_slices(rw: Rewriter, node: Node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs["axis"] % rw.value(x).rank
+    start = 0
+    for out, size in zip(node.outputs, node.attrs["sizes"], strict=True):
+        part = rw.add(
+            "slice",
+            [x],
+            {"starts": (start,), "ends": (start + size,), "axes": (axis,)},
+            hint=out,
+            origin=node.origin,
+            before=node,
+        )
+        start += size
+        rw.replace_uses(out, part)
+    rw.ctx.event(node.origin, "decomposed", f"split as {len(node.outputs)} slices")
+    return True
+
+
+@rule("reduce_l1", "reduce_l2", "reduce_sum_square", "reduce_log_sum", "reduce_log_sum_exp")
+def decompose_reduction(rw: Rewriter, node: Node) -> bool:
+    x = node.inputs[0]
+    if not rw.value(x).dtype.is_float:
+        return False
+    e = Emit(rw, node)
+    attrs = dict(node.attrs)
+    op = node.op
+    if op == "reduce_l1":
+        y = e("reduce_sum", [e("abs", [x])], attrs, "sum")
+    elif op in ("reduce_l2", "reduce_sum_square"):
+        y = e("reduce_sum", [e("mul", [x, x], tag="square")], attrs, "sum")
+        y = e("sqrt", [y]) if op == "reduce_l2" else y
+    elif op == "reduce_log_sum":
+        y = e("log", [e("reduce_sum", [x], attrs, "sum")])
+    else:
+        keep = {**attrs, "keepdims": True}
+        m = e("reduce_max", [x], keep, "max")
+        s = e("reduce_sum", [e("exp", [e("sub", [x, m], tag="shifted")])], keep, "sum")
+        y = e("add", [e("log", [s]), m], tag="lse")
+        if not attrs["keepdims"]:
+            y = e("reshape", [y], {"shape": rw.shape(node.output)}, "squeeze")
+    return e.done(y, f"{op} as elementwise ops and a plain reduction")
+
+
+@rule("expand")
+def expand_as_broadcast(rw: Rewriter, node: Node) -> bool:
+    """An expand that only prepends unit axes is a reshape; a float one that broadcasts is
+    a multiply by ones (the engine broadcasts elementwise operands; x * 1 is exact)."""
+    x = node.inputs[0]
+    src, dst = rw.shape(x), rw.shape(node.output)
+    out = rw.value(node.output)
+    if rw.value(x).numel == out.numel and dst[len(dst) - len(src) :] == src:
+        y = rw.add("reshape", [x], {"shape": dst}, hint=node.name, origin=node.origin, before=node)
+        what = "a reshape"
+    elif out.dtype.is_float and out.numel <= rw.ctx.options.fold_limit:
+        ones = rw.constant(np.ones(dst, out.dtype.numpy), f"{node.name}/ones")
+        y = rw.add("mul", [x, ones], hint=node.name, origin=node.origin, before=node)
+        what = "a broadcast multiply by ones"
+    else:
+        return False
+    rw.ctx.event(node.origin, "decomposed", f"expand as {what}")
+    rw.replace_uses(node.output, y)
+    return True
