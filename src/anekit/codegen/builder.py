@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.codegen.names import Namer
-from anekit.codegen.weights import WeightFile
+from anekit.codegen.weights import Conversions, WeightFile
+from anekit.errors import ModelError
 from anekit.formats.mil import (
     ArgList,
     Binding,
@@ -84,11 +85,17 @@ class FunctionBuilder:
     ``float_dtype`` is the program's float type: fp16 on the engine, fp32 on the CPU.
     ``weight_dtype`` is how float weights are stored in the weight.bin: fp16 by default; an
     fp32 program then reads fp16 weights through a ``cast`` (weights ``fp32`` keeps them exact).
-    With an ``executor``, weights are converted on its threads while emission goes on.
+    With an ``executor``, weights are converted on its threads while emission goes on;
+    ``conversions`` (shared by the segments of one model) converts each weight only once.
     """
 
     def __init__(
-        self, float_dtype: str, weight_dtype: str = "fp16", executor: Executor | None = None
+        self,
+        float_dtype: str,
+        weight_dtype: str = "fp16",
+        executor: Executor | None = None,
+        *,
+        conversions: Conversions | None = None,
     ):
         if weight_dtype not in ("fp16", "fp32"):
             raise ValueError(f"weights are stored as fp16 or fp32, not {weight_dtype!r}")
@@ -102,7 +109,7 @@ class FunctionBuilder:
         # const op name -> the IR constant it holds unchanged (for checks of the weight.bin)
         self.ir_constants: dict[str, str] = {}
         self._stored: dict[str, str] = {}  # a tensor's var -> the const op that holds it
-        self.executor = executor
+        self.conversions = conversions or Conversions(cast_array, executor)
 
     # --- types ---------------------------------------------------------------------------
 
@@ -216,11 +223,7 @@ class FunctionBuilder:
         """A BLOBFILE const (converted on the executor when there is one); an fp32 program
         reading fp16 weights gets the const, then a cast to its type."""
         stored = self.weight_dtype if self.weight_dtype != dtype else dtype
-        if self.executor is not None:
-            future = self.executor.submit(self._cast, array, stored)
-            offset = self.blobs.add_pending(future, array.size, stored)
-        else:
-            offset = self.blobs.add(self._cast(array, stored), stored)
+        offset = self.blobs.add_pending(self.conversions.submit(array, stored), array.size, stored)
         shape = tuple(int(d) for d in array.shape)
         name = self.namer.fresh(f"{hint}_{stored}" if stored != dtype else hint)
         blob = self._const(name, BlobFile(mil_type(shape, stored), WEIGHT_PATH, offset))  # type: ignore[arg-type]
@@ -244,23 +247,27 @@ class FunctionBuilder:
         return name
 
     def _cast(self, array: np.ndarray, dtype: str) -> np.ndarray:
-        if dtype in ("fp16", "fp32"):
-            wide = np.asarray(array, dtype=np.float32)
-            if dtype == "fp16" and wide.size and _beyond_fp16(wide):
-                # Orion section 7: finite values beyond fp16's range saturate, never turn to inf
-                finite = np.isfinite(wide)
-                wide = np.where(finite, np.clip(wide, -FP16_MAX, FP16_MAX), wide)
-            return np.array(wide, dtype=_NUMPY[dtype], order="C")
-        if dtype == "int32" and array.size:
-            low, high = int(np.min(array)), int(np.max(array))
-            if low < -(2**31) or high >= 2**31:
-                from anekit.errors import ModelError
+        return cast_array(array, dtype)
 
-                raise ModelError(
-                    f"an integer constant holds {low if low < -(2**31) else high}, outside "
-                    "MIL's int32 range"
-                )
-        return np.array(array, dtype=_NUMPY[dtype], order="C")
+
+def cast_array(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` as a C-ordered array of the MIL ``dtype``, element by element: floats round
+    to nearest, saturating at fp16's largest finite value; integers are range-checked."""
+    if dtype in ("fp16", "fp32"):
+        wide = np.asarray(array, dtype=np.float32)
+        if dtype == "fp16" and wide.size and _beyond_fp16(wide):
+            # Orion section 7: finite values beyond fp16's range saturate, never turn to inf
+            finite = np.isfinite(wide)
+            wide = np.where(finite, np.clip(wide, -FP16_MAX, FP16_MAX), wide)
+        return np.array(wide, dtype=_NUMPY[dtype], order="C")
+    if dtype == "int32" and array.size:
+        low, high = int(np.min(array)), int(np.max(array))
+        if low < -(2**31) or high >= 2**31:
+            raise ModelError(
+                f"an integer constant holds {low if low < -(2**31) else high}, outside "
+                "MIL's int32 range"
+            )
+    return np.array(array, dtype=_NUMPY[dtype], order="C")
 
 
 def _beyond_fp16(array: np.ndarray) -> bool:

@@ -13,14 +13,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anekit import __version__
+from anekit.codegen.builder import cast_array
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
-from anekit.codegen.weights import WeightFile
+from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import AnekitError
 from anekit.formats.bundle import (
     MANIFEST,
@@ -122,14 +123,31 @@ def build_bundle(
     """
     graph, segments, rewired = _with_constant_outputs(graph, segments)
     emitted: list[EmittedSegment] = []
-    # weights are converted to fp16 on worker threads while the segments are lowered
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+    workers = min(4, os.cpu_count() or 1)
+    # Weights are converted on worker threads while the segments are lowered, each weight
+    # once (a tied embedding serves both segments that read it); each weight file is hashed
+    # on a thread of its own as soon as its segment is emitted, chunk by chunk as the
+    # conversions finish. Hashing waits for conversions: separate pools, so never a deadlock.
+    with (
+        ThreadPoolExecutor(workers, thread_name_prefix="anekit-convert") as pool,
+        ThreadPoolExecutor(workers, thread_name_prefix="anekit-sha256") as hashers,
+    ):
+        conversions = Conversions(cast_array, pool)
+        digests: dict[int, Future[str]] = {}
         for k, segment in enumerate(segments):
-            emitted.append(emit_segment(graph, segment, target, weights=weights, executor=pool))
+            s = emit_segment(
+                graph, segment, target, weights=weights, executor=pool, conversions=conversions
+            )
+            if s.weight_file is not None:
+                digests[s.index] = hashers.submit(s.weight_file.sha256)
+            emitted.append(s)
             if progress is not None:
                 progress(k + 1, len(segments))
+        texts = {s.index: FileData.of(s.text.encode()) for s in emitted}  # while they hash
         weight_files = {
-            weights_path(s.index): FileData.of(s.weight_file)
+            weights_path(s.index): FileData(
+                tuple(s.weight_file.chunks()), s.weight_file.size, digests[s.index].result()
+            )
             for s in emitted
             if s.weight_file is not None
         }
@@ -138,7 +156,7 @@ def build_bundle(
     produced: dict[str, tuple[int, str]] = {}
     graph_inputs = set(graph.input_names)
     for s in emitted:
-        files[program_path(s.index)] = FileData.of(s.text.encode())
+        files[program_path(s.index)] = texts[s.index]
         if s.weight_file is not None:
             files[weights_path(s.index)] = weight_files[weights_path(s.index)]
         ins = tuple(_io(p, _source(p.value, graph_inputs, produced, s.index)) for p in s.inputs)
@@ -194,11 +212,18 @@ def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path
         )
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     try:
-        for rel, data in sorted(contents.data.items()):
-            if rel == MANIFEST:
-                continue
-            _write(tmp / rel, data)
-        _write(tmp / MANIFEST, contents.data[MANIFEST])  # last: a bundle is whole once it has one
+        # files written (and fsync'd) on parallel threads, largest first; the manifest last:
+        # a bundle is whole once it has one
+        files = sorted(
+            ((rel, data) for rel, data in contents.data.items() if rel != MANIFEST),
+            key=lambda item: (-item[1].size, item[0]),
+        )
+        with ThreadPoolExecutor(
+            max(1, min(4, len(files))), thread_name_prefix="anekit-write"
+        ) as pool:
+            for done in [pool.submit(_write, tmp / rel, data) for rel, data in files]:
+                done.result()
+        _write(tmp / MANIFEST, contents.data[MANIFEST])
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
@@ -230,11 +255,15 @@ def deterministic(data: Any) -> Any:
 
 def _write(path: Path, data: FileData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        for chunk in data.chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        for chunk in data.chunks:  # straight from the arrays' memory, unbuffered
+            view = memoryview(chunk).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _io(p: Any, source: Source | None) -> SegmentIO:

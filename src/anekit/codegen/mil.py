@@ -33,7 +33,7 @@ import numpy as np
 from anekit import __version__
 from anekit.codegen.builder import Arg, FunctionBuilder, mil_type
 from anekit.codegen.lower import Call, lower_call
-from anekit.codegen.weights import WeightFile
+from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
 from anekit.formats.mil import Binding, Function, Program, print_program
 from anekit.ir.graph import Graph
@@ -151,16 +151,18 @@ def emit_segment(
     *,
     weights: str = "fp16",
     executor: Executor | None = None,
+    conversions: Conversions | None = None,
 ) -> EmittedSegment:
     """One segment of ``graph`` as a MIL program for ``target``.
 
     ``weights`` is how CPU segments store float weights (engine segments always use fp16):
     ``fp16`` (the default, half the size, read through a cast) or ``fp32`` (exact).
-    ``executor`` converts weights on other threads (the weight file waits for them).
+    ``executor`` converts weights on other threads (the weight file waits for them);
+    ``conversions``, shared by the segments of a model, converts each weight once.
     """
     device = segment.device
     engine = device == "ane"
-    b = FunctionBuilder("fp16" if engine else "fp32", weights, executor)
+    b = FunctionBuilder("fp16" if engine else "fp32", weights, executor, conversions=conversions)
     namer = b.namer
     env: dict[str, Arg] = {}
     min_bytes = target.limits.min_io_bytes

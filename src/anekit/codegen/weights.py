@@ -1,5 +1,6 @@
 """A weight.bin held as chunks: the layout of :mod:`anekit.formats.blob` (blob storage v2)
-without copying the arrays, so large models are hashed and written straight from memory.
+without copying the arrays, so large models are hashed and written straight from memory;
+and :class:`Conversions`, which converts each weight once, on worker threads.
 
 The bytes are those :class:`anekit.formats.blob.BlobWriter` writes for the same arrays (the
 tests check it): a 64-byte header (count, version 2), then per blob a 64-byte record at a
@@ -11,7 +12,11 @@ from __future__ import annotations
 import hashlib
 import struct
 import sys
-from concurrent.futures import Future
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
+from typing import Protocol
 
 import numpy as np
 
@@ -30,10 +35,127 @@ _RECORD = struct.Struct("<IIQQQ")  # sentinel, dtype, size, data offset, padding
 _NUMPY = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4")}
 
 
+class Deferred(Protocol):
+    """An array that will be ready later (a Future, or a view of one)."""
+
+    def result(self) -> np.ndarray: ...
+
+
+class _Ready:
+    """An array that is ready now, behind the ``Deferred`` interface."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def result(self) -> np.ndarray:
+        return self.array
+
+
+class _ViewOf:
+    """The part of a converted root array that a view of the unconverted root covered."""
+
+    def __init__(self, root: Deferred, make: Callable[[np.ndarray], np.ndarray]):
+        self.root, self.make = root, make
+
+    def result(self) -> np.ndarray:
+        return self.make(self.root.result())
+
+
+# (convert an array to a stored dtype: "fp16" or "fp32")
+Convert = Callable[[np.ndarray, str], np.ndarray]
+
+
+class Conversions:
+    """Weights converted to their stored dtype, each piece of memory once, on an executor.
+
+    ``convert`` must work element by element (a cast, with saturation), so that converting a
+    whole array and taking a view of the result equals converting the view. A request for
+    an array seen before (the same constant in two segments) shares its conversion; a
+    request for part of an array that was converted whole (the rows of a tied embedding
+    the LM head reads, once the gather converted all of it) is a view of that conversion.
+    Without an executor, conversions run at once on the calling thread.
+    """
+
+    def __init__(self, convert: Convert, executor: Executor | None = None):
+        self._convert = convert
+        self._executor = executor
+        # keyed by the root's id; the weak reference tells a live root from a dead one
+        # whose id was reused (nothing here keeps a source array alive)
+        self._exact: dict[tuple, tuple[weakref.ref[np.ndarray], Deferred]] = {}
+        self._whole: dict[tuple[int, str], tuple[weakref.ref[np.ndarray], Deferred]] = {}
+
+    def submit(self, array: np.ndarray, dtype: str) -> Deferred:
+        """``array`` converted to ``dtype`` (later, when there is an executor)."""
+        root = _root(array)
+        place = _place(array, root)
+        if place is None:  # not a plain view of its root: convert on its own
+            return self._start(array, dtype)
+        offset, strides = place
+        key = (id(root), offset, array.shape, strides, dtype)
+        found = _live(self._exact.get(key), root)
+        if found is not None:
+            return found
+        whole = _live(self._whole.get((id(root), dtype)), root)
+        if whole is not None:
+            done: Deferred = _ViewOf(whole, _view_maker(array.shape, offset, strides, root.size))
+        else:
+            done = self._start(array, dtype)
+            if array.size == root.size and array.flags.c_contiguous:  # all of root, in order
+                self._whole[(id(root), dtype)] = (weakref.ref(root), done)
+        self._exact[key] = (weakref.ref(root), done)
+        return done
+
+    def _start(self, array: np.ndarray, dtype: str) -> Deferred:
+        if self._executor is None:
+            return _Ready(self._convert(array, dtype))
+        return self._executor.submit(self._convert, array, dtype)
+
+
+def _live(
+    entry: tuple[weakref.ref[np.ndarray], Deferred] | None, root: np.ndarray
+) -> Deferred | None:
+    """The entry's conversion if it was made for this very root (not a dead namesake)."""
+    return entry[1] if entry is not None and entry[0]() is root else None
+
+
+def _root(array: np.ndarray) -> np.ndarray:
+    """The array that owns (or first wraps) the memory ``array`` views."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _place(array: np.ndarray, root: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """Where ``array`` lies in its C-contiguous root: element offset and element strides."""
+    size = array.itemsize
+    if root.dtype != array.dtype or not root.flags.c_contiguous or array.size == 0:
+        return None
+    offset = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    if offset < 0 or offset % size or any(s < 0 or s % size for s in array.strides):
+        return None
+    return offset // size, tuple(s // size for s in array.strides)
+
+
+def _view_maker(
+    shape: tuple[int, ...], offset: int, strides: tuple[int, ...], size: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """How to take, from a root of ``size`` elements converted, the view at ``offset`` /
+    ``strides`` (in elements)."""
+
+    def make(converted: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(converted).reshape(-1)
+        if flat.size != size:
+            raise ValueError(f"a converted root has {flat.size} elements, {size} expected")
+        item = flat.itemsize
+        return np.ndarray(shape, flat.dtype, flat, offset * item, tuple(s * item for s in strides))
+
+    return make
+
+
 class _Pending:
     """An array still being converted, with the byte size it must have."""
 
-    def __init__(self, future: Future[np.ndarray], nbytes: int, dtype: np.dtype):
+    def __init__(self, future: Deferred, nbytes: int, dtype: np.dtype):
         self.future, self.nbytes, self.dtype = future, nbytes, dtype
 
     def result(self) -> memoryview:
@@ -52,6 +174,7 @@ class WeightFile:
         self._chunks: list[bytes | memoryview | _Pending] = []
         self._size = HEADER_SIZE
         self._count = 0
+        self._resolving = threading.Lock()  # pending chunks are resolved once, in place
 
     def __len__(self) -> int:
         return self._count
@@ -78,9 +201,10 @@ class WeightFile:
         self._count += 1
         return record_offset
 
-    def add_pending(self, future: Future[np.ndarray], count: int, dtype: str) -> int:
+    def add_pending(self, future: Deferred, count: int, dtype: str) -> int:
         """Reserve the place of ``count`` elements of ``dtype`` that ``future`` will deliver
-        (an array converted on another thread); returns the record offset."""
+        (an array converted on another thread, see :class:`Conversions`); returns the
+        record offset."""
         nbytes = count * _NUMPY[dtype].itemsize
         record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
         data_offset = record_offset + RECORD_SIZE
@@ -96,16 +220,28 @@ class WeightFile:
 
     def chunks(self) -> list[bytes | memoryview]:
         """The file as a list of byte chunks, header first (waits for pending arrays)."""
-        header = _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
-        resolved = [c.result() if isinstance(c, _Pending) else c for c in self._chunks]
-        self._chunks = resolved  # type: ignore[assignment]
-        return [header, *resolved]
+        return list(self._resolved())
+
+    def _resolved(self) -> Iterator[bytes | memoryview]:
+        """The chunks in order, each as soon as it is ready (pending ones resolved in place,
+        so a digest can run while later arrays are still being converted)."""
+        yield _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
+        for i in range(len(self._chunks)):
+            chunk = self._chunks[i]
+            if isinstance(chunk, _Pending):
+                with self._resolving:
+                    chunk = self._chunks[i]
+                    if isinstance(chunk, _Pending):
+                        chunk = self._chunks[i] = chunk.result()
+            yield chunk
 
     def to_bytes(self) -> bytes:
         return b"".join(self.chunks())
 
     def sha256(self) -> str:
+        """The file's digest, computed chunk by chunk as conversions finish (hashlib releases
+        the GIL on large chunks, so this runs well on a thread of its own)."""
         digest = hashlib.sha256()
-        for chunk in self.chunks():
+        for chunk in self._resolved():
             digest.update(chunk)
         return digest.hexdigest()
