@@ -19,7 +19,6 @@ How it measures:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,8 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+
+from _common import write_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "compile_middle_end.json"
@@ -111,9 +112,7 @@ def main() -> int:
             "load_average": [round(x, 2) for x in os.getloadavg()],
         },
     }
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULTS)
+    write_json(RESULTS, result)
     print(
         f"worst median {max(medians):.3f} s (goal {GOAL_SECONDS} s) -> {RESULTS.relative_to(REPO)}"
     )

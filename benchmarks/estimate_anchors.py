@@ -9,10 +9,9 @@ vs published figure, with each source) for the README.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
 from pathlib import Path
+
+from _common import write_json
 
 from anekit.cost import default_calibration
 from anekit.cost.workloads import anchor_estimate
@@ -74,11 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 "source": a.source,
             }
         )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.output.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"benchmark": "estimate_anchors", "anchors": rows}, f, indent=2, sort_keys=True)
-    os.replace(tmp, args.output)
+    write_json(args.output, {"benchmark": "estimate_anchors", "anchors": rows}, sort_keys=True)
     return 0
 
 

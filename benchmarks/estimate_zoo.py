@@ -9,13 +9,13 @@ chips in seconds (the time is dominated by one middle-end compile per chip gener
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _common import write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the zoo lives in tests/
@@ -70,11 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "processor_count": os.cpu_count(),
         "models": rows,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.output.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    os.replace(tmp, args.output)
+    write_json(args.output, report, sort_keys=True)
     return 0
 
 

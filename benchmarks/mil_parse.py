@@ -12,9 +12,10 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _common import write_json
 
 from anekit.formats.mil import parse, print_program
 
@@ -124,12 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "results": results,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.output.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, args.output)
+    write_json(args.output, report, sort_keys=True)
     return 0
 
 
