@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
-import sys
 from functools import cache
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.formats.fuzz_benchmark import load_fuzz_benchmark
 
 from anekit.errors import FormatError
 from anekit.formats import hwx
@@ -32,7 +30,6 @@ EXTREMES = (
     0xFFFFFFFE,
     0xFFFFFFFF,
 )
-BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "fuzz_formats.py"
 
 
 @cache
@@ -113,16 +110,8 @@ def test_mutated_fixture_decodes_or_raises_format_error(case):
     json.loads(decoded.to_json())  # what `inspect --json` does must not fail either
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("fuzz_formats_under_test", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building classes
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_fuzz_benchmark_runs_and_finds_nothing(tmp_path):
-    fuzz = _load_benchmark()
+    fuzz = load_fuzz_benchmark()
     out = tmp_path / "fuzz.json"
     assert fuzz.main(["--targets", "hwx", "--cases", "54", "--seed", "1", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
@@ -133,7 +122,7 @@ def test_fuzz_benchmark_runs_and_finds_nothing(tmp_path):
 
 
 def test_fuzz_benchmark_reports_a_planted_bug_with_a_replayable_seed():
-    fuzz = _load_benchmark()
+    fuzz = load_fuzz_benchmark()
 
     def fragile_decode(data: bytes) -> None:
         if len(data) < 32:

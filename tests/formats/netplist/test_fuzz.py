@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import plistlib
-import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.formats.fuzz_benchmark import load_fuzz_benchmark
 
 from anekit.errors import FormatError
 from anekit.formats import netplist
@@ -20,7 +18,6 @@ from anekit.formats.netplist.describe import describe_bytes
 
 from .helpers import NETPLIST_DIR, PLIST_IDS, PLISTS, assert_same_graph, assert_same_outputs
 
-BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "fuzz_formats.py"
 RUN_LIMIT = 1 << 16
 
 
@@ -120,16 +117,8 @@ def test_mutated_weight_files_read_or_raise(name, cut, noise):
         graph.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in graph.inputs})
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("fuzz_formats_netplist", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building classes
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_fuzz_benchmark_netplist_targets_find_nothing(tmp_path):
-    fuzz = _load_benchmark()
+    fuzz = load_fuzz_benchmark()
     out = tmp_path / "fuzz.json"
     args = ["--targets", "netplist", "netplist.weights", "--cases", "60", "--seed", "2"]
     assert fuzz.main([*args, "--out", str(out)]) == 0

@@ -1,0 +1,229 @@
+"""Fuzz targets, the seeded mutations, one case run and its tallies (what every target shares)."""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anekit.errors import FormatError
+
+SLOW_CASE_SECONDS = 2.0
+EXTREME_VALUES = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    0x10,
+    0x3F,
+    0x40,
+    0x7F,
+    0x80,
+    0xFF,
+    0x100,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x10000,
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A little-endian integer in a fixture worth corrupting (header, table entry, count)."""
+
+    offset: int
+    size: int  # 1, 2, 4 or 8 bytes
+    name: str
+
+
+@dataclass(frozen=True)
+class FuzzTarget:
+    """One reader under test. `decode` must do everything a user-facing command does."""
+
+    name: str
+    fixtures: Callable[[], list[tuple[str, bytes]]]  # (name, pristine bytes)
+    decode: Callable[[bytes], Any]
+    fields: Callable[[bytes], list[Field]]  # structural fields of a pristine fixture
+    boundaries: Callable[[bytes], list[int]]  # offsets where truncation is interesting
+    # mutations only this target uses (e.g. structure-aware ones), on top of MUTATIONS
+    mutations: dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]] = field(
+        default_factory=dict
+    )
+
+    def mutation_table(self) -> dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]]:
+        return {**MUTATIONS, **self.mutations}
+
+
+@dataclass
+class Tally:
+    cases: int = 0
+    ok: int = 0
+    format_error: int = 0
+    findings: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "cases": self.cases,
+            "ok": self.ok,
+            "format_error": self.format_error,
+            "findings": self.findings,
+        }
+
+
+@dataclass
+class Run:
+    seed: int
+    tallies: dict[str, dict[str, Tally]] = field(default_factory=dict)  # target -> fixture -> tally
+    # target -> mutation kind -> tally
+    by_mutation: dict[str, dict[str, Tally]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # target -> time decoding its cases
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A pristine fixture and what its target says is worth corrupting."""
+
+    name: str
+    data: bytes
+    fields: tuple[Field, ...]
+    boundaries: tuple[int, ...]
+
+
+def _hot_offset(rng: random.Random, fixture: Prepared) -> int:
+    """Half the time near a structural field, else anywhere in the file."""
+    if fixture.fields and rng.random() < 0.5:
+        target = rng.choice(fixture.fields)
+        return min(len(fixture.data) - 1, target.offset + rng.randrange(target.size))
+    return rng.randrange(len(fixture.data))
+
+
+def mutate_bit_flips(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    data = bytearray(fixture.data)
+    flips = [(_hot_offset(rng, fixture), rng.randrange(8)) for _ in range(rng.randint(1, 16))]
+    for offset, bit in flips:
+        data[offset] ^= 1 << bit
+    return bytes(data), "bit_flips " + ",".join(f"0x{o:x}:{b}" for o, b in flips)
+
+
+def mutate_overwrite(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    data = bytearray(fixture.data)
+    offset = _hot_offset(rng, fixture)
+    run = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 32)))
+    data[offset : offset + len(run)] = run[: len(data) - offset]
+    return bytes(data), f"overwrite 0x{offset:x} {run.hex()}"
+
+
+def mutate_insert(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    offset = _hot_offset(rng, fixture)
+    run = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64)))
+    return fixture.data[:offset] + run + fixture.data[offset:], f"insert 0x{offset:x} {run.hex()}"
+
+
+def mutate_delete(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    offset = _hot_offset(rng, fixture)
+    size = rng.randint(1, 64)
+    return fixture.data[:offset] + fixture.data[offset + size :], f"delete 0x{offset:x}+{size}"
+
+
+def mutate_field_extreme(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    if not fixture.fields:
+        return mutate_overwrite(rng, fixture)
+    target = rng.choice(fixture.fields)
+    top = (1 << (8 * target.size)) - 1
+    current = int.from_bytes(fixture.data[target.offset : target.offset + target.size], "little")
+    candidates = [
+        *EXTREME_VALUES,
+        top,
+        top - 1,
+        top >> 1,
+        (top >> 1) + 1,
+        len(fixture.data),
+        len(fixture.data) + 1,
+        len(fixture.data) - 1,
+        current + 1,
+        current - 1,
+        current * 2,
+        current + 0x4000,
+        rng.getrandbits(8 * target.size),
+    ]
+    value = rng.choice(candidates) & top
+    data = bytearray(fixture.data)
+    data[target.offset : target.offset + target.size] = value.to_bytes(target.size, "little")
+    return bytes(data), f"field {target.name}@0x{target.offset:x} = 0x{value:x}"
+
+
+def mutate_truncate(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+    point = (
+        rng.choice(fixture.boundaries) if fixture.boundaries else rng.randrange(len(fixture.data))
+    )
+    point = max(0, min(len(fixture.data) - 1, point + rng.choice((-1, 0, 0, 1, 4))))
+    return fixture.data[:point], f"truncate at 0x{point:x}"
+
+
+MUTATIONS: dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]] = {
+    "bit_flips": mutate_bit_flips,
+    "overwrite": mutate_overwrite,
+    "insert": mutate_insert,
+    "delete": mutate_delete,
+    "field_extreme": mutate_field_extreme,
+    "truncate": mutate_truncate,
+}
+
+
+def case_rng(target: str, fixture: str, seed: int, case: int) -> random.Random:
+    return random.Random(f"{target}:{fixture}:{seed}:{case}")
+
+
+def run_case(
+    target: FuzzTarget, fixture: Prepared, seed: int, case: int
+) -> tuple[str, str, dict[str, Any] | None]:
+    """(mutation kind, outcome "ok" / "format_error" / "finding", finding record or None)."""
+    rng = case_rng(target.name, fixture.name, seed, case)
+    table = target.mutation_table()
+    kind = rng.choice(sorted(table))
+    data, description = table[kind](rng, fixture)
+    start = time.perf_counter()
+    try:
+        target.decode(data)
+        outcome, problem = "ok", None
+    except FormatError:
+        outcome, problem = "format_error", None
+    except Exception as exc:  # noqa: BLE001 - the point of the fuzzer
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        outcome = "finding"
+        problem = (
+            f"{type(exc).__name__}: {exc}"[:300] + f" at {Path(frame.filename).name}:{frame.lineno}"
+        )
+    elapsed = time.perf_counter() - start
+    if outcome != "finding" and elapsed > SLOW_CASE_SECONDS:
+        outcome, problem = "finding", f"slow: {elapsed:.2f}s"
+    if outcome != "finding":
+        return kind, outcome, None
+    record = {
+        "target": target.name,
+        "fixture": fixture.name,
+        "seed": seed,
+        "case": case,
+        "replay": f"{target.name}:{fixture.name}:{seed}:{case}",
+        "mutation": description[:500],
+        "problem": problem,
+    }
+    return kind, outcome, record
+
+
+def prepare(target: FuzzTarget) -> list[Prepared]:
+    prepared = []
+    for name, data in target.fixtures():
+        prepared.append(
+            Prepared(name, data, tuple(target.fields(data)), tuple(target.boundaries(data)))
+        )
+    return prepared
