@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,22 +69,8 @@ def test_quote_escapes():
     assert quote('a"b\\c\nd\te\rf\x01g\x7fé') == '"a\\"b\\\\c\\nd\\te\\rf\\x01g\\x7fé"'
 
 
-EXPECTED = """\
-program(1.3)
-[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3520.4.1"}, {"coremlc-version", "3520.5.1"}})]
-{
-    func main<ios18>(tensor<fp16, [1, 64, 1, 16]> x) {
-        tensor<fp16, [32, 64, 1, 1]> w = const()[name = string("w"), val = tensor<fp16, [32, 64, 1, 1]>(BLOBFILE(path = string("@model_path/weights/weight.bin"), offset = uint64(64)))];
-        string pt = const()[name = string("pt"), val = string("valid")];
-        tensor<int32, [2]> st = const()[name = string("st"), val = tensor<int32, [2]>([1, 1])];
-        tensor<int32, [4]> pd = const()[name = string("pd"), val = tensor<int32, [4]>([0, 0, 0, 0])];
-        tensor<int32, [2]> dl = const()[name = string("dl"), val = tensor<int32, [2]>([1, 1])];
-        int32 gr = const()[name = string("gr"), val = int32(1)];
-        tensor<fp16, [1, 32, 1, 16]> y0 = conv(dilations = dl, groups = gr, pad = pd, pad_type = pt, strides = st, weight = w, x = x)[name = string("y0")];
-        tensor<fp16, [1, 32, 1, 16]> y = relu(x = y0)[name = string("y")];
-    } -> (y);
-}
-"""
+# FACTS section 1's example, in canonical spacing (the parser tests read the same file)
+EXPECTED = (Path(__file__).parent / "data" / "facts_example.mil").read_text()
 
 
 def facts_program() -> Program:
