@@ -70,15 +70,7 @@ class HwxFile:
             "build": _build(self.banner),
             "load_commands": [_command(c) for c in self.commands],
             "segments": [_segment(s) for s in self.segments],
-            "io_buffers": [
-                {
-                    "name": b.name,
-                    "address": b.address,
-                    "command": b.command,
-                    "command_offset": b.command_offset,
-                }
-                for b in self.io_buffers
-            ],
+            "io_buffers": [asdict(b) for b in self.io_buffers],
             "threads": [
                 {
                     "flavor": t.flavor,
