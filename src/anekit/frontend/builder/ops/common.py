@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from anekit.errors import ModelError
 
 TensorLike = Any  # a Tensor, a numpy array or a Python number
+OpFunction = Callable[..., Any]
+
+
+def named(fn: OpFunction, name: str, doc: str) -> OpFunction:
+    """A factory-made op function under its public name and docstring."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
 
 
 def per_axis(v: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anekit.frontend.builder.ops.common import TensorLike
+from anekit.frontend.builder.ops.common import TensorLike, named
 from anekit.frontend.builder.tensor import Tensor, as_tensor, record
 from anekit.ir.dtypes import DType, to_dtype
 
@@ -13,9 +13,7 @@ def _binary(op: str) -> Callable[..., Tensor]:
     def fn(a: TensorLike, b: TensorLike, *, name: str | None = None) -> Tensor:
         return record(op, [a, b], name=name)
 
-    fn.__name__ = fn.__qualname__ = op
-    fn.__doc__ = f"Elementwise {op} (numpy broadcasting)."
-    return fn
+    return named(fn, op, f"Elementwise {op} (numpy broadcasting).")
 
 
 add = _binary("add")
@@ -34,9 +32,7 @@ def _unary(op: str) -> Callable[..., Tensor]:
     def fn(x: TensorLike, *, name: str | None = None) -> Tensor:
         return record(op, [x], name=name)
 
-    fn.__name__ = fn.__qualname__ = op
-    fn.__doc__ = f"Elementwise {op}."
-    return fn
+    return named(fn, op, f"Elementwise {op}.")
 
 
 neg = _unary("neg")

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anekit.errors import ModelError
-from anekit.frontend.builder.ops.common import TensorLike, per_axis
+from anekit.frontend.builder.ops.common import TensorLike, named, per_axis
 from anekit.frontend.builder.tensor import Tensor, as_tensor, record
 
 
@@ -37,9 +37,7 @@ def _conv_nd(n: int, doc: str) -> Callable[..., Tensor]:
         attrs = {"strides": strides, "pads": pads, "dilations": dil, "group": groups}
         return record("conv", [x, weight, bias], attrs, name=name)
 
-    conv.__name__ = conv.__qualname__ = f"conv{n}d"
-    conv.__doc__ = doc
-    return conv
+    return named(conv, f"conv{n}d", doc)
 
 
 conv1d = _conv_nd(
@@ -156,9 +154,7 @@ def _avg_pool_nd(n: int, doc: str) -> Callable[..., Tensor]:
             ceil_mode=ceil_mode, count_include_pad=count_include_pad,
         )  # fmt: skip
 
-    avg_pool.__name__ = avg_pool.__qualname__ = f"avg_pool{n}d"
-    avg_pool.__doc__ = doc
-    return avg_pool
+    return named(avg_pool, f"avg_pool{n}d", doc)
 
 
 avg_pool1d = _avg_pool_nd(

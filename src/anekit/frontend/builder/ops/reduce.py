@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from anekit.frontend.builder.ops.common import TensorLike
+from anekit.frontend.builder.ops.common import TensorLike, named
 from anekit.frontend.builder.tensor import Tensor, record
 
 
@@ -19,9 +19,7 @@ def _reduce(op: str) -> Callable[..., Tensor]:
         axes_t = () if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
         return record(op, [x], {"axes": axes_t, "keepdims": keepdims}, name=name)
 
-    fn.__name__ = fn.__qualname__ = op
-    fn.__doc__ = f"{op} over ``axes`` (all axes when None)."
-    return fn
+    return named(fn, op, f"{op} over ``axes`` (all axes when None).")
 
 
 reduce_sum = _reduce("reduce_sum")
