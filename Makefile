@@ -30,7 +30,7 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks
 
 bench: $(VENV)/.dev
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -293,7 +293,9 @@ def test_epsilon_ops_against_coremltools(op: str, epsilon: float | None) -> None
     # is the strict one.
     shift = np.abs(wide - fn((x64 + eps16).astype(np.float16).astype(np.float64)))
     error = np.abs(got16.astype(np.float64) - ref16) - shift
-    assert (error <= 2 * ulp16(ref16)).all(), f"max excess {np.max(error / ulp16(ref16)):.3g} fp16 ulps"
+    assert (error <= 2 * ulp16(ref16)).all(), (
+        f"max excess {np.max(error / ulp16(ref16)):.3g} fp16 ulps"
+    )
 
 
 ALPHA_BETA = {
