@@ -4,6 +4,7 @@ same bytes as converting every weight on its own; the writer's files are the con
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -76,3 +77,42 @@ def test_written_files_are_the_contents_with_their_digests(tmp_path: Path) -> No
         assert hashlib.sha256(written[rel]).hexdigest() == entry.sha256
         assert len(written[rel]) == entry.size
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lm.anekit"]
+
+
+def test_a_failed_conversion_surfaces_in_the_write_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph, _ = _tied_lm()
+    compiled = anekit.compile(graph, "m4")
+
+    def failing(array: np.ndarray, dtype: str) -> np.ndarray:
+        raise MemoryError("no room for the weights")
+
+    monkeypatch.setattr(bundle, "cast_array", failing)
+    contents = _build(compiled)  # returns while the conversions run
+    with pytest.raises(MemoryError, match="no room"):
+        bundle.write_bundle(contents, tmp_path / "lm.anekit")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(MemoryError, match="no room"):
+        contents.manifest  # noqa: B018 - the digests never come
+
+
+def test_a_failed_emission_stops_the_conversions(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph, _ = _tied_lm()
+    compiled = anekit.compile(graph, "m4")
+    calls = []
+    real = bundle.emit_segment
+
+    def second_fails(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("lowering failed")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bundle, "emit_segment", second_fails)
+    with pytest.raises(RuntimeError, match="lowering failed"):
+        _build(compiled)
+    workers = [t for t in threading.enumerate() if t.name.startswith("anekit-")]
+    for t in workers:  # queued conversions were cancelled: the threads end on their own
+        t.join(timeout=30)
+    assert not [t for t in workers if t.is_alive()]

@@ -1,9 +1,11 @@
 """The bundle writer: emitted segments, the wiring between them and the report as a directory.
 
-``build_bundle`` makes the whole content in memory (file bytes and the manifest);
-``write_bundle`` writes it into a temporary directory beside the target and renames it into
-place, replacing an existing bundle only once the new one is complete. The same input gives
-the same bytes: no timestamps, sorted keys, names and order from the graph alone.
+``build_bundle`` makes the whole content in memory (file bytes and the manifest), returning
+once the programs are emitted while worker threads still convert and hash the weights;
+``write_bundle`` writes it into a temporary directory beside the target (the weight files as
+their conversions finish, the manifest last) and renames it into place, replacing an
+existing bundle only once the new one is complete. The same input gives the same bytes: no
+timestamps, sorted keys, names and order from the graph alone.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from anekit import __version__
@@ -50,11 +54,16 @@ _VOLATILE = ("seconds", "elapsed")
 
 @dataclass(frozen=True)
 class FileData:
-    """One file of a bundle in memory, as chunks (large weights are not copied)."""
+    """One file of a bundle in memory, as chunks (large weights are not copied).
 
-    chunks: tuple[bytes | memoryview, ...]
+    A weight file's data may still be in the making: its arrays converted, and its digest
+    computed, on worker threads. ``stream`` gives its chunks as they become ready;
+    ``chunks`` and ``sha256`` wait for all of them.
+    """
+
+    source: tuple[bytes | memoryview, ...] | WeightFile
     size: int
-    sha256: str
+    digest: str | Future[str]
 
     @classmethod
     def of(cls, data: bytes | WeightFile) -> FileData:
@@ -62,8 +71,21 @@ class FileData:
             return cls(tuple(data.chunks()), data.size, data.sha256())
         return cls((data,), len(data), hashlib.sha256(data).hexdigest())
 
+    @property
+    def chunks(self) -> tuple[bytes | memoryview, ...]:
+        return self.source if isinstance(self.source, tuple) else tuple(self.source.chunks())
+
+    @property
+    def sha256(self) -> str:
+        return self.digest if isinstance(self.digest, str) else self.digest.result()
+
+    def stream(self) -> Iterator[bytes | memoryview]:
+        """The chunks in order, each as soon as it is ready."""
+        return iter(self.source) if isinstance(self.source, tuple) else self.source.stream()
+
     def to_bytes(self) -> bytes:
-        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)  # type: ignore[return-value]
+        chunks = self.chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # type: ignore[return-value]
 
 
 class _Bytes(Mapping[str, bytes]):
@@ -84,11 +106,26 @@ class _Bytes(Mapping[str, bytes]):
 
 @dataclass(frozen=True)
 class BundleContents:
-    """A bundle in memory: its manifest, every file, and the programs as trees."""
+    """A bundle in memory: its manifest, every file, and the programs as trees.
 
-    manifest: Manifest
-    data: Mapping[str, FileData]  # relative path -> file (manifest.json included)
+    Built while its weights are still being converted and hashed on worker threads:
+    ``manifest`` and ``data`` (which holds manifest.json) wait for the digests, while
+    :func:`write_bundle` can write the other files (``payload``) as their chunks come in.
+    """
+
+    payload: Mapping[str, FileData]  # relative path -> file, every file but manifest.json
     segments: tuple[EmittedSegment, ...]
+    unhashed: Manifest  # the manifest but for its files' digests and sizes
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        files = {rel: FileEntry(f.sha256, f.size) for rel, f in self.payload.items()}
+        return replace(self.unhashed, files=files)
+
+    @cached_property
+    def data(self) -> Mapping[str, FileData]:
+        """Relative path -> file (manifest.json included)."""
+        return MappingProxyType({**self.payload, MANIFEST: FileData.of(self.manifest.to_bytes())})
 
     @property
     def files(self) -> Mapping[str, bytes]:
@@ -127,36 +164,36 @@ def build_bundle(
     # Weights are converted on worker threads while the segments are lowered, each weight
     # once (a tied embedding serves both segments that read it); each weight file is hashed
     # on a thread of its own as soon as its segment is emitted, chunk by chunk as the
-    # conversions finish. Hashing waits for conversions: separate pools, so never a deadlock.
-    with (
-        ThreadPoolExecutor(workers, thread_name_prefix="anekit-convert") as pool,
-        ThreadPoolExecutor(workers, thread_name_prefix="anekit-sha256") as hashers,
-    ):
+    # conversions finish (separate pools: hashing waits for conversions, never the reverse).
+    # The pools outlive this call: the contents are returned while they work.
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="anekit-convert")
+    hashers = ThreadPoolExecutor(workers, thread_name_prefix="anekit-sha256")
+    failed = True
+    try:
         conversions = Conversions(cast_array, pool)
-        digests: dict[int, Future[str]] = {}
+        weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
                 graph, segment, target, weights=weights, executor=pool, conversions=conversions
             )
             if s.weight_file is not None:
-                digests[s.index] = hashers.submit(s.weight_file.sha256)
+                digest = hashers.submit(s.weight_file.sha256)
+                weight_files[weights_path(s.index)] = FileData(
+                    s.weight_file, s.weight_file.size, digest
+                )
             emitted.append(s)
             if progress is not None:
                 progress(k + 1, len(segments))
-        texts = {s.index: FileData.of(s.text.encode()) for s in emitted}  # while they hash
-        weight_files = {
-            weights_path(s.index): FileData(
-                tuple(s.weight_file.chunks()), s.weight_file.size, digests[s.index].result()
-            )
-            for s in emitted
-            if s.weight_file is not None
-        }
+        failed = False
+    finally:  # queued work goes on (unless emission failed); the threads end when it is done
+        pool.shutdown(wait=False, cancel_futures=failed)
+        hashers.shutdown(wait=False, cancel_futures=failed)
     files: dict[str, FileData] = {}
     entries: list[SegmentEntry] = []
     produced: dict[str, tuple[int, str]] = {}
     graph_inputs = set(graph.input_names)
     for s in emitted:
-        files[program_path(s.index)] = texts[s.index]
+        files[program_path(s.index)] = FileData.of(s.text.encode())
         if s.weight_file is not None:
             files[weights_path(s.index)] = weight_files[weights_path(s.index)]
         ins = tuple(_io(p, _source(p.value, graph_inputs, produced, s.index)) for p in s.inputs)
@@ -193,10 +230,9 @@ def build_bundle(
             for v in graph.outputs
         ),
         segments=tuple(entries),
-        files={rel: FileEntry(f.sha256, f.size) for rel, f in files.items()},
+        files={},
     )
-    files[MANIFEST] = FileData.of(manifest.to_bytes())
-    return BundleContents(manifest, files, tuple(emitted))
+    return BundleContents(MappingProxyType(files), tuple(emitted), manifest)
 
 
 def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path:
@@ -212,12 +248,10 @@ def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path
         )
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     try:
-        # files written (and fsync'd) on parallel threads, largest first; the manifest last:
-        # a bundle is whole once it has one
-        files = sorted(
-            ((rel, data) for rel, data in contents.data.items() if rel != MANIFEST),
-            key=lambda item: (-item[1].size, item[0]),
-        )
+        # files written (and fsync'd) on parallel threads, largest first, as their chunks
+        # come in; the manifest last, once every digest is known: a bundle is whole once it
+        # has one
+        files = sorted(contents.payload.items(), key=lambda item: (-item[1].size, item[0]))
         with ThreadPoolExecutor(
             max(1, min(4, len(files))), thread_name_prefix="anekit-write"
         ) as pool:
@@ -257,7 +291,7 @@ def _write(path: Path, data: FileData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        for chunk in data.chunks:  # straight from the arrays' memory, unbuffered
+        for chunk in data.stream():  # straight from the arrays' memory, unbuffered
             view = memoryview(chunk).cast("B")
             while view:
                 view = view[os.write(fd, view) :]

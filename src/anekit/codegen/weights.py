@@ -220,9 +220,9 @@ class WeightFile:
 
     def chunks(self) -> list[bytes | memoryview]:
         """The file as a list of byte chunks, header first (waits for pending arrays)."""
-        return list(self._resolved())
+        return list(self.stream())
 
-    def _resolved(self) -> Iterator[bytes | memoryview]:
+    def stream(self) -> Iterator[bytes | memoryview]:
         """The chunks in order, each as soon as it is ready (pending ones resolved in place,
         so a digest can run while later arrays are still being converted)."""
         yield _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
@@ -242,6 +242,6 @@ class WeightFile:
         """The file's digest, computed chunk by chunk as conversions finish (hashlib releases
         the GIL on large chunks, so this runs well on a thread of its own)."""
         digest = hashlib.sha256()
-        for chunk in self._resolved():
+        for chunk in self.stream():
             digest.update(chunk)
         return digest.hexdigest()
