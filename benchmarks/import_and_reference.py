@@ -159,7 +159,9 @@ def measure(repeat: int) -> dict:
             "median_seconds": median_import,
             "peak_memory_bytes": peaks,
             "peak_memory_method": "child process: getrusage ru_maxrss minus RSS just before "
-            "from_onnx (numpy, onnx, anekit already imported); warm page cache",
+            "from_onnx (numpy, onnx, anekit already imported); warm page cache. External data "
+            "is memory-mapped read-only: weights are paged in when first read (by the "
+            "reference run or code generation), not at import",
             "peak_over_weights": worst_peak / weights_bytes,
             "graph_nodes": imports[0]["graph_nodes"],
             "graph_constant_bytes": imports[0]["graph_constant_bytes"],
