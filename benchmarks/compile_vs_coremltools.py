@@ -16,7 +16,12 @@ How it measures (each run in a fresh child process, so no run warms another's ca
   traced module is the same network written with plain torch ops on the same weights
   (``_plain_gpt2``; its logits are checked against transformers' before timing).
 
-    python benchmarks/compile_vs_coremltools.py [--repeat 3] [--target m4]
+Both sides run alternately, each run after the machine has calmed down (1-minute load
+average below ``--max-load``, waiting at most ``--max-wait`` seconds); each run records
+the load average it started at and the CPU seconds (user + system, all threads) it used.
+Medians are reported.
+
+    python benchmarks/compile_vs_coremltools.py [--repeat 5] [--target m4] [--max-load 1.5]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def child_anekit(model: Path, out: Path, target: str) -> None:
     from anekit.runtime.compiled import bundle_contents
 
     del anekit
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     graph = from_onnx(model)
     imported = time.perf_counter()
@@ -60,6 +66,7 @@ def child_anekit(model: Path, out: Path, target: str) -> None:
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(json.dumps({
         "seconds": written - start,
+        "cpu_seconds": _cpu_seconds() - cpu,
         "import_seconds": imported - start,
         "passes_seconds": passed - imported,
         "emit_seconds": emitted - passed,
@@ -96,6 +103,7 @@ def child_coremltools(out: Path, tokens: int) -> None:
     if error > 1e-3:
         raise RuntimeError(f"the plain-torch GPT-2 differs from transformers' by {error}")
     ids = torch.zeros((1, tokens), dtype=torch.int64)
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     with torch.no_grad():
         traced = torch.jit.trace(model, ids)
@@ -111,6 +119,7 @@ def child_coremltools(out: Path, tokens: int) -> None:
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(json.dumps({
         "seconds": saved - start,
+        "cpu_seconds": _cpu_seconds() - cpu,
         "trace_seconds": traced_at - start,
         "convert_seconds": converted - traced_at,
         "save_seconds": saved - converted,
@@ -166,14 +175,29 @@ def _plain_gpt2(torch, lm, tokens: int):  # noqa: ANN001, ANN202
     return Plain()
 
 
-def _child(*args: str) -> dict:
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process so far (every thread)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def _wait_for_quiet(max_load: float, max_wait: float) -> list[float]:
+    """Sleep until the 1-minute load average is below ``max_load`` (at most ``max_wait`` s)."""
+    deadline = time.monotonic() + max_wait
+    while os.getloadavg()[0] >= max_load and time.monotonic() < deadline:
+        time.sleep(5)
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _child(*args: str, max_load: float, max_wait: float) -> dict:
+    load = _wait_for_quiet(max_load, max_wait)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO)}
     done = subprocess.run(
         [sys.executable, __file__, *args], capture_output=True, text=True, env=env, check=False
     )
     if done.returncode != 0:
         raise RuntimeError(f"child {args[0]} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_average_before": load}
 
 
 def _version(name: str) -> str:
@@ -185,9 +209,12 @@ def _version(name: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--target", default="m4")
+    parser.add_argument("--max-load", type=float, default=1.5, help="start runs below this load")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait for it")
     args = parser.parse_args()
+    quiet = {"max_load": args.max_load, "max_wait": args.max_wait}
     sys.path.insert(0, str(REPO))
     from tests import zoo
 
@@ -196,12 +223,10 @@ def main() -> None:
     anekit_runs, coreml_runs = [], []
     with tempfile.TemporaryDirectory(prefix="compile-bench-", dir=REPO / ".cache") as tmp:
         for i in range(args.repeat):
-            anekit_runs.append(
-                _child("anekit", str(case.path), str(Path(tmp) / f"gpt2-{i}.anekit"), args.target)
-            )
-            coreml_runs.append(
-                _child("coremltools", str(Path(tmp) / f"gpt2-{i}.mlpackage"), str(tokens))
-            )
+            bundle = str(Path(tmp) / f"gpt2-{i}.anekit")
+            anekit_runs.append(_child("anekit", str(case.path), bundle, args.target, **quiet))
+            package = str(Path(tmp) / f"gpt2-{i}.mlpackage")
+            coreml_runs.append(_child("coremltools", package, str(tokens), **quiet))
             print(
                 f"run {i}: anekit {anekit_runs[-1]['seconds']:.2f} s, coremltools {coreml_runs[-1]['seconds']:.2f} s",
                 flush=True,
@@ -224,6 +249,7 @@ def main() -> None:
             "what": "anekit.compile(onnx path) + CompiledModel.save(bundle)",
             "runs": anekit_runs,
             "median_seconds": a,
+            "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in anekit_runs),
             "median_phases": medians(
                 anekit_runs, ["import_seconds", "passes_seconds", "emit_seconds", "write_seconds"]
             ),
@@ -232,6 +258,7 @@ def main() -> None:
             "what": "torch.jit.trace + coremltools.convert(mlprogram, defaults) + MLModel.save",
             "runs": coreml_runs,
             "median_seconds": c,
+            "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in coreml_runs),
             "median_phases": medians(
                 coreml_runs, ["trace_seconds", "convert_seconds", "save_seconds"]
             ),
@@ -239,6 +266,12 @@ def main() -> None:
         "speedup": c / a,
         "goal_speedup": GOAL_SPEEDUP,
         "goal_met": c / a >= GOAL_SPEEDUP,
+        "quiet": {
+            "max_load": args.max_load,
+            "runs_started_above_it": sum(
+                r["load_average_before"][0] >= args.max_load for r in anekit_runs + coreml_runs
+            ),
+        },
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
