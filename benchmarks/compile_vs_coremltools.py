@@ -8,7 +8,9 @@ How it measures (each run in a fresh child process, so no run warms another's ca
   weights, 64 tokens, exported by torch's dynamo exporter to ``model.onnx`` + external data;
 - anekit: wall time of ``anekit.compile(path, target)`` followed by ``CompiledModel.save``
   (MIL text and fp16 weight.bin of every segment, manifest with sha256, fsync'd), split into
-  ONNX import, the middle-end passes, MIL emission and the write;
+  ONNX import, the middle-end passes, MIL emission and the write (the weights are converted
+  and hashed on worker threads from emission on, and the write waits for them as it goes:
+  those two phases overlap, their sum is what emission plus writing cost);
 - coremltools: wall time of ``torch.jit.trace`` of the same model (same config and seed) plus
   ``coremltools.convert(..., convert_to="mlprogram")`` with its defaults and
   ``MLModel.save`` of the .mlpackage. The torch model is built before the clock starts.
