@@ -18,6 +18,7 @@ from anekit.cli import main
 from tests.fixtures import FIXTURES
 
 HWX_FILES = sorted((FIXTURES / "hwx").glob("*.hwx"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 MIL_DATA = Path(__file__).resolve().parents[1] / "formats" / "mil" / "data"
 MIL_TEXT = (MIL_DATA / "facts_example.mil").read_text()  # FACTS section 1's example
@@ -152,21 +153,55 @@ def test_mil_text(capsys, tmp_path):
     assert code == 0 and "func main<ios18>: 8 operations" in out
 
 
-def _unsupported_samples(tmp_path: Path) -> dict[str, Path]:
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    (bundle / "manifest.json").write_text("{}")
-    return {"netplist": FIXTURES / "netplist" / "net.plist", "anekit bundle": bundle}
+def test_every_kind_has_a_reader() -> None:
+    assert all(k.describe is not None for k in (*inspect_cli.KINDS, inspect_cli.BUNDLE))
 
 
-def test_kinds_without_a_reader_are_named_and_exit_2(capsys, tmp_path):
-    samples = _unsupported_samples(tmp_path)
-    kinds = [k for k in (*inspect_cli.KINDS, inspect_cli.BUNDLE) if k.describe is None]
-    for kind in kinds:
-        assert inspect_cli.detect(samples[kind.name]) == kind
-        code, out, err = run_cli(capsys, str(samples[kind.name]))
-        assert code == 2 and out == ""
-        assert f"inspecting {kind.name} files is not supported yet" in err
+@pytest.fixture(scope="module")
+def digits_bundle(tmp_path_factory) -> tuple[Path, object]:
+    import anekit
+
+    cm = anekit.compile(EXAMPLES / "digits_cnn.onnx", target="m1")
+    path = tmp_path_factory.mktemp("bundle") / "digits.anekit"
+    cm.save(path)
+    return path, cm
+
+
+def test_bundle_json_agrees_with_the_compile(capsys, digits_bundle):
+    path, cm = digits_bundle
+    assert inspect_cli.detect(path) == inspect_cli.BUNDLE
+    code, out, _ = run_cli(capsys, str(path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["kind"] == "anekit bundle"
+    assert doc["target"]["name"] == "m1" and doc["target"]["opset"] == cm.target.mil.opset
+    assert [p["name"] for p in doc["inputs"]] == ["image"] and doc["outputs"][0]["shape"] == [1, 10]
+    assert [s["device"] for s in doc["segments"]] == [s.device for s in cm.segments]
+    assert doc["report"]["summary"] == cm.report["summary"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert set(doc["files"]) == set(manifest["files"])
+    (seg,) = doc["segments"]
+    assert seg["ops"]["conv"] >= 2 and seg["weight_bytes"] == (path / seg["weights"]).stat().st_size
+    code, out, _ = run_cli(capsys, str(path))
+    assert code == 0 and "segment 0 on ane" in out and "sha256 verified" in out
+
+
+def test_tampered_or_empty_bundles_exit_2(capsys, digits_bundle, tmp_path):
+    import shutil
+
+    path, _ = digits_bundle
+    copy = tmp_path / "copy.anekit"
+    shutil.copytree(path, copy)
+    weights = copy / "segments" / "0" / "weights" / "weight.bin"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    code, out, err = run_cli(capsys, str(copy))
+    assert code == 2 and out == "" and "sha256" in err and "Traceback" not in err
+    empty = tmp_path / "empty.anekit"
+    empty.mkdir()
+    (empty / "manifest.json").write_text("{}")
+    code, out, err = run_cli(capsys, str(empty), "--json")
+    assert code == 2 and out == "" and "Traceback" not in err
 
 
 @pytest.mark.parametrize(

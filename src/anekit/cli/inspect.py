@@ -8,20 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.inspect_kinds import hwx, mil_text, netplist, onnx_model, weight_bin
+from anekit.cli.inspect_kinds import bundle, hwx, mil_text, netplist, onnx_model, weight_bin
 from anekit.cli.inspect_kinds.base import Kind, Node
 from anekit.errors import AnekitError, FormatError
 
 HEAD_BYTES = 4096
 
 
-def _never(path: Path, head: bytes) -> bool:
-    return False
-
-
 # Magic-byte detectors are tried first, in this order; then file extensions.
 KINDS: tuple[Kind, ...] = (hwx.KIND, weight_bin.KIND, netplist.KIND, mil_text.KIND, onnx_model.KIND)
-BUNDLE = Kind("anekit bundle", _never, None, None)
+BUNDLE = bundle.KIND
 KNOWN = "a .hwx container, weight.bin, MIL text, a netplist, an anekit bundle or an ONNX model"
 
 
