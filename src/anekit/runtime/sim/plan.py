@@ -31,6 +31,7 @@ from anekit.formats.mil import (
 )
 
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
+from .movement import fuse_concat_transpose
 from .ops import REGISTRY
 from .registry import OpDef, Signature
 from .values import STORAGE, BlobFiles, decode_value, literal_dtype
@@ -108,7 +109,13 @@ class _Loader:
                 outputs.append((name, NO_SLOT, self.known[name]))
             else:
                 outputs.append((name, self.slots[name], None))
-        steps = _with_frees(steps, tuple(input_slots), [s for _, s, _ in outputs])
+        keep = [s for _, s, _ in outputs]
+        shapes = {e.slot: e.shape for step in steps for e in step.outputs}
+        for b, slot in zip(f.inputs, input_slots, strict=True):
+            pattern = storage_shape(b.type)[0]
+            shapes[slot] = pattern if all(isinstance(d, int) for d in pattern) else None  # type: ignore[assignment]
+        steps = fuse_concat_transpose(steps, keep, shapes)
+        steps = _with_frees(steps, tuple(input_slots), keep)
         return Plan(
             tuple(f.inputs),
             tuple(input_slots),

@@ -7,6 +7,7 @@ rank``), iOS 17+ align ``0``s from the right and use 1 past x's rank.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,17 +38,17 @@ def reshape_target(x_shape: tuple[int, ...], shape: tuple[int, ...], opset: int)
                     f"shape {list(shape)} has a 0, so it needs x's rank {len(x_shape)}"
                 )
             target = [x_shape[i] if d == 0 else d for i, d in enumerate(target)]
-    size = int(np.prod(x_shape, dtype=np.int64))
+    size = math.prod(x_shape)
     if target.count(-1) > 1:
         raise ValueError(f"shape {list(shape)} has more than one -1")
     if any(d < -1 for d in target):
         raise ValueError(f"shape {list(shape)} has a negative size")
     if -1 in target:
-        rest = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+        rest = math.prod(d for d in target if d != -1)
         if rest == 0 or size % rest:
             raise ValueError(f"cannot reshape {list(x_shape)} into {list(shape)}")
         target[target.index(-1)] = size // rest
-    if int(np.prod(target, dtype=np.int64)) != size:
+    if math.prod(target) != size:
         raise ValueError(f"cannot reshape {list(x_shape)} ({size} elements) into {list(shape)}")
     return tuple(target)
 

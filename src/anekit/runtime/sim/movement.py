@@ -1,0 +1,121 @@
+"""Load-time rewrite of pure data movement: a concat read only by a transpose becomes one copy.
+
+The emitter writes a wide final projection as several matmuls (engine size limits), a concat of
+their results and a transpose back to [1, tokens, vocabulary]. Op by op that is a copy into
+the concat's result, then a strided copy for the transpose: for GPT-2's 50257-word head two
+13 MB buffers and a quarter of the head's time. Both ops only move values, so when the
+concat's result is read by the transpose alone, the pair is one step that copies each input
+straight to its place in the transposed result, in blocks that stay in the cache. Every
+element ends where the two ops would have put it; nothing is computed or rounded.
+
+Only programs whose shapes are static and consistent are rewritten: the inputs then have their
+declared shapes, so the fused step cannot fail where the two ops would have failed with a
+clearer message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .execute import NO_SLOT, Step
+from .ops._util import as_bool, as_int, as_ints
+
+# Elements per copied block: the block of the source and of the result stay in the L2 cache.
+_BLOCK = 1 << 16
+
+
+def concat_transpose(values: tuple[np.ndarray, ...], axis: Any, perm: Any) -> np.ndarray:
+    """``transpose(concat(values, axis), perm)`` copied in blocks along the concat axis."""
+    ax, order = as_int(axis), as_ints(perm)
+    first = values[0]
+    ax = ax + first.ndim if ax < 0 else ax
+    shape = list(first.shape)
+    shape[ax] = sum(v.shape[ax] for v in values)
+    out = np.empty([shape[p] for p in order], dtype=first.dtype)
+    target = out.transpose(np.argsort(order))  # the concat's result, as a view of ``out``
+    step = max(1, _BLOCK // max(1, math.prod(shape) // max(1, shape[ax])))
+    start = 0
+    for value in values:
+        size = value.shape[ax]
+        for offset in range(0, size, step):
+            end = min(offset + step, size)
+            index = (slice(None),) * ax + (slice(start + offset, start + end),)
+            target[index] = value[(slice(None),) * ax + (slice(offset, end),)]
+        start += size
+    return out
+
+
+def fuse_concat_transpose(
+    steps: Sequence[Step], keep: Sequence[int], shapes: Mapping[int, tuple[int, ...] | None]
+) -> list[Step]:
+    """``steps`` with each transpose of a concat read by nothing else fused into one step;
+    ``keep`` are the slots the function returns, ``shapes`` the static shape of every slot
+    (None when it has symbols)."""
+    readers: Counter[int] = Counter(keep)
+    producer: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for _, slot in step.dynamic:
+            readers[slot] += 1
+        for _, items in step.variadic:
+            for slot, _ in items:
+                if slot != NO_SLOT:
+                    readers[slot] += 1
+        for e in step.outputs:
+            producer[e.slot] = i
+    fused: dict[int, Step] = {}  # transpose index -> fused step
+    dropped: set[int] = set()  # concat indices
+    for i, step in enumerate(steps):
+        if step.op != "transpose" or len(step.dynamic) != 1 or "perm" not in step.known:
+            continue
+        slot = step.dynamic[0][1]
+        c = producer.get(slot)
+        if c is None or readers[slot] != 1 or not _fusable(steps[c], step, shapes):
+            continue
+        concat = steps[c]
+        known = {"axis": concat.known["axis"], "perm": step.known["perm"]}
+        fused[i] = replace(step, kernel=concat_transpose, known=known, dynamic=(),
+                           variadic=concat.variadic)  # fmt: skip
+        dropped.add(c)
+    return [fused.get(i, s) for i, s in enumerate(steps) if i not in dropped]
+
+
+def _fusable(concat: Step, transpose: Step, shapes: Mapping[int, tuple[int, ...] | None]) -> bool:
+    """A plain concat (no interleave) and a transpose whose static shapes agree."""
+    if concat.op != "concat" or len(concat.variadic) != 1 or "axis" not in concat.known:
+        return False
+    if as_bool(concat.known.get("interleave", False)):
+        return False
+    c, t = concat.outputs[0], transpose.outputs[0]
+    if c.shape is None or t.shape is None or c.storage != t.storage:
+        return False
+    rank = len(c.shape)
+    try:
+        axis, perm = as_int(concat.known["axis"]), as_ints(transpose.known["perm"])
+    except ValueError:
+        return False
+    if rank == 0 or not -rank <= axis < rank or sorted(perm) != list(range(rank)):
+        return False
+    axis %= rank
+    if tuple(c.shape[p] for p in perm) != t.shape:
+        return False
+    parts = [
+        tuple(np.shape(value)) if slot == NO_SLOT else shapes.get(slot)
+        for slot, value in concat.variadic[0][1]
+    ]
+    if not parts or any(p is None or len(p) != rank for p in parts):
+        return False
+    others = {tuple(d for k, d in enumerate(p) if k != axis) for p in parts}  # type: ignore[arg-type]
+    return (
+        others == {tuple(d for k, d in enumerate(c.shape) if k != axis)}
+        and sum(
+            p[axis]
+            for p in parts  # type: ignore[index]
+        )
+        == c.shape[axis]
+    )

@@ -1,0 +1,101 @@
+"""The load-time rewrite of a concat read only by a transpose into one copy (runtime.sim.movement).
+
+Oracles: numpy's own ``transpose(concatenate(...))`` for the fused kernel, and numpy float16
+rounding of float32 matmuls for whole programs (the same program unfused must agree bit for
+bit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from anekit.formats import mil
+from anekit.runtime.sim import SimProgram
+from anekit.runtime.sim.movement import concat_transpose
+
+RNG = np.random.default_rng(41)
+
+
+@pytest.mark.parametrize(
+    "shapes, axis, perm",
+    [
+        ([(1, 5, 4), (1, 3, 4)], 1, (0, 2, 1)),  # the vocabulary head's layout
+        ([(2, 3, 7), (2, 3, 1), (2, 3, 9)], -1, (2, 0, 1)),
+        ([(4, 6), (9, 6)], 0, (1, 0)),
+        ([(3, 2, 5, 2)], 2, (3, 2, 1, 0)),  # a single input: the transpose alone
+        ([(70_000, 2), (5, 2)], 0, (1, 0)),  # parts longer than one copied block
+    ],
+)
+def test_concat_transpose_is_numpys_transpose_of_the_concatenation(
+    shapes: list[tuple[int, ...]], axis: int, perm: tuple[int, ...]
+) -> None:
+    values = tuple(RNG.standard_normal(s).astype(np.float32) for s in shapes)
+    got = concat_transpose(values, np.array(axis, np.int32), np.array(perm, np.int32))
+    want = np.transpose(np.concatenate(values, axis=axis), perm)
+    assert got.flags.c_contiguous and got.flags.owndata
+    np.testing.assert_array_equal(got, want)
+
+
+W0 = RNG.uniform(-1, 1, (5, 6)).astype(np.float16)
+W1 = RNG.uniform(-1, 1, (3, 6)).astype(np.float16)
+
+
+def head(*, also_return_concat: bool = False, interleave: bool = False) -> mil.Program:
+    """x [1, 6, 4] -> two matmuls with constant weights -> concat on axis 1 -> transpose."""
+    t = mil.TensorType
+    ops = (
+        mil.const("w0", W0),
+        mil.const("w1", W1),
+        mil.operation("matmul", ("p0", t("fp16", (1, 5, 4))), {"x": "w0", "y": "x"}),
+        mil.operation("matmul", ("p1", t("fp16", (1, 3, 4))), {"x": "w1", "y": "x"}),
+        mil.const("axis", 1),
+        mil.const("interleave", interleave),
+        mil.operation(
+            "concat",
+            ("c", t("fp16", (1, 8, 4))),
+            {
+                "values": mil.ArgList((mil.Var("p0"), mil.Var("p1"))),
+                "axis": "axis",
+                "interleave": "interleave",
+            },
+        ),  # fmt: skip
+        mil.const("perm", np.array([0, 2, 1], np.int32)),
+        mil.operation("transpose", ("y", t("fp16", (1, 4, 8))), {"x": "c", "perm": "perm"}),
+    )
+    outputs = ("y", "c") if also_return_concat else ("y",)
+    binds = (mil.Binding("x", t("fp16", (1, 6, 4))),)
+    return mil.Program("1.3", (), (mil.Function("main", "ios18", binds, ops, outputs),))
+
+
+def test_a_concat_read_only_by_a_transpose_is_copied_once_into_the_transposed_result() -> None:
+    prog = SimProgram(head())
+    assert [s.op for s in prog._plan.steps] == ["matmul", "matmul", "transpose"]
+    assert prog._plan.steps[-1].kernel is concat_transpose
+    x = RNG.uniform(-2, 2, (1, 6, 4)).astype(np.float16)
+    y = prog.run({"x": x})["y"]
+    parts = [(w.astype(np.float32) @ x.astype(np.float32)).astype(np.float16) for w in (W0, W1)]
+    np.testing.assert_array_equal(y, np.concatenate(parts, axis=1).transpose(0, 2, 1))
+    unfused = SimProgram(head(also_return_concat=True)).run({"x": x})
+    np.testing.assert_array_equal(y.view(np.uint16), unfused["y"].view(np.uint16))
+    wide = prog.run({"x": x}, fp32_outputs=True)["y"]
+    assert wide.flags.owndata and wide.flags.writeable  # handed over without a copy
+
+
+@pytest.mark.parametrize("kwargs", [{"also_return_concat": True}, {"interleave": True}])
+def test_a_concat_read_elsewhere_or_interleaved_is_left_alone(kwargs: dict) -> None:
+    prog = SimProgram(head(**kwargs))
+    assert [s.op for s in prog._plan.steps] == ["matmul", "matmul", "concat", "transpose"]
+
+
+def test_symbolic_shapes_are_left_alone() -> None:
+    f = head().function("main")
+    symbolic = (mil.Binding("c", mil.TensorType("fp16", (1, "n", 4))),)
+    ops = tuple(replace(o, outputs=symbolic) if o.name == "c" else o for o in f.operations)
+    program = mil.Program("1.3", (), (mil.Function("main", "ios18", f.inputs, ops, f.outputs),))
+    prog = SimProgram(program)
+    assert "concat" in [s.op for s in prog._plan.steps]
+    x = RNG.uniform(-2, 2, (1, 6, 4)).astype(np.float16)
+    np.testing.assert_array_equal(prog.run({"x": x})["y"], SimProgram(head()).run({"x": x})["y"])
