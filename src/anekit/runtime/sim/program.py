@@ -224,9 +224,10 @@ class SimProgram:
                         out = check_output(step, e, out, symbols, source)
                     else:
                         if e.round:
-                            out = round_to_fp16(
-                                out, in_place=out.flags.writeable and out.flags.owndata
-                            )
+                            # writeable means made by the kernel: every value a kernel is given
+                            # is read-only, and so is any view of one (a reshaped matmul result
+                            # is a view, and is rounded where it is, without a copy)
+                            out = round_to_fp16(out, in_place=out.flags.writeable)
                         out.flags.writeable = False
                     env[e.slot] = out
                 else:
