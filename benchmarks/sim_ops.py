@@ -4,8 +4,11 @@ Writes ``benchmarks/results/sim_ops.json``.
 
 - ``overhead``: a chain of N tiny ops (relu on 8 elements): run time / N is the interpreter's
   own cost per op (argument gathering, output checks, freeing), the kernel being negligible.
-- ``rounding``: float32 -> fp16-valued float32 rounding, ns per element, against numpy's
+- ``rounding``: float32 -> fp16-valued float32 rounding, ns per element (into a new array, and
+  in place as the simulator rounds a kernel's result), against numpy's
   ``astype(float16).astype(float32)``.
+- ``gemms``: GPT-2 124M's 76 weight GEMMs alone (distinct weights streaming from memory), as
+  the simulator calls numpy's BLAS, against onnxruntime running them as MatMul nodes.
 - ``gpt2``: a GPT-2 124M-shaped MIL program written the way the emitter writes one (layout
   [1, C, 1, S], 1x1 convs with separate bias adds, matmul attention with an additive mask,
   tanh-form GELU as separate ops, the 50257-wide vocabulary head) with random fp16 weights in
@@ -13,7 +16,10 @@ Writes ``benchmarks/results/sim_ops.json``.
   (default threads and optimisations). Medians over ``--repeat`` runs after a warm-up, the
   time per op type (from one instrumented run), and the agreement of the two logits.
 
-    python benchmarks/sim_ops.py [--repeat 5] [--layers 12]
+Each section starts once the 1-minute load average is below ``--max-load`` (waiting at most
+``--max-wait`` seconds); the load it started at is recorded.
+
+    python benchmarks/sim_ops.py [--repeat 5] [--layers 12] [--max-load 1.5]
 """
 
 from __future__ import annotations
@@ -67,12 +73,21 @@ def overhead(n_ops: int, repeat: int) -> dict:
 
 
 def rounding(repeat: int) -> dict:
+    """ns per element: ``round_to_fp16`` into a new array (``ns_per_element``), in place as the
+    simulator rounds a kernel's result (the copy it works on made outside the timing), and
+    numpy's float16 cast there and back."""
     out = {}
     for n in (49_152, 196_608, 3_216_448):  # 64x768, 64x3072, 64x50257
         x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
         ours, _ = median_seconds(lambda x=x: round_to_fp16(x), repeat)
+        copies = [x.copy() for _ in range(repeat + 1)]
+        in_place, _ = median_seconds(lambda c=copies: round_to_fp16(c.pop(), in_place=True), repeat)
         numpy, _ = median_seconds(lambda x=x: x.astype(np.float16).astype(np.float32), repeat)
-        out[str(n)] = {"ns_per_element": ours / n * 1e9, "numpy_ns_per_element": numpy / n * 1e9}
+        out[str(n)] = {
+            "ns_per_element": ours / n * 1e9,
+            "in_place_ns_per_element": in_place / n * 1e9,
+            "numpy_ns_per_element": numpy / n * 1e9,
+        }
     return out
 
 
@@ -223,6 +238,71 @@ def gpt2_mil(net: Net, directory: Path) -> Path:
     return path
 
 
+# --- the GEMMs alone ------------------------------------------------------------------------
+
+
+GEMMS = ((768, 768, 48), (3072, 768, 12), (768, 3072, 12), (12565, 768, 4))  # (out, in, count)
+
+
+def gemms(repeat: int) -> dict:
+    """GPT-2 124M's 76 weight GEMMs on 64 tokens (distinct weights, as in a real run, so they
+    stream from memory): numpy's BLAS as the simulator calls it (W [out, in] @ X [in, 64])
+    against onnxruntime running the same products as MatMul nodes (X [64, in] @ W^T, its
+    weights packed once at session creation). Alternating, with a pause after each run (idle
+    BLAS and onnxruntime threads spin for a while after a call)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights = [rng.standard_normal((m, k), np.float32) for m, k, n in GEMMS for _ in range(n)]
+    xs = {k: rng.standard_normal((k, TOKENS), np.float32) for k in {k for _, k, _ in GEMMS}}
+    inits = [
+        numpy_helper.from_array(np.ascontiguousarray(w.T), f"w{i}") for i, w in enumerate(weights)
+    ]
+    nodes = [helper.make_node("MatMul", [f"x{w.shape[1]}", f"w{i}"], [f"y{i}"])
+             for i, w in enumerate(weights)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "gemms",
+        [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [TOKENS, k]) for k in xs],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [TOKENS, w.shape[0]])
+         for i, w in enumerate(weights)],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    with tempfile.TemporaryDirectory() as tmp:  # over 2 GB: external data
+        path = Path(tmp) / "gemms.onnx"
+        onnx.save(model, path, save_as_external_data=True, location="gemms.data")
+        del model, inits
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {f"x{k}": np.ascontiguousarray(x.T) for k, x in xs.items()}
+
+    def ours() -> None:
+        for w in weights:
+            np.matmul(w, xs[w.shape[1]])
+
+    def theirs() -> None:
+        sess.run(None, feeds)
+
+    times: dict[str, list[float]] = {"numpy_blas": [], "onnxruntime": []}
+    ours()  # warm-up
+    theirs()
+    for i in range(repeat):
+        for name, fn in (("numpy_blas", ours), ("onnxruntime", theirs))[:: 1 if i % 2 else -1]:
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+            time.sleep(0.5)
+    flops = 2 * TOKENS * sum(m * k * n for m, k, n in GEMMS)
+    return {
+        "gemms": sum(n for _, _, n in GEMMS),
+        "gflop": flops / 1e9,
+        **{f"{name}_median_seconds": statistics.median(t) for name, t in times.items()},
+        **{f"{name}_seconds": t for name, t in times.items()},
+    }
+
+
 def gpt2_onnx(net: Net):
     """The same network as an fp32 ONNX graph in the usual [tokens, width] layout."""
     from onnx import TensorProto, helper, numpy_helper
@@ -366,16 +446,36 @@ def gpt2(layers: int, repeat: int) -> dict:
     }
 
 
+def _wait_for_quiet(max_load: float, max_wait: float) -> list[float]:
+    """Sleep until the 1-minute load average is below ``max_load`` (at most ``max_wait`` s)."""
+    deadline = time.monotonic() + max_wait
+    while os.getloadavg()[0] >= max_load and time.monotonic() < deadline:
+        time.sleep(5)
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--max-load", type=float, default=1.5, help="start sections below this")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, per section")
     args = parser.parse_args()
+    quiet = (args.max_load, args.max_wait)
+    loads = {"overhead": _wait_for_quiet(*quiet)}
+    section_overhead = overhead(2000, args.repeat)
+    loads["rounding"] = _wait_for_quiet(*quiet)
+    section_rounding = rounding(args.repeat)
+    loads["gemms"] = _wait_for_quiet(*quiet)
+    section_gemms = gemms(args.repeat)
+    loads["gpt2"] = _wait_for_quiet(*quiet)
     result = {
         "benchmark": "sim_ops",
-        "overhead": overhead(2000, args.repeat),
-        "rounding": rounding(args.repeat),
+        "overhead": section_overhead,
+        "rounding": section_rounding,
+        "gemms": section_gemms,
         "gpt2": gpt2(args.layers, args.repeat),
+        "load_average_before_each_section": loads,
         "machine": {
             "platform": platform.platform(),
             "python": platform.python_version(),

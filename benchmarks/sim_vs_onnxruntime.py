@@ -3,16 +3,27 @@ onnxruntime running the ONNX model. Goal (issue 4): sim time at most 1.5x onnxru
 
 Writes ``benchmarks/results/sim_vs_onnxruntime.json``.
 
-How it measures (one process, after one warm-up run of each):
+How it measures (one process; the machine has 2 cores and is shared):
 - anekit: the zoo's ``gpt2_124m`` compiled for ``--target`` and saved as a bundle; the bundle
   is loaded once (``anekit.load``: programs parsed, weights decoded) and
-  ``Program.run(feeds, "sim")`` is timed ``--repeat`` times. Each segment's share of a run is
-  recorded from a separate profiled run;
+  ``Program.run(feeds, "sim")`` is timed. Each segment's share of a run is recorded from a
+  separate profiled run;
 - onnxruntime: ``InferenceSession`` on the same ONNX file, CPUExecutionProvider, default
-  options and threads, ``session.run`` timed ``--repeat`` times on the same token ids;
+  options and threads, ``session.run`` timed on the same token ids;
+- after one warm-up of each, ``--repeat`` rounds of one sim run and one onnxruntime run
+  (alternating which goes first, so both sides see the same machine), with a pause after
+  each run: BLAS and onnxruntime worker threads spin for a while after a call returns, and a
+  run started at once after the other side's is 50 ms slower. Before each round the script
+  waits (at most ``--max-wait`` s) until the 1-minute load average is below ``--max-load``
+  and other processes used less than 0.1 core over the last 2 s; every run records the CPU
+  other processes used while it ran (``other_cores``). Medians are also given over the runs
+  that shared the machine with less than 0.1 core, and as the median of each round's own
+  ratio (steadier when the machine's speed drifts between rounds);
+- where the sim's time goes: five instrumented runs timing every kernel and every fp16
+  rounding (``sim_breakdown``: GEMM kernels, rounding, other kernels, the rest);
 - agreement: cosine of the logits and top-1 agreement at every position.
 
-    python benchmarks/sim_vs_onnxruntime.py [--repeat 5] [--target m4]
+    python benchmarks/sim_vs_onnxruntime.py [--repeat 15] [--target m4] [--max-load 1.5]
 """
 
 from __future__ import annotations
@@ -25,6 +36,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -33,16 +47,46 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "sim_vs_onnxruntime.json"
 GOAL_RATIO = 1.5
+QUIET_CORES = 0.1  # other processes' CPU use (in cores) a clean run may share the machine with
+# Pause after each run: BLAS and onnxruntime worker threads keep spinning for a while after a
+# call returns (OpenBLAS up to ~0.1 s), which would slow whichever side runs next.
+SETTLE = 0.5
 
 
-def _times(fn, repeat: int) -> list[float]:  # noqa: ANN001
-    fn()  # warm-up
-    out = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
+def _busy_seconds() -> float:
+    """CPU seconds all processes have spent busy since boot (Linux /proc/stat; 0 elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _timed(fn: Callable[[], object]) -> dict:
+    """Wall seconds of ``fn()`` and the cores other processes kept busy meanwhile."""
+    busy, own, start = _busy_seconds(), _own_seconds(), time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    others = (_busy_seconds() - busy) - (_own_seconds() - own)
+    return {"seconds": wall, "other_cores": round(max(others, 0.0) / wall, 3)}
+
+
+def _wait_for_quiet(max_load: float, max_wait: float) -> dict:
+    """Sleep until the load average and the other processes' CPU use are low (bounded)."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        busy, own, start = _busy_seconds(), _own_seconds(), time.perf_counter()
+        time.sleep(2.0)
+        others = ((_busy_seconds() - busy) - (_own_seconds() - own)) / (time.perf_counter() - start)
+        load = os.getloadavg()[0]
+        if (load < max_load and others < QUIET_CORES) or time.monotonic() > deadline:
+            return {"load_average": round(load, 2), "other_cores": round(max(others, 0.0), 3)}
 
 
 def _segment_shares(program, feeds) -> list[dict]:  # noqa: ANN001
@@ -71,6 +115,67 @@ def _segment_shares(program, feeds) -> list[dict]:  # noqa: ANN001
     ]
 
 
+def _breakdown(program, feeds, runs: int) -> dict:  # noqa: ANN001
+    """Where a sim run's time goes (seconds per run, averaged over ``runs`` instrumented
+    runs): each op's kernel, the fp16 rounding of results, and the rest (the interpreter's
+    own work, feeds and outputs). GEMM is the conv, matmul and linear kernels."""
+    import anekit.runtime.sim.program as sim_program
+
+    kernels: dict[str, float] = defaultdict(float)
+    rounding = [0.0]
+    sims = program._programs("sim")
+    plans = [sim._plan for sim in sims]
+
+    def timed(kernel, op):  # noqa: ANN001, ANN202
+        def run(**kwargs):  # noqa: ANN003, ANN202
+            start = time.perf_counter()
+            try:
+                return kernel(**kwargs)
+            finally:
+                kernels[op] += time.perf_counter() - start
+
+        return run
+
+    def timed_rounding(values, in_place=False):  # noqa: ANN001, ANN202
+        start = time.perf_counter()
+        try:
+            return original_rounding(values, in_place=in_place)
+        finally:
+            rounding[0] += time.perf_counter() - start
+
+    original_rounding = sim_program.round_to_fp16
+    for sim, plan in zip(sims, plans, strict=True):
+        steps = tuple(replace(st, kernel=timed(st.kernel, st.op)) for st in plan.steps)
+        sim._plan = replace(plan, steps=steps)
+    sim_program.round_to_fp16 = timed_rounding
+    try:
+        start = time.perf_counter()
+        for _ in range(runs):
+            program.run(feeds, "sim")
+        total = (time.perf_counter() - start) / runs
+    finally:
+        sim_program.round_to_fp16 = original_rounding
+        for sim, plan in zip(sims, plans, strict=True):
+            sim._plan = plan
+    per_op = {op: t / runs for op, t in sorted(kernels.items(), key=lambda kv: -kv[1])}
+    gemm = sum(t for op, t in per_op.items() if op in ("conv", "matmul", "linear"))
+    other = sum(per_op.values()) - gemm
+    return {
+        "runs": runs,
+        "seconds_per_run": total,
+        "gemm_kernels": gemm,
+        "fp16_rounding": rounding[0] / runs,
+        "other_kernels": other,
+        "interpreter_feeds_outputs": total - gemm - other - rounding[0] / runs,
+        "kernel_seconds_by_op": per_op,
+    }
+
+
+def _median(runs: list[dict], clean: bool = False) -> float | None:
+    times = [r["seconds"] for r in runs if not clean or r["other_cores"] < QUIET_CORES]
+    return statistics.median(times) if times else None
+
+
 def _version(name: str) -> str:
     try:
         return metadata.version(name)
@@ -78,10 +183,23 @@ def _version(name: str) -> str:
         return "absent"
 
 
+def _blas() -> dict:
+    """numpy's BLAS as its build records it, and the thread variables set (none: BLAS and
+    onnxruntime both use every core)."""
+    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    return {
+        "numpy_blas": {k: blas.get(k) for k in ("name", "version", "openblas configuration")},
+        "environment": {n: os.environ.get(n) for n in names},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--target", default="m4")
+    parser.add_argument("--max-load", type=float, default=1.5, help="start rounds below this")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, per round")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     import onnxruntime as ort
@@ -92,6 +210,8 @@ def main() -> None:
 
     case = zoo.load("gpt2_124m")
     feeds = dict(case.feeds)
+    session = ort.InferenceSession(str(case.path), providers=["CPUExecutionProvider"])
+    name = session.get_outputs()[0].name
     with tempfile.TemporaryDirectory(prefix="sim-bench-", dir=REPO / ".cache") as tmp:
         start = time.perf_counter()
         bundle = anekit.compile(case.path, args.target).save(Path(tmp) / "gpt2.anekit")
@@ -100,14 +220,25 @@ def main() -> None:
         program = anekit.load(bundle)
         program.run(feeds, "sim")  # loads the simulator programs (weights decoded once)
         load_seconds = time.perf_counter() - start
-        sim = _times(lambda: program.run(feeds, "sim"), args.repeat)
+        session.run([name], feeds)  # warm-up
+        sim_runs: list[dict] = []
+        ort_runs: list[dict] = []
+        for i in range(args.repeat):
+            quiet = _wait_for_quiet(args.max_load, args.max_wait)
+            sides = [
+                (sim_runs, lambda: program.run(feeds, "sim")),
+                (ort_runs, lambda: session.run([name], feeds)),
+            ]
+            for runs, fn in sides if i % 2 == 0 else sides[::-1]:
+                runs.append({**_timed(fn), "before": quiet})
+                time.sleep(SETTLE)  # the other side's idle threads stop spinning meanwhile
         shares = _segment_shares(program, feeds)
+        _wait_for_quiet(args.max_load, args.max_wait)
+        breakdown = _breakdown(program, feeds, runs=5)
         ours = program.run(feeds, "sim")["logits"]
-    session = ort.InferenceSession(str(case.path), providers=["CPUExecutionProvider"])
-    name = session.get_outputs()[0].name
     theirs = session.run([name], feeds)[0]
-    onnx_times = _times(lambda: session.run([name], feeds), args.repeat)
-    s, o = statistics.median(sim), statistics.median(onnx_times)
+    s, o = _median(sim_runs), _median(ort_runs)
+    s_clean, o_clean = _median(sim_runs, clean=True), _median(ort_runs, clean=True)
     top1 = float(np.mean(ours.argmax(-1) == theirs.argmax(-1)))
     result = {
         "benchmark": "sim_vs_onnxruntime",
@@ -119,14 +250,28 @@ def main() -> None:
         "segments": [{"index": seg.index, "device": seg.device} for seg in program.segments],
         "compile_and_save_seconds": compile_seconds,
         "load_and_first_run_seconds": load_seconds,
-        "sim_seconds": sim,
+        "sim_seconds": [r["seconds"] for r in sim_runs],
         "sim_median_seconds": s,
         "sim_segment_seconds": shares,
-        "onnxruntime_seconds": onnx_times,
+        "sim_breakdown": breakdown,
+        "onnxruntime_seconds": [r["seconds"] for r in ort_runs],
         "onnxruntime_median_seconds": o,
         "ratio": s / o,
         "goal_ratio": GOAL_RATIO,
         "goal_met": s / o <= GOAL_RATIO,
+        "clean_runs": {
+            "other_cores_below": QUIET_CORES,
+            "sim": sum(r["other_cores"] < QUIET_CORES for r in sim_runs),
+            "onnxruntime": sum(r["other_cores"] < QUIET_CORES for r in ort_runs),
+            "sim_median_seconds": s_clean,
+            "onnxruntime_median_seconds": o_clean,
+            "ratio": s_clean / o_clean if s_clean and o_clean else None,
+        },
+        # each round's sim time over its onnxruntime time: steadier when the machine drifts
+        "paired_ratio_median": statistics.median(
+            a["seconds"] / b["seconds"] for a, b in zip(sim_runs, ort_runs, strict=True)
+        ),
+        "runs": {"sim": sim_runs, "onnxruntime": ort_runs},
         "agreement": {
             "top1": top1,
             "cosine": agreement(ours, theirs).cosine,
@@ -136,6 +281,11 @@ def main() -> None:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
+            "max_load": args.max_load,
+            "threads": {
+                **_blas(),
+                "onnxruntime": "default SessionOptions (intra-op threads = physical cores)",
+            },
             "onnxruntime": _version("onnxruntime"),
             "numpy": _version("numpy"),
         },  # fmt: skip
