@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class AnekitError(Exception):
     """An error caused by the user's input; the CLI prints it and exits with status 2.
@@ -66,6 +68,18 @@ class ShapeError(ModelError):
 
 class InputError(AnekitError):
     """Bad feeds passed to run(): a missing input, a wrong shape or dtype."""
+
+
+def check_input_names(expected: Iterable[str], given: Iterable[str], takes: str) -> None:
+    """Raise one InputError naming every missing and every unknown input, then what the
+    callee takes (e.g. "the graph takes (x: fp32[1x3])")."""
+    expected, given = list(expected), list(given)
+    missing = [n for n in expected if n not in given]
+    extra = [n for n in given if n not in expected]
+    if missing or extra:
+        parts = [f"missing input(s) {missing}"] if missing else []
+        parts += [f"unknown input(s) {extra}"] if extra else []
+        raise InputError("; ".join(parts) + f"; {takes}")
 
 
 class TargetError(AnekitError):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import InputError, InternalError
+from anekit.errors import InputError, InternalError, check_input_names
 from anekit.ir.dtypes import DType
 from anekit.ir.graph import Graph, Node, Value
 
@@ -38,18 +38,9 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    expected = {v.name: v for v in graph.inputs}
-    missing = [n for n in expected if n not in feeds]
-    extra = [n for n in feeds if n not in expected]
-    if missing or extra:
-        sig = ", ".join(f"{v.name}: {v.type}" for v in graph.inputs)
-        parts = []
-        if missing:
-            parts.append(f"missing input(s) {missing}")
-        if extra:
-            parts.append(f"unknown input(s) {extra}")
-        raise InputError("; ".join(parts) + f"; the graph takes ({sig})")
-    return {n: coerce_feed(v, feeds[n]) for n, v in expected.items()}
+    sig = ", ".join(f"{v.name}: {v.type}" for v in graph.inputs)
+    check_input_names(graph.input_names, feeds, f"the graph takes ({sig})")
+    return {v.name: coerce_feed(v, feeds[v.name]) for v in graph.inputs}
 
 
 def _last_uses(graph: Graph) -> dict[int, list[str]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, FormatError, InputError
+from anekit.errors import AnekitError, FormatError, check_input_names
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
@@ -120,14 +120,8 @@ class Program:
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         expected = {p.name: p for p in self.inputs}
-        missing = [n for n in expected if n not in feeds]
-        extra = [n for n in feeds if n not in expected]
-        if missing or extra:
-            sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
-            parts = ([f"missing input(s) {missing}"] if missing else []) + (
-                [f"unknown input(s) {extra}"] if extra else []
-            )
-            raise InputError("; ".join(parts) + f"; the program takes ({sig})")
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
+        check_input_names(expected, feeds, f"the program takes ({sig})")
         return {
             n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n])
             for n, p in expected.items()

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import InputError
+from anekit.errors import InputError, check_input_names
 from anekit.formats.mil import Program, ScalarType, TensorType, parse, parse_file
 
 from .execute import (
@@ -138,19 +138,8 @@ class SimProgram:
 
     def _feeds(self, feeds: Mapping[str, Any], symbols: dict) -> list[Any]:
         names = [b.name for b in self._plan.inputs]
-        missing = [n for n in names if n not in feeds]
-        extra = [n for n in feeds if n not in names]
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing input(s) {missing}")
-            if extra:
-                parts.append(f"unknown input(s) {extra}")
-            raise InputError(
-                "; ".join(parts)
-                + f"; the function '{self.function.name}' takes "
-                + self.signature()
-            )
+        takes = f"the function '{self.function.name}' takes {self.signature()}"
+        check_input_names(names, feeds, takes)
         return [self._feed(b.name, b.type, feeds[b.name], symbols) for b in self._plan.inputs]
 
     def _feed(self, name: str, t: ScalarType | TensorType, value: Any, symbols: dict) -> Any:
