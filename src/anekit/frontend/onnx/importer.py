@@ -173,10 +173,14 @@ class Importer:
         if array.dtype == np.float64:
             raise ModelError(f"constant '{hint}' is float64, which anekit does not support")
         name = self.fresh(hint)
-        array = np.asarray(array, order="C")
+        self._set_constant(name, np.asarray(array, order="C"))
+        return name
+
+    def _set_constant(self, name: str, array: np.ndarray) -> None:
+        """Record ``array`` (read-only from now on) as the constant value ``name``."""
+        array.flags.writeable = False
         self.values[name] = Value(name, array.shape, dtype_of_array(array))
         self.constants[name] = array
-        return name
 
     # --- the import ---------------------------------------------------------------------
 
@@ -244,9 +248,7 @@ class Importer:
             elif arr.dtype.kind in "iu":
                 arr = arr.astype(np.int64)
         name = self.fresh(t.name)
-        self.values[name] = Value(name, arr.shape, dtype_of_array(arr))
-        arr.flags.writeable = False
-        self.constants[name] = arr
+        self._set_constant(name, arr)
         self.bind(t.name, name)
 
     def _freeze_input(self, vi: onnx.ValueInfoProto) -> None:
@@ -366,10 +368,7 @@ class Importer:
             for n, arr in zip(names, run_node(probe, args, vals), strict=True):
                 # kept as computed: a folded Transpose or Slice of a weight stays a view of
                 # it (no copy of a large weight; code generation converts it once)
-                arr = np.asarray(arr)
-                arr.flags.writeable = False
-                self.values[n] = Value(n, arr.shape, dtype_of_array(arr))
-                self.constants[n] = arr
+                self._set_constant(n, np.asarray(arr))
             return tuple(names)
         for n, t in zip(names, out_types, strict=True):
             self.values[n] = Value(n, t.shape, t.dtype)
