@@ -1,11 +1,50 @@
-"""round_to_fp16 against numpy's IEEE float16 conversion (the oracle), and the overflow policy."""
+"""round_to_fp16 against numpy's IEEE float16 conversion (the oracle), and the overflow policy.
+
+Every test runs twice: with the C rounding loop (``_native``) and with the numpy fallback.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from anekit.runtime.sim import fp16
 from anekit.runtime.sim.fp16 import FP16_MAX, is_fp16_exact, round_to_fp16, widen_fp16
+
+C_LOOP = fp16._native
+
+
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "numpy":
+        monkeypatch.setattr(fp16, "_native", None)
+    return request.param
+
+
+def test_the_c_loop_is_built_here() -> None:
+    # setup.py builds it where a C compiler is found (it is optional for users); CI has one,
+    # so both paths are tested, and the simulator benchmarks measure the C one
+    assert fp16.ACCELERATED and C_LOOP is not None, "run: pip install -e . (needs a C compiler)"
+
+
+def test_c_loop_counts_what_it_leaves_to_numpy() -> None:
+    values = np.array([1.0, 65519.0, 65520.0, -7e4, np.inf, np.nan, 3.0], np.float32)
+    before = values.copy()
+    assert C_LOOP.round_in_place(values) == 4
+    assert same_bits(values[2:6], before[2:6])  # left as they were
+    np.testing.assert_array_equal(values[[0, 1, 6]], [1.0, 65504.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "bad", [np.zeros(3, np.float64), np.zeros(3, np.int32), np.zeros((3, 4), np.float32)[:, ::2]]
+)
+def test_c_loop_refuses_other_buffers(bad: np.ndarray) -> None:
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        C_LOOP.round_in_place(bad)
+    readonly = np.zeros(3, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        C_LOOP.round_in_place(readonly)
 
 
 def numpy_round(values: np.ndarray) -> np.ndarray:
@@ -24,6 +63,14 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def test_random_bit_patterns_round_like_numpy() -> None:
     bits = np.random.default_rng(1).integers(0, 2**32, size=1_000_000, dtype=np.uint64)
     values = bits.astype(np.uint32).view(np.float32)
+    assert same_bits(round_to_fp16(values), numpy_round(values))
+
+
+def test_a_sweep_of_every_exponent_rounds_like_numpy() -> None:
+    # every 4099th float32 bit pattern (a prime stride, so every exponent and every low-bit
+    # pattern is hit): about a million values of each sign, NaNs and infinities included
+    bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32)
     assert same_bits(round_to_fp16(values), numpy_round(values))
 
 

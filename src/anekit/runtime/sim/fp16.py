@@ -3,8 +3,15 @@
 The simulator keeps fp16 values in float32 arrays (so arithmetic runs in fp32 and matmuls use
 BLAS sgemm); every fp16-typed result is rounded once with :func:`round_to_fp16`. numpy's own
 float16 casts are scalar code (2 to 4 ns per element here), several times the cost of the
-arithmetic, so large arrays are rounded on their bit patterns instead, in blocks that stay in
-the L2 cache, with a few simple ufunc passes (about 0.05-0.15 ns per element each):
+arithmetic, so values are rounded on their bit patterns instead:
+
+- by the C extension ``_native`` when it was built (``ACCELERATED``): one vectorised,
+  branch-free loop, about 0.2 ns per element with AVX-512 (0.3 with AVX2);
+- otherwise in numpy, in blocks that stay in the L2 cache, with a few simple ufunc passes
+  (about 0.05-0.15 ns per element each, 1 ns in all).
+
+Both give numpy's IEEE conversion bit for bit (the tests compare them on every tie and on
+random bit patterns). The numpy passes:
 
 - ``|x| + m - m`` with ``m = 2**(e + 13)`` (``e`` the exponent of ``x``, at least -14) leaves
   exactly the 11 significant bits of an fp16 normal number, or the 2**-24 grid of an fp16
@@ -24,6 +31,13 @@ Overflow gives infinity, as IEEE 754 conversion does: the simulator does not sat
 from __future__ import annotations
 
 import numpy as np
+
+try:  # built by setup.py where a C compiler is found; optional, so numpy is the fallback
+    from . import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+ACCELERATED = _native is not None  # True when the C rounding loop is in use
 
 FP16_MAX = 65504.0
 _ABS = np.uint32(0x7FFFFFFF)
@@ -83,6 +97,15 @@ def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
         in_place = True
     elif not in_place:
         values = values.copy()
+    if _native is not None:
+        if _native.round_in_place(values):  # left |x| >= 65520, inf and NaN as they were
+            _cast(values)  # exact for those, and a no-op on the values already rounded
+        return values
+    return round_with_numpy(values)
+
+
+def round_with_numpy(values: np.ndarray) -> np.ndarray:
+    """Round a C-contiguous float32 array in place with numpy alone (the fallback path)."""
     size = values.size
     if size < SMALL:
         if size:

@@ -1,0 +1,425 @@
+/* The simulator's two compiled kernels: fp16 rounding in place, and a float32 GEMM.
+ *
+ * Both are optional (setup.py builds them where a C compiler is found; fp16.py and gemm.py
+ * fall back to numpy otherwise) and both run without the GIL.
+ *
+ * round_in_place: float32 values to the nearest fp16 value (ties to even), still as float32.
+ * The simulator rounds every fp16-typed result (tens of millions of values per GPT-2 run).
+ * numpy's float16 cast is scalar code, about 1 ns per element each way even with the bit
+ * tricks of fp16.py; this loop is branch-free integer and float arithmetic the compiler
+ * vectorises (AVX-512 or AVX2 clones on x86-64, NEON on arm64).
+ *
+ * For |x| < 65520 (finite):
+ *   - |x| >= 2**-14 (fp16 normal): keep 11 significant bits; adding 0xFFF plus the lowest kept
+ *     bit, then clearing the 13 dropped bits, is round-to-nearest-even on the bit pattern
+ *     (a carry into the exponent is the correct result);
+ *   - |x| < 2**-14 (fp16 subnormal): the fp16 grid is 2**-24, the ulp of 0.5f, so
+ *     (|x| + 0.5f) - 0.5f rounds to it to nearest even with the fp32 adder itself.
+ * Values at or above 65520 in magnitude, infinities and NaNs are left as they are and counted;
+ * the caller hands those arrays to numpy's exact IEEE conversion (fp16.py), so both paths
+ * give the same bits. Build with IEEE semantics (no -ffast-math): the 0.5f add must not be
+ * folded away.
+ *
+ * gemm: C[M, N] = A[M, K] @ B[K, N], row-major float32, for the simulator's weight GEMMs
+ * (a 1x1 conv or a matmul of a weight by activations: M channels, K channels, N tokens).
+ * OpenBLAS runs these skinny products (N = 64 for GPT-2 on 64 tokens) at about 70 GFLOP/s
+ * per core here; a plain 6x64 AVX-512 register block (24 accumulators; B's 64-column panel
+ * stays in L2, A's six rows in L1) reaches about 100, as onnxruntime's pre-packed MLAS does.
+ * Each output is a sequential fp32 sum over k (one FMA per k). Rows are split between
+ * threads; only x86-64 with AVX-512F at run time (gemm_available()), numpy's BLAS elsewhere.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ABS_MASK 0x7FFFFFFFu
+#define MIN_NORMAL 0x38800000u /* 2**-14 */
+#define OVERFLOW 0x477FF000u   /* 65520.0f: rounds to infinity in fp16 */
+#define BLOCK ((Py_ssize_t)1 << 30) /* elements per call of round_block: its count fits 32 bits */
+
+/* Selects are written as masks so that the loop has no branches and vectorises. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static uint32_t round_block(uint32_t *restrict bits, uint32_t n)
+{
+    uint32_t special = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = bits[i];
+        uint32_t a = b & ABS_MASK;
+        uint32_t normal = (a + 0xFFFu + ((a >> 13) & 1u)) & 0xFFFFE000u;
+        float f;
+        memcpy(&f, &a, sizeof f);
+        f = (f + 0.5f) - 0.5f;
+        uint32_t sub;
+        memcpy(&sub, &f, sizeof sub);
+        uint32_t is_sub = 0u - (uint32_t)(a < MIN_NORMAL);
+        uint32_t is_big = 0u - (uint32_t)(a >= OVERFLOW);
+        uint32_t r = ((sub & is_sub) | (normal & ~is_sub)) | (b & ~ABS_MASK);
+        bits[i] = (b & is_big) | (r & ~is_big);
+        special += is_big & 1u;
+    }
+    return special;
+}
+
+PyDoc_STRVAR(round_doc,
+"round_in_place(buffer) -> int\n\n"
+"Round the float32 values of a writable C-contiguous buffer to fp16 values in place.\n"
+"Returns how many values were left alone: |x| >= 65520, infinities and NaNs.");
+
+static PyObject *round_in_place(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    const char *fmt = view.format ? view.format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    if (view.itemsize != 4 || strcmp(fmt, "f") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "round_in_place takes a float32 buffer");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / 4, special = 0;
+    uint32_t *bits = (uint32_t *)view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t start = 0; start < n; start += BLOCK) {
+        Py_ssize_t left = n - start;
+        special += round_block(bits + start, (uint32_t)(left < BLOCK ? left : BLOCK));
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(special);
+}
+
+
+/* ---- gemm -------------------------------------------------------------------------------- */
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(_WIN32)
+#define HAVE_GEMM 1
+#include <immintrin.h>
+#include <pthread.h>
+
+#define ROWS 6    /* rows of A per register block */
+#define COLS 64   /* columns of B per register block: four 16-float vectors */
+#define MAX_THREADS 64
+
+/* The register blocks: C[0:R, 0:cols] = A[0:R, :] @ B[:, 0:cols] for R = 6 and R = 1.
+ * ``mask`` selects the columns of a panel narrower than 64 (all ones for a full one; masked
+ * lanes load zeros and are not stored). The accumulators are named variables, one per row
+ * and vector: held in an array, GCC stored all 24 to the stack on every k (2.5x slower). */
+#define ZERO(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0,    \
+                       c##r##3 = c##r##0;
+#define FMA(r)                                                                                  \
+    {                                                                                           \
+        __m512 a = _mm512_set1_ps(A[(r) * lda + k]);                                            \
+        c##r##0 = _mm512_fmadd_ps(a, b0, c##r##0);                                              \
+        c##r##1 = _mm512_fmadd_ps(a, b1, c##r##1);                                              \
+        c##r##2 = _mm512_fmadd_ps(a, b2, c##r##2);                                              \
+        c##r##3 = _mm512_fmadd_ps(a, b3, c##r##3);                                              \
+    }
+#define STORE(r)                                                                                \
+    _mm512_mask_storeu_ps(C + (r) * ldc, m0, c##r##0);                                          \
+    _mm512_mask_storeu_ps(C + (r) * ldc + 16, m1, c##r##1);                                     \
+    _mm512_mask_storeu_ps(C + (r) * ldc + 32, m2, c##r##2);                                     \
+    _mm512_mask_storeu_ps(C + (r) * ldc + 48, m3, c##r##3);
+#define LOAD_B                                                                                  \
+    const float *b = B + k * ldb;                                                               \
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);           \
+    __m512 b2 = _mm512_maskz_loadu_ps(m2, b + 32), b3 = _mm512_maskz_loadu_ps(m3, b + 48);
+#define MASKS const __mmask16 m0 = mask[0], m1 = mask[1], m2 = mask[2], m3 = mask[3];
+
+__attribute__((target("avx512f"))) static void block6(const float *A, long lda, const float *B,
+    long ldb, float *C, long ldc, long K, const __mmask16 *mask)
+{
+    MASKS
+    ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5)
+    for (long k = 0; k < K; k++) {
+        LOAD_B
+        FMA(0) FMA(1) FMA(2) FMA(3) FMA(4) FMA(5)
+    }
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+}
+
+/* One row: the last M % 6 rows. */
+__attribute__((target("avx512f"))) static void block1(const float *A, long lda, const float *B,
+    long ldb, float *C, long ldc, long K, const __mmask16 *mask)
+{
+    MASKS
+    ZERO(0)
+    for (long k = 0; k < K; k++) {
+        LOAD_B
+        FMA(0)
+    }
+    STORE(0)
+    (void)lda;
+}
+
+typedef struct {
+    const float *A, *B;
+    float *C;
+    long row0, row1, K, N;
+} part;
+
+/* Rows [row0, row1) of C, column panel by column panel (A's rows stay in L1 across panels). */
+static void *gemm_rows(void *arg)
+{
+    const part *p = arg;
+    const long K = p->K, N = p->N;
+    for (long r = p->row0; r < p->row1;) {
+        int rows = p->row1 - r >= ROWS ? ROWS : 1;
+        for (long j = 0; j < N; j += COLS) {
+            __mmask16 mask[4];
+            for (int v = 0; v < 4; v++) {
+                long left = N - j - 16 * v;
+                mask[v] = left >= 16 ? (__mmask16)0xFFFF
+                        : left <= 0  ? (__mmask16)0
+                                     : (__mmask16)((1u << left) - 1u);
+            }
+            const float *A = p->A + r * K, *B = p->B + j;
+            float *C = p->C + r * N + j;
+            if (rows == ROWS)
+                block6(A, K, B, N, C, N, K, mask);
+            else
+                block1(A, K, B, N, C, N, K, mask);
+        }
+        r += rows;
+    }
+    return NULL;
+}
+
+/* ---- the worker pool ----
+ * Workers live for the process and are started on first use. A run of the simulator calls the
+ * GEMM every millisecond or so, with numpy work in between; a thread started per call, or one
+ * that sleeps as soon as it is done, must be woken each time, and on a virtual machine whose
+ * other CPU has gone idle that costs up to half a millisecond per call (30 ms per GPT-2 run
+ * here). So after each task a worker spins for SPIN_NS, then sleeps on a condition variable
+ * (as onnxruntime's and OpenBLAS's pools do). One product uses the pool at a time; a caller
+ * that finds it busy (another Python thread) computes its product alone. After fork() the
+ * child has no workers: the pool is rebuilt there on first use. */
+#include <stdatomic.h>
+#include <time.h>
+
+#define SPIN_NS 5000000L /* 5 ms */
+
+static struct {
+    pthread_mutex_t lock;      /* guards sleeping on ``wake`` */
+    pthread_cond_t wake;
+    pthread_mutex_t busy;      /* held by the product that is using the pool */
+    atomic_long generation;    /* bumped for each product */
+    atomic_int sleepers;
+    atomic_int remaining;      /* worker parts of the current product not yet done */
+    int started;               /* workers running (in this process) */
+    part *parts;               /* the current product's parts, one per worker */
+    int tasks;                 /* how many workers take part in it */
+    long first_seen[MAX_THREADS]; /* the generation before each worker's first product */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+
+static long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void *worker(void *arg)
+{
+    const int index = (int)(long)arg;
+    long seen = pool.first_seen[index]; /* not a fresh load: the first product may be out already */
+    for (;;) {
+        long deadline = now_ns() + SPIN_NS, generation;
+        unsigned spins = 0;
+        while ((generation = atomic_load(&pool.generation)) == seen) {
+            _mm_pause();
+            if (++spins % 1024 == 0 && now_ns() > deadline) {
+                pthread_mutex_lock(&pool.lock);
+                atomic_fetch_add(&pool.sleepers, 1);
+                while ((generation = atomic_load(&pool.generation)) == seen)
+                    pthread_cond_wait(&pool.wake, &pool.lock);
+                atomic_fetch_sub(&pool.sleepers, 1);
+                pthread_mutex_unlock(&pool.lock);
+                break;
+            }
+        }
+        seen = generation;
+        if (index < pool.tasks) {
+            gemm_rows(&pool.parts[index]);
+            atomic_fetch_sub(&pool.remaining, 1);
+        }
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void)
+{
+    /* the child inherits the parent's memory but none of its threads */
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_mutex_init(&pool.busy, NULL);
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.remaining, 0);
+    pool.started = 0;
+}
+
+/* Start workers until ``wanted`` run (fewer if the system refuses); returns how many run. */
+static int pool_grow(int wanted)
+{
+    static int registered = 0;
+    if (!registered) {
+        pthread_atfork(NULL, NULL, pool_after_fork);
+        registered = 1;
+    }
+    while (pool.started < wanted) {
+        pthread_t id;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pool.first_seen[pool.started] = atomic_load(&pool.generation);
+        int failed = pthread_create(&id, &attr, worker, (void *)(long)pool.started);
+        pthread_attr_destroy(&attr);
+        if (failed)
+            break;
+        pool.started++;
+    }
+    return pool.started;
+}
+
+/* Split the rows (in whole register blocks) between the caller and up to ``threads - 1``
+ * workers; the caller takes the last part. */
+static void gemm_run(const float *A, const float *B, float *C, long M, long K, long N, int threads)
+{
+    long blocks = (M + ROWS - 1) / ROWS;
+    if (threads > blocks)
+        threads = (int)blocks;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    if (threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
+        threads = 1 + (pool_grow(threads - 1) < threads - 1 ? pool.started : threads - 1);
+    } else {
+        part all = {A, B, C, 0, M, K, N};
+        gemm_rows(&all);
+        return;
+    }
+    part parts[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        long r0 = blocks * t / threads * ROWS, r1 = blocks * (t + 1) / threads * ROWS;
+        parts[t] = (part){A, B, C, r0, r1 < M ? r1 : M, K, N};
+    }
+    pool.parts = parts;
+    pool.tasks = threads - 1;
+    atomic_store(&pool.remaining, threads - 1);
+    atomic_fetch_add(&pool.generation, 1);
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    gemm_rows(&parts[threads - 1]);
+    while (atomic_load(&pool.remaining) > 0)
+        _mm_pause();
+    pthread_mutex_unlock(&pool.busy);
+}
+#endif
+
+static int gemm_supported(void)
+{
+#ifdef HAVE_GEMM
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+PyDoc_STRVAR(available_doc,
+"gemm_available() -> bool\n\nTrue when gemm() runs here (x86-64 with AVX-512F).");
+
+static PyObject *gemm_available(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(gemm_supported());
+}
+
+/* A C-contiguous float32 buffer holding at least ``count`` values (writable if asked). */
+static int float_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
+                        const char *name)
+{
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    if (view->itemsize != 4 || strcmp(fmt, "f") != 0 || view->len / 4 != count) {
+        PyErr_Format(PyExc_ValueError, "gemm: %s must be float32 with %zd values", name, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(gemm_doc,
+"gemm(a, b, out, m, k, n, threads) -> None\n\n"
+"out[m, n] = a[m, k] @ b[k, n]: C-contiguous float32 buffers of exactly those sizes.\n"
+"Raises RuntimeError where gemm_available() is False.");
+
+static PyObject *gemm(PyObject *self, PyObject *args)
+{
+    PyObject *a, *b, *out;
+    Py_ssize_t m, k, n;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOnnni:gemm", &a, &b, &out, &m, &k, &n, &threads))
+        return NULL;
+    if (!gemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "gemm needs x86-64 with AVX-512F");
+        return NULL;
+    }
+    if (m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
+        (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: bad sizes");
+        return NULL;
+    }
+    if (threads < 1 || threads > 64) {
+        PyErr_SetString(PyExc_ValueError, "gemm: threads must be 1 to 64");
+        return NULL;
+    }
+    Py_buffer va, vb, vc;
+    if (float_buffer(a, &va, m * k, 0, "a") < 0)
+        return NULL;
+    if (float_buffer(b, &vb, k * n, 0, "b") < 0) {
+        PyBuffer_Release(&va);
+        return NULL;
+    }
+    if (float_buffer(out, &vc, m * n, 1, "out") < 0) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+#ifdef HAVE_GEMM
+    if (m && n) {
+        Py_BEGIN_ALLOW_THREADS
+        if (k)
+            gemm_run(va.buf, vb.buf, vc.buf, m, k, n, threads);
+        else
+            memset(vc.buf, 0, (size_t)(m * n) * 4);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&vc);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"round_in_place", round_in_place, METH_O, round_doc},
+    {"gemm", gemm, METH_VARARGS, gemm_doc},
+    {"gemm_available", gemm_available, METH_NOARGS, available_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "The simulator's compiled kernels: fp16 rounding, a float32 GEMM.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
