@@ -7,8 +7,9 @@ Writes ``benchmarks/results/sim_ops.json``.
 - ``rounding``: float32 -> fp16-valued float32 rounding, ns per element (into a new array, and
   in place as the simulator rounds a kernel's result), against numpy's
   ``astype(float16).astype(float32)``.
-- ``gemms``: GPT-2 124M's 76 weight GEMMs alone (distinct weights streaming from memory), as
-  the simulator calls numpy's BLAS, against onnxruntime running them as MatMul nodes.
+- ``gemms``: GPT-2 124M's 76 weight GEMMs alone (distinct weights streaming from memory),
+  through the simulator's GEMM (the C kernel where it runs) and through numpy's BLAS, against
+  onnxruntime running them as MatMul nodes.
 - ``gpt2``: a GPT-2 124M-shaped MIL program written the way the emitter writes one (layout
   [1, C, 1, S], 1x1 convs with separate bias adds, matmul attention with an additive mask,
   tanh-form GELU as separate ops, the 50257-wide vocabulary head) with random fp16 weights in
@@ -41,7 +42,9 @@ import numpy as np
 from anekit.formats import mil
 from anekit.formats.blob import BlobWriter
 from anekit.formats.mil import Binding, Function, Program, TensorType, blob_const, const, operation
-from anekit.runtime.sim import SimProgram, round_to_fp16
+from anekit.runtime.sim import SimProgram, gemm, round_to_fp16
+from anekit.runtime.sim.fp16 import ACCELERATED as C_ROUNDING
+from anekit.runtime.sim.fp16 import round_with_numpy
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "sim_ops.json"
@@ -74,18 +77,22 @@ def overhead(n_ops: int, repeat: int) -> dict:
 
 def rounding(repeat: int) -> dict:
     """ns per element: ``round_to_fp16`` into a new array (``ns_per_element``), in place as the
-    simulator rounds a kernel's result (the copy it works on made outside the timing), and
-    numpy's float16 cast there and back."""
+    simulator rounds a kernel's result (the copy it works on made outside the timing), the
+    numpy fallback in place (used where the C extension is not built), and numpy's float16
+    cast there and back."""
     out = {}
     for n in (49_152, 196_608, 3_216_448):  # 64x768, 64x3072, 64x50257
         x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
         ours, _ = median_seconds(lambda x=x: round_to_fp16(x), repeat)
         copies = [x.copy() for _ in range(repeat + 1)]
         in_place, _ = median_seconds(lambda c=copies: round_to_fp16(c.pop(), in_place=True), repeat)
+        copies = [x.copy() for _ in range(repeat + 1)]
+        fallback, _ = median_seconds(lambda c=copies: round_with_numpy(c.pop()), repeat)
         numpy, _ = median_seconds(lambda x=x: x.astype(np.float16).astype(np.float32), repeat)
         out[str(n)] = {
             "ns_per_element": ours / n * 1e9,
             "in_place_ns_per_element": in_place / n * 1e9,
+            "numpy_fallback_in_place_ns_per_element": fallback / n * 1e9,
             "numpy_ns_per_element": numpy / n * 1e9,
         }
     return out
@@ -279,23 +286,32 @@ def gemms(repeat: int) -> dict:
     feeds = {f"x{k}": np.ascontiguousarray(x.T) for k, x in xs.items()}
 
     def ours() -> None:
+        with gemm.blas_on_one_thread():  # as in a simulator run
+            for w in weights:
+                gemm.matmul(w, xs[w.shape[1]])
+
+    def blas() -> None:
         for w in weights:
             np.matmul(w, xs[w.shape[1]])
 
     def theirs() -> None:
         sess.run(None, feeds)
 
-    times: dict[str, list[float]] = {"numpy_blas": [], "onnxruntime": []}
+    times: dict[str, list[float]] = {"sim_gemm": [], "numpy_blas": [], "onnxruntime": []}
     ours()  # warm-up
+    blas()
     theirs()
+    sides = (("sim_gemm", ours), ("numpy_blas", blas), ("onnxruntime", theirs))
     for i in range(repeat):
-        for name, fn in (("numpy_blas", ours), ("onnxruntime", theirs))[:: 1 if i % 2 else -1]:
+        for name, fn in sides[:: 1 if i % 2 else -1]:
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
             time.sleep(0.5)
     flops = 2 * TOKENS * sum(m * k * n for m, k, n in GEMMS)
     return {
+        "sim_gemm_kernel": "C AVX-512F (_native.gemm)" if gemm.ACCELERATED else "numpy BLAS",
+        "sim_gemm_threads": gemm.THREADS,
         "gemms": sum(n for _, _, n in GEMMS),
         "gflop": flops / 1e9,
         **{f"{name}_median_seconds": statistics.median(t) for name, t in times.items()},
@@ -482,6 +498,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "load_average_1_5_15_min": list(os.getloadavg()),
             "versions": {p: metadata.version(p) for p in ("numpy", "onnxruntime")},
+            "sim_rounding": "C (_native.round_in_place)" if C_ROUNDING else "numpy",
         },
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -194,6 +194,17 @@ def _blas() -> dict:
     }
 
 
+def _sim_kernels() -> dict:
+    """Which of the simulator's kernels ran: the compiled ones (setup.py) or numpy's."""
+    from anekit.runtime.sim import fp16, gemm
+
+    return {
+        "fp16_rounding": "C (_native.round_in_place)" if fp16.ACCELERATED else "numpy",
+        "gemm": "C AVX-512F (_native.gemm)" if gemm.ACCELERATED else "numpy BLAS",
+        "gemm_threads": gemm.THREADS,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
@@ -288,6 +299,7 @@ def main() -> None:
             },
             "onnxruntime": _version("onnxruntime"),
             "numpy": _version("numpy"),
+            "sim_kernels": _sim_kernels(),
         },  # fmt: skip
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

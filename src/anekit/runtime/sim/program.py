@@ -19,6 +19,7 @@ import numpy as np
 from anekit.errors import InputError, check_input_names
 from anekit.formats.mil import Program, ScalarType, TensorType, parse, parse_file
 
+from . import gemm
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
@@ -191,7 +192,7 @@ class SimProgram:
         for slot, array in zip(plan.input_slots, self._feeds(feeds, symbols), strict=True):
             env[slot] = array
         source = self._source
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), gemm.blas_on_one_thread():
             for step in plan.steps:
                 kwargs = dict(step.known)
                 for key, slot in step.dynamic:

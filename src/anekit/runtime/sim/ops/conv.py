@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import gemm
 from ..registry import FLOAT, OpDef, Signature, op
 from ._util import as_int, as_ints, as_str, checked_shape
 
@@ -119,7 +120,7 @@ def conv(
     batch = x.shape[0]
     if g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st):
         # 1x1 conv: [C_out, C_in] @ [N, C_in, S], on views
-        out = np.matmul(weight.reshape(c_out, c_in), x.reshape(batch, c_in, -1))
+        out = gemm.matmul(weight.reshape(c_out, c_in), x.reshape(batch, c_in, -1))
         out = out.reshape((batch, c_out) + x.shape[2:])
     else:
         view = windows(x, kernel, st, dl)  # [N, C, *O, *K]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import gemm
 from ..registry import NUMERIC, OpDef, Signature, op
 from ._util import as_bool, as_str
 
@@ -42,7 +43,7 @@ def matmul(
         x = np.swapaxes(x, -1, -2)
     if as_bool(transpose_y) and y.ndim > 1:
         y = np.swapaxes(y, -1, -2)
-    return np.matmul(x, y.astype(x.dtype, copy=False))
+    return gemm.matmul(x, y.astype(x.dtype, copy=False))
 
 
 def _matmul_outputs(sig: Signature) -> tuple[str, ...]:

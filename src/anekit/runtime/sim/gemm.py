@@ -1,0 +1,93 @@
+"""Matrix products for the simulator's kernels: the C GEMM where it runs, numpy's BLAS elsewhere.
+
+A model's weight products (1x1 convs, a weight matrix times activations) are skinny: M and K
+are channels, N is the number of tokens (64 for the GPT-2 benchmark). OpenBLAS runs those at
+about 70% of what onnxruntime's pre-packed MLAS reaches; ``_native.gemm`` (AVX-512F, see
+``_native.c``) matches MLAS. It is used for float32 products of two C-contiguous matrices
+(leading dimensions of size 1 allowed) with enough work to pay for its threads; anything
+else, and every machine without AVX-512F or without the compiled module, takes
+``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
+
+While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
+batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
+helper threads spin for a while after each call, and with the GEMM's workers also spinning,
+three busy threads on two cores made one run in three 50% slower.
+
+Threads: ``ANEKIT_NUM_THREADS``, else ``OMP_NUM_THREADS``, else ``OPENBLAS_NUM_THREADS``, else the
+CPUs this process may run on (so a test run that gives BLAS one thread per worker gives the
+GEMM one too).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+try:
+    from . import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+ACCELERATED = _native is not None and bool(_native.gemm_available())
+MIN_WORK = 1 << 21  # multiply-adds below which numpy's call is cheaper than starting threads
+MIN_COLUMNS = 16  # narrower products waste the kernel's 64-column register block
+_THREAD_VARIABLES = ("ANEKIT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_count() -> int:
+    """Threads for one product (1 to 64), from the environment or the CPUs available."""
+    for name in _THREAD_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return min(int(value), 64)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 64))
+
+
+THREADS = thread_count()
+
+
+def _as_matrix(a: np.ndarray) -> np.ndarray | None:
+    """``a`` as a 2-D C-contiguous float32 view when its leading dimensions are all 1."""
+    if a.ndim < 2 or a.dtype != np.float32 or not a.flags.c_contiguous:
+        return None
+    if any(d != 1 for d in a.shape[:-2]):
+        return None
+    return a.reshape(a.shape[-2:])
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies."""
+    if ACCELERATED:
+        x, y = _as_matrix(a), _as_matrix(b)
+        if x is not None and y is not None and x.shape[1] == y.shape[0]:
+            m, k = x.shape
+            n = y.shape[1]
+            if n >= MIN_COLUMNS and m * k * n >= MIN_WORK:
+                out = np.empty((m, n), np.float32)
+                _native.gemm(x, y, out, m, k, n, THREADS)
+                rank = max(a.ndim, b.ndim)
+                return out.reshape((1,) * (rank - 2) + (m, n))
+    return np.matmul(a, b)
+
+
+_controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use
+
+
+def blas_on_one_thread() -> AbstractContextManager[Any]:
+    """Context for one simulator run: numpy's BLAS limited to one thread while the GEMM's
+    workers run (a no-op where the GEMM does not run or has one thread). About 15 us."""
+    global _controller
+    if not ACCELERATED or THREADS < 2:
+        return nullcontext()
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")

@@ -1,0 +1,213 @@
+"""The simulator's C GEMM (``_native.gemm``) and its wrapper against float64 products.
+
+Each output of the kernel is a sequential fp32 sum of K products, so it is within
+K * 2**-24 * sum(|a||b|) of the exact value (the classic bound for recursive summation);
+the tests check that bound element by element, on shapes that hit every edge of the 6x64
+register block, with several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from anekit.runtime.sim import gemm
+from anekit.runtime.sim.ops.conv import conv
+from anekit.runtime.sim.ops.linear import matmul
+
+native = gemm._native
+
+
+def within_summation_bound(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = (a.shape[1] + 1) * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-37
+    return bool(np.all(np.abs(got - exact) <= bound))
+
+
+def test_the_kernel_runs_here() -> None:
+    # CI's machine has AVX-512F and a C compiler: the path the benchmarks measure is tested
+    assert gemm.ACCELERATED, "the C GEMM is not in use: pip install -e . on an AVX-512 machine"
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (5, 3, 7), (6, 768, 64), (7, 768, 64), (13, 100, 100), (12, 17, 65),
+     (300, 129, 128), (301, 33, 191), (2304, 768, 64), (6, 1, 16)],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_products_are_within_the_summation_bound(m: int, k: int, n: int, threads: int) -> None:
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    native.gemm(a, b, out, m, k, n, threads)
+    assert within_summation_bound(out, a, b)
+
+
+def test_empty_products() -> None:
+    out = np.full((4, 5), np.nan, np.float32)
+    native.gemm(np.zeros((4, 0), np.float32), np.zeros((0, 5), np.float32), out, 4, 0, 5, 2)
+    np.testing.assert_array_equal(out, 0.0)  # a sum of no products is zero
+    native.gemm(np.zeros((0, 3), np.float32), np.zeros((3, 5), np.float32),
+                np.zeros((0, 5), np.float32), 0, 3, 5, 2)  # fmt: skip
+
+
+def test_infinities_and_nans_propagate_as_in_ieee_arithmetic() -> None:
+    a = np.ones((6, 4), np.float32)
+    a[0, 0], a[1, 0] = np.inf, np.nan
+    b = np.ones((4, 64), np.float32)
+    out = np.empty((6, 64), np.float32)
+    native.gemm(a, b, out, 6, 4, 64, 2)
+    assert np.all(np.isposinf(out[0])) and np.all(np.isnan(out[1]))
+    np.testing.assert_array_equal(out[2:], 4.0)
+
+
+@pytest.mark.parametrize(
+    "a,b,out,sizes",
+    [
+        (np.zeros((4, 3), np.float64), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 3), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (5, 3, 2)),
+        (np.zeros((4, 6), np.float32)[:, ::2], np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (-4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (2**62, 2**62, 2)),
+    ],
+)  # fmt: skip
+def test_buffers_that_do_not_match_the_sizes_are_refused(a, b, out, sizes) -> None:  # noqa: ANN001
+    with pytest.raises((ValueError, BufferError)):
+        native.gemm(a, b, out, *sizes, 1)
+
+
+def test_a_read_only_output_and_bad_thread_counts_are_refused() -> None:
+    a, b = np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)
+    out = np.zeros((2, 2), np.float32)
+    out.flags.writeable = False
+    with pytest.raises((ValueError, BufferError, TypeError)):
+        native.gemm(a, b, out, 2, 2, 2, 1)
+    for threads in (0, 65):
+        with pytest.raises(ValueError, match="threads"):
+            native.gemm(a, b, np.zeros((2, 2), np.float32), 2, 2, 2, threads)
+
+
+def test_concurrent_callers_share_the_pool_safely() -> None:
+    # Python threads release the GIL inside gemm: one gets the worker pool, the others
+    # compute alone; every product must still be right
+    rng = np.random.default_rng(3)
+    cases = [
+        (rng.standard_normal((600, 256), dtype=np.float32),
+         rng.standard_normal((256, 64), dtype=np.float32)) for _ in range(4)
+    ]  # fmt: skip
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        a, b = cases[i]
+        for _ in range(20):
+            out = np.empty((600, 64), np.float32)
+            native.gemm(a, b, out, 600, 256, 64, 2)
+        results[i] = out
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, (a, b) in enumerate(cases):
+        assert within_summation_bound(results[i], a, b)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_forked_child_rebuilds_the_pool() -> None:
+    # the parent's workers do not exist in a child; without the fork handler the child's
+    # first product would wait for them forever (the timeout turns that into a failure)
+    script = (
+        "import os, numpy as np\n"
+        "from anekit.runtime.sim import gemm\n"
+        "a = np.ones((600, 64), np.float32); b = np.ones((64, 64), np.float32)\n"
+        "out = np.empty((600, 64), np.float32)\n"
+        "gemm._native.gemm(a, b, out, 600, 64, 64, 2)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    out[:] = 0; gemm._native.gemm(a, b, out, 600, 64, 64, 2)\n"
+        "    os._exit(0 if (out == 64).all() else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "raise SystemExit(os.waitstatus_to_exitcode(status))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_wrapper_takes_the_kernel_for_weight_products_and_numpy_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, ...]] = []
+    real = native.gemm
+
+    def spy(a, b, out, m, k, n, threads):  # noqa: ANN001, ANN202
+        calls.append((m, k, n))
+        return real(a, b, out, m, k, n, threads)
+
+    monkeypatch.setattr(gemm, "_native", type("N", (), {"gemm": staticmethod(spy)}))
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((512, 256), dtype=np.float32)
+    x = rng.standard_normal((1, 256, 64), dtype=np.float32)
+    got = gemm.matmul(w, x)
+    assert calls == [(512, 256, 64)] and got.shape == (1, 512, 64)
+    assert within_summation_bound(got[0], w, x[0])
+    # batched (12 heads), small, narrow, float64 or strided products: numpy, same results
+    for a, b in [
+        (rng.standard_normal((12, 64, 64), dtype=np.float32),) * 2,
+        (w[:8], x[0, :, :8]),
+        (w, x[0, :, :8]),
+        (w.astype(np.float64), x[0]),
+        (w[:, ::2], x[0, ::2]),
+    ]:
+        np.testing.assert_array_equal(gemm.matmul(a, b), np.matmul(a, b))
+    assert len(calls) == 1
+
+
+def test_conv_and_matmul_kernels_agree_with_and_without_the_c_gemm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 768, 1, 64), dtype=np.float32)
+    w = rng.standard_normal((1000, 768, 1, 1), dtype=np.float32)
+    bias = rng.standard_normal(1000, dtype=np.float32)
+    y = rng.standard_normal((1, 768, 64), dtype=np.float32)
+    fast = conv(x, w, bias), matmul(w[:, :, 0, 0], y)
+    monkeypatch.setattr(gemm, "ACCELERATED", False)
+    slow = conv(x, w, bias), matmul(w[:, :, 0, 0], y)
+    for f, s in zip(fast, slow, strict=True):
+        assert f.shape == s.shape and f.dtype == s.dtype
+        np.testing.assert_allclose(f, s, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [({"ANEKIT_NUM_THREADS": "3", "OMP_NUM_THREADS": "1"}, 3), ({"OMP_NUM_THREADS": "2"}, 2),
+     ({"OPENBLAS_NUM_THREADS": "1"}, 1), ({"ANEKIT_NUM_THREADS": "999"}, 64),
+     ({"ANEKIT_NUM_THREADS": "x", "OMP_NUM_THREADS": "0", "OPENBLAS_NUM_THREADS": "4"}, 4)],
+)  # fmt: skip
+def test_thread_count_comes_from_the_environment(
+    env: dict[str, str], expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANEKIT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert gemm.thread_count() == expected
+
+
+def test_blas_is_held_to_one_thread_only_during_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    monkeypatch.setattr(gemm, "THREADS", 2)
+    with threadpool_limits(2, user_api="blas"):
+        with gemm.blas_on_one_thread():
+            inside = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        after = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert inside == {1} and after == {2}
