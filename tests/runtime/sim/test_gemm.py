@@ -211,3 +211,18 @@ def test_blas_is_held_to_one_thread_only_during_a_run(monkeypatch: pytest.Monkey
             inside = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
         after = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
     assert inside == {1} and after == {2}
+
+
+def test_results_do_not_depend_on_the_thread_count() -> None:
+    # threads split whole rows, and each row is summed the same way: the simulator gives the
+    # same bits on a laptop and on a CI runner with one thread
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((1001, 300), dtype=np.float32)
+    b = rng.standard_normal((300, 70), dtype=np.float32)
+    outs = []
+    for threads in (1, 2, 5):
+        out = np.empty((1001, 70), np.float32)
+        native.gemm(a, b, out, 1001, 300, 70, threads)
+        outs.append(out)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])

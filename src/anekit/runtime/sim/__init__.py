@@ -10,9 +10,10 @@ Example::
 Numerics (the fp16 policy):
 
 - every fp16-typed value is stored as float32 holding an fp16 value; an op widens nothing
-  (fp16 values are exact in float32), computes in float32 (matmuls and convs through BLAS
-  sgemm with fp32 accumulation; a few ops whose formula cancels badly, such as erf-GELU, in
-  float64) and its fp16 results are rounded once, to nearest even;
+  (fp16 values are exact in float32), computes in float32 (matmuls and convs with fp32
+  accumulation, through the C GEMM of :mod:`.gemm` or numpy's BLAS; a few ops whose formula
+  cancels badly, such as erf-GELU, in float64) and its fp16 results are rounded once, to
+  nearest even (in C where the extension is built, :mod:`.fp16`);
 - overflow gives +-infinity, as IEEE conversion does; nothing saturates at 65504 (clamping
   before softmax or a normalisation is a model-side practice, FACTS section 3);
 - fp32 values stay fp32, integers and bools keep their types; ops that only move or select

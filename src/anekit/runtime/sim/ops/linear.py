@@ -1,7 +1,8 @@
 """Linear-algebra MIL ops: linear, matmul (numpy broadcasting, transposes) and einsum (iOS 15-18 defs).
 
-Float operands are float32 (fp16 values widened exactly), so products run through BLAS sgemm
-with fp32 accumulation; the fp16 result is rounded once afterwards.
+Float operands are float32 (fp16 values widened exactly), so products run in fp32 (the C GEMM
+of ``gemm.py`` for weight products, numpy's BLAS otherwise); the fp16 result is rounded once
+afterwards.
 """
 
 from __future__ import annotations
