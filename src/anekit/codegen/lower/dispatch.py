@@ -18,6 +18,7 @@ from anekit.codegen.lower import (
     indexing,
     nn,
     pool,
+    quant,
     recurrent,
     resize,
     shape,
@@ -90,6 +91,7 @@ LOWERINGS: Mapping[str, LowerFn] = MappingProxyType(
         **indexing.LOWERINGS,
         **einsum.LOWERINGS,
         **recurrent.LOWERINGS,
+        **quant.LOWERINGS,
         "ane_layer": _layer,
     }
 )
