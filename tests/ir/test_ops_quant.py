@@ -125,10 +125,10 @@ def test_qlinear_matmul_matches_onnxruntime(dtype) -> None:
         ("dequantize_linear", [(2, 6), ()], ["fp32", "fp32"], {}, "int8, uint8 or int32"),
         (
             "dequantize_linear",
-            [(2, 6), (), (1,)],
+            [(2, 6), (), (2,)],
             ["int8", "fp32", "int8"],
             {},
-            "zero point \\[1\\]",
+            "zero point \\[2\\]",
         ),
     ],
 )
@@ -179,3 +179,13 @@ def test_qlinear_conv_per_channel_with_bias_matches_onnxruntime() -> None:
     model = _conv_model("QLinearConv", [np.asarray(p) for p in params], pads=[1, 1, 1, 1])
     got, ref = _ort_and_ours(model, x)
     np.testing.assert_array_equal(got, ref)
+
+
+def test_one_element_scale_and_scalar_zero_point_are_per_tensor() -> None:
+    # onnxruntime's quantize_static writes bias dequantizers this way ([1] scale, [] zero point)
+    q = RNG.integers(-1000, 1000, 6).astype(np.int32)
+    scale, zp = np.asarray([0.02], np.float32), np.asarray(0, np.int32)
+    (d_ref,) = run_ort("DequantizeLinear", [q, scale, zp], opset=21)
+    (d,) = run_ir("dequantize_linear", [q, scale, zp])
+    np.testing.assert_allclose(d, d_ref, rtol=1e-6)
+

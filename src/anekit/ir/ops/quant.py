@@ -19,9 +19,14 @@ def check_params(x: TensorType, scale: TensorType, zp: TensorType | None, attrs:
     """Scale (and zero point) must be per tensor, per axis, or blocked along the axis."""
     if not scale.dtype.is_float:
         raise InferError(f"scale must be a float tensor, got {scale.dtype}")
-    if zp is not None and zp.shape != scale.shape:
+    per_tensor = scale.numel == 1 and scale.rank <= 1
+    # onnxruntime's quantize_static writes bias dequantizers with a [1] scale and a scalar zero
+    # point: any one-element pair of rank <= 1 is per tensor
+    if zp is not None and zp.shape != scale.shape and not (
+        per_tensor and zp.numel == 1 and zp.rank <= 1
+    ):
         raise InferError(f"zero point {list(zp.shape)} and scale {list(scale.shape)} differ")
-    if scale.numel == 1 and scale.rank <= 1:
+    if per_tensor:
         return
     axis = normalize_axis(attrs["axis"], x.rank)
     block = attrs["block_size"]
