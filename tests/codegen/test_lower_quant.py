@@ -267,3 +267,34 @@ def test_ios18_qdq_model_exports_as_mlpackage(qdq_model, tmp_path: Path) -> None
     kinds = [op.op_type for op in program.functions["main"].operations]
     assert spec.specificationVersion == 9
     assert "quantize" in kinds and "dequantize" in kinds and "conv" in kinds
+
+
+@pytest.mark.parametrize("target", ["m1", "m4"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_a_quantized_value_can_be_a_graph_output(target: str, dtype: str, tmp_path) -> None:  # noqa: ANN001
+    # ios16 (m1) has no int8 tensors: the program returns the integers as int32 and the
+    # runtime hands back the graph's own dtype
+    x = anekit.input("x", (1, 4, 2, 3))
+    zp = np.asarray(3 if dtype == "int8" else 130, dtype)
+    q = ops.quantize_linear(x, np.float32(0.25), zp, dtype=dtype, name="q")
+    g = anekit.graph([q])
+    values = (RNG.standard_normal((1, 4, 2, 3)) * 40).astype(np.float32)
+    want = g.run({"x": values})["q"]
+    cm, program = _roundtrip(g, target, tmp_path)
+    got = program.run({"x": values}, "sim")["q"]
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)
+    manifest = (tmp_path / f"{target}.anekit" / "manifest.json").read_text()
+    assert ('"mil_dtype": "int32"' in manifest) == (target == "m1")
+
+
+@pytest.mark.parametrize("target", ["m1", "m4"])
+def test_a_quantized_graph_input_dequantizes(target: str, tmp_path) -> None:  # noqa: ANN001
+    q = anekit.input("q", (1, 4, 2, 3), dtype="int8")
+    d = ops.dequantize_linear(q, np.float32(0.5), np.asarray(-7, np.int8), name="d")
+    g = anekit.graph([d])
+    values = RNG.integers(-128, 128, (1, 4, 2, 3)).astype(np.int8)
+    values.flat[:2] = [-128, 127]
+    _, program = _roundtrip(g, target, tmp_path)
+    got = program.run({"q": values}, "sim")["d"]
+    np.testing.assert_array_equal(got, g.run({"q": values})["d"])
