@@ -226,3 +226,16 @@ def test_results_do_not_depend_on_the_thread_count() -> None:
         outs.append(out)
     for out in outs[1:]:
         np.testing.assert_array_equal(out, outs[0])
+
+
+def test_changing_thread_counts_between_products_is_safe() -> None:
+    # workers left out of one product must not pick up a part of the next one
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((240, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 64), dtype=np.float32)
+    want = np.empty((240, 64), np.float32)
+    native.gemm(a, b, want, 240, 64, 64, 1)
+    for i in range(400):
+        out = np.full((240, 64), np.nan, np.float32)
+        native.gemm(a, b, out, 240, 64, 64, (1, 4, 2, 3, 2)[i % 5])
+        np.testing.assert_array_equal(out, want)

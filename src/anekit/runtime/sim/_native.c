@@ -209,7 +209,7 @@ static struct {
     pthread_mutex_t busy;      /* held by the product that is using the pool */
     atomic_long generation;    /* bumped for each product */
     atomic_int sleepers;
-    atomic_int remaining;      /* worker parts of the current product not yet done */
+    atomic_int remaining;      /* workers that have not yet finished with the current product */
     int started;               /* workers running (in this process) */
     part *parts;               /* the current product's parts, one per worker */
     int tasks;                 /* how many workers take part in it */
@@ -243,10 +243,11 @@ static void *worker(void *arg)
             }
         }
         seen = generation;
-        if (index < pool.tasks) {
+        if (index < pool.tasks)
             gemm_rows(&pool.parts[index]);
-            atomic_fetch_sub(&pool.remaining, 1);
-        }
+        /* every worker acknowledges every product, so none can still be reading ``tasks``
+         * or ``parts`` of an old one when the next one is published */
+        atomic_fetch_sub(&pool.remaining, 1);
     }
     return NULL;
 }
@@ -308,7 +309,7 @@ static void gemm_run(const float *A, const float *B, float *C, long M, long K, l
     }
     pool.parts = parts;
     pool.tasks = threads - 1;
-    atomic_store(&pool.remaining, threads - 1);
+    atomic_store(&pool.remaining, pool.started);
     atomic_fetch_add(&pool.generation, 1);
     if (atomic_load(&pool.sleepers) > 0) {
         pthread_mutex_lock(&pool.lock);
