@@ -53,9 +53,9 @@ def test_every_ir_op_the_cases_use_has_a_lowering() -> None:
             if n.op == "ane_layer":  # the main op and the epilogue steps are lowered too
                 used |= {n.attrs["main"], *(s.op for s in n.attrs["epilogue"])}
     assert used <= supported_ops()
-    # and the cases cover every lowering (Q/DQ and reverse_sequence have their own tests:
-    # test_lower_quant.py and test_lower_reverse_sequence.py)
-    own_tests = {"quantize_linear", "dequantize_linear", "reverse_sequence"}
+    # and the cases cover every lowering (Q/DQ, reverse_sequence and grid_sample have their own
+    # tests: test_lower_quant.py, test_lower_reverse_sequence.py and test_lower_grid_sample.py)
+    own_tests = {"quantize_linear", "dequantize_linear", "reverse_sequence", "grid_sample"}
     assert supported_ops() - used - {"ane_layer"} == own_tests
 
 

@@ -15,6 +15,7 @@ from anekit.codegen.builder import Arg, FunctionBuilder
 from anekit.codegen.lower import (
     einsum,
     elementwise,
+    grid,
     indexing,
     nn,
     pool,
@@ -88,6 +89,7 @@ LOWERINGS: Mapping[str, LowerFn] = MappingProxyType(
         **pool.LOWERINGS,
         **shape.LOWERINGS,
         **resize.LOWERINGS,
+        **grid.LOWERINGS,
         **indexing.LOWERINGS,
         **einsum.LOWERINGS,
         **recurrent.LOWERINGS,

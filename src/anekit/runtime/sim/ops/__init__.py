@@ -15,6 +15,7 @@ from . import (
     normalization,
     pooling,
     reduction,
+    sample,
     shape,
     tensor,
 )
@@ -31,6 +32,7 @@ REGISTRY = build_registry(
     tensor.OPS,
     gather.OPS,
     image.OPS,
+    sample.OPS,
     misc.OPS,
     constexpr.OPS,
 )
