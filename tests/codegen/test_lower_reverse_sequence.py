@@ -81,3 +81,20 @@ def test_int_data_out_of_range_lengths_and_both_devices(target: str, device: str
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got[0], feeds["x"][0, ::-1])
     np.testing.assert_array_equal(got[1], feeds["x"][1])
+
+
+@pytest.mark.parametrize("target", ["m1", "m4"])
+def test_int8_data_compiles_on_every_dialect(target: str, tmp_path: Path) -> None:
+    # iOS 15/16 MIL has no int8 tensors: the program carries the values as int32
+    x = anekit.input("x", (3, 6, 2), "int8")
+    y = record("reverse_sequence", [x, np.array([6, 0, 3], np.int32)],
+               {"batch_axis": 0, "time_axis": 1}, name="y")  # fmt: skip
+    g = anekit.graph([y])
+    feeds = {"x": np.arange(-36, 36, 2, dtype=np.int8).reshape(3, 6, 2)}
+    program = anekit.load(anekit.compile(g, target=target).save(tmp_path / "rs.anekit"))
+    got = program.run(feeds, "sim")["y"]
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, g.run(feeds)["y"])
+    np.testing.assert_array_equal(got[0], feeds["x"][0, ::-1])
+    text = "\n".join(p.read_text() for p in (tmp_path / "rs.anekit").rglob("*.mil"))
+    assert ("tensor<int8" in text) == (target == "m4")

@@ -96,10 +96,13 @@ class FunctionBuilder:
         executor: Executor | None = None,
         *,
         conversions: Conversions | None = None,
+        int8_tensors: bool = True,
     ):
         if weight_dtype not in ("fp16", "fp32"):
             raise ValueError(f"weights are stored as fp16 or fp32, not {weight_dtype!r}")
         self.float_dtype = float_dtype
+        # iOS 15/16 ops take no int8/uint8 tensors: the program carries those values as int32
+        self.int8_tensors = int8_tensors
         self.weight_dtype = "fp16" if float_dtype == "fp16" else weight_dtype
         self.namer = Namer()
         self.operations: list[Operation] = []
@@ -115,7 +118,10 @@ class FunctionBuilder:
 
     def dtype_of(self, ir_dtype: DType) -> str:
         """The MIL dtype an IR dtype is carried in by this program."""
-        return self.float_dtype if ir_dtype.is_float else _INT_DTYPES[ir_dtype]
+        if ir_dtype.is_float:
+            return self.float_dtype
+        dtype = _INT_DTYPES[ir_dtype]
+        return "int32" if dtype in ("int8", "uint8") and not self.int8_tensors else dtype
 
     # --- operations ------------------------------------------------------------------------
 
@@ -202,7 +208,7 @@ class FunctionBuilder:
             return self._tensors[ir_name]
         array = np.asarray(array)
         floats = array.dtype.kind == "f"
-        dtype = self.float_dtype if floats else _INT_DTYPES[DType(_ir_kind(array))]
+        dtype = self.float_dtype if floats else self.dtype_of(DType(_ir_kind(array)))
         if floats and array.size >= BLOB_MIN_ELEMENTS:
             var = self._blob(array, hint, dtype)
         else:

@@ -125,13 +125,6 @@ class EmittedSegment:
         return None if self.weight_file is None else self.weight_file.to_bytes()
 
 
-def _has_int8_tensors(opset: str) -> bool:
-    """Whether plain ops of this MIL dialect take int8/uint8 tensors: from iOS 17 (in iOS 15/16
-    only constexpr ops do, so an int8 value enters or leaves a program as int32)."""
-    number = opset[3:] if opset.startswith("ios") else ""
-    return not number.isdigit() or int(number) >= 17
-
-
 def padded_shape(shape: tuple[int, ...], dtype: str, min_bytes: int) -> tuple[int, ...]:
     """The engine surface shape of an I/O tensor: the last axis padded to ``MIN_SEQUENCE``
     when the tensor is smaller than the minimum surface. Only float tensors are engine
@@ -169,18 +162,20 @@ def emit_segment(
     """
     device = segment.device
     engine = device == "ane"
-    b = FunctionBuilder("fp16" if engine else "fp32", weights, executor, conversions=conversions)
+    b = FunctionBuilder(
+        "fp16" if engine else "fp32",
+        weights,
+        executor,
+        conversions=conversions,
+        int8_tensors=target.mil.int8_tensors,
+    )
     namer = b.namer
     env: dict[str, Arg] = {}
     min_bytes = target.limits.min_io_bytes
 
-    narrow_ints = _has_int8_tensors(target.mil.opset)
-
     def spec(value: str) -> TensorSpec:
         v = graph.value(value)
-        mil_dtype = b.dtype_of(v.dtype)
-        if mil_dtype in ("int8", "uint8") and not narrow_ints:
-            mil_dtype = "int32"  # same integers; the runtime converts at the boundary
+        mil_dtype = b.dtype_of(v.dtype)  # int8 as int32 on iOS 15/16: the runtime converts
         mil_shape = padded_shape(v.shape, mil_dtype, min_bytes) if engine else v.shape
         return TensorSpec(value, namer.value(value), str(v.dtype), mil_dtype, v.shape, mil_shape)
 

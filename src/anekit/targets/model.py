@@ -80,6 +80,18 @@ class Mil:
     io_dtype: str
     io_dtypes: tuple[str, ...]
 
+    @property
+    def opset_number(self) -> int:
+        """``ios18`` -> 18 (0 for an opset not named iosNN)."""
+        number = self.opset[3:] if self.opset.startswith("ios") else ""
+        return int(number) if number.isdigit() else 0
+
+    @property
+    def int8_tensors(self) -> bool:
+        """Whether plain ops take int8/uint8 tensors: from iOS 17 (in iOS 15/16 only constexpr
+        ops do, so int8 values travel as int32 there)."""
+        return self.opset_number >= 17
+
 
 @dataclass(frozen=True)
 class Perf:

@@ -9,10 +9,9 @@ Q/DQ take two paths, chosen by the target's MIL dialect:
   ``(x - zero_point) * scale``.
 
 int8/uint8 on iOS 15/16: the iOS 15/16 definitions of cast, add, sub, clip, identity, ... take
-no int8 or uint8 tensors (coremltools' type domains: fp16, fp32, int32, bool), so no op of an
-ios16 program may produce one. There the quantized tensor is carried as int32 (it holds the
-same integer values, exactly): quantize_linear's result is declared int32, and
-dequantize_linear reads the variable's declared type, int32 or int8/uint8 (a segment input).
+no int8 or uint8 tensors (coremltools' type domains: fp16, fp32, int32, bool), so the
+program's builder carries those values as int32 there (``FunctionBuilder.dtype_of``): the same
+integer values, exactly, and the decomposition below works on them.
 """
 
 from __future__ import annotations
@@ -26,21 +25,6 @@ from anekit.codegen.lower.context import Lowering
 from anekit.ir.ops.quant import expand_param
 
 LowerFn = Callable[[Lowering], object]
-
-
-def _opset(lo: Lowering) -> int:
-    name = lo.target.mil.opset
-    return int(name[3:]) if name.startswith("ios") and name[3:].isdigit() else 0
-
-
-def _declared(lo: Lowering, var: str) -> str | None:
-    """The dtype an earlier operation of this function declared for ``var`` (None: not found,
-    e.g. a function input)."""
-    for operation in reversed(lo.b.operations):
-        for binding in operation.outputs:
-            if binding.name == var:
-                return getattr(binding.type, "dtype", None)
-    return None
 
 
 def _per_tensor(lo: Lowering, i: int) -> bool:
@@ -79,7 +63,7 @@ def _param(lo: Lowering, i: int, key: str, dtype: str) -> str | None:
 def _native(lo: Lowering) -> bool:
     """Whether MIL quantize/dequantize take this call: iOS 17+, const per-tensor or per-axis
     parameters, int8/uint8 data."""
-    if _opset(lo) < 17 or lo.attrs["block_size"]:
+    if lo.target.mil.opset_number < 17 or lo.attrs["block_size"]:
         return False
     return all(a is None or a.const is not None for a in lo.call.args[1:3])
 
@@ -107,7 +91,7 @@ def _native_params(lo: Lowering, float_dtype: str, int_dtype: str) -> dict[str, 
 
 def _quantize(lo: Lowering) -> str:
     x = lo.need(0)
-    dtype = lo.out_dtype()  # int8 or uint8
+    dtype = lo.out_dtype()  # int8 or uint8 (int32 carrying them on iOS 15/16)
     if _native(lo):
         inputs = {"input": lo.x(0), "output_dtype": lo.p("output_dtype", dtype, "string")}
         return lo.out("quantize", inputs | _native_params(lo, lo.fdtype, dtype))
@@ -117,19 +101,11 @@ def _quantize(lo: Lowering) -> str:
     zp = _param(lo, 2, "zero_point", lo.fdtype)
     if zp is not None:
         value = lo.tmp("add", {"x": value, "y": zp}, shape, hint="shifted")
-    info = np.iinfo(np.int8 if dtype == "int8" else np.uint8)
+    info = np.iinfo(lo.call.outputs[0][1].numpy)
     value = lo.tmp(
         "clip", {"x": value, "alpha": lo.f("lo", info.min), "beta": lo.f("hi", info.max)}, shape
     )
-    carrier = dtype if _opset(lo) >= 17 else "int32"  # see the module docstring
-    return lo.b.op(
-        "cast",
-        {"x": value, "dtype": lo.p("dtype", carrier, "string")},
-        shape,
-        carrier,
-        name=lo.call.names[0],
-        hint=lo.call.hint,
-    )
+    return lo.out("cast", {"x": value, "dtype": lo.p("dtype", dtype, "string")})
 
 
 def _dequantize(lo: Lowering) -> str:
@@ -139,8 +115,7 @@ def _dequantize(lo: Lowering) -> str:
         source = "int32"
         var = lo.t(np.asarray(x.const).astype(np.int32), "x")
     else:
-        var = x.var
-        source = _declared(lo, var) or x.dtype
+        var, source = x.var, x.dtype
     if source in ("int8", "uint8") and _native(lo):
         inputs = {"input": var} | _native_params(lo, fdtype, source)
         return lo.out("dequantize", inputs)
@@ -164,8 +139,6 @@ def _reverse_sequence(lo: Lowering) -> str:
     x, lens = lo.need(0), lo.need(1)
     batch, time = lo.attrs["batch_axis"] % x.rank, lo.attrs["time_axis"] % x.rank
     steps = x.shape[time]
-    if x.dtype in ("int8", "uint8") and _opset(lo) < 17:
-        raise lo.error(f"reverse_sequence of {x.dtype} data needs the iOS 17 MIL dialect")
     # MIL wants lengths in [0, steps]; the IR kernel clips them there
     if lens.const is not None:
         lengths = lo.t(np.clip(np.asarray(lens.const, np.int64), 0, steps).astype(np.int32),
