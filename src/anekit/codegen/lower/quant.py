@@ -50,9 +50,7 @@ def _param(lo: Lowering, i: int, key: str, dtype: str) -> str | None:
         return lo.t(value.astype(np.int32), key)
     if block:
         raise lo.error(f"a computed {key} of blocked quantization has no MIL form here")
-    var = lo.var(a)
-    if a.dtype != dtype:
-        var = lo.cast(var, a.shape, dtype)
+    var = lo.var(a, dtype)  # a computed parameter, cast when its type differs
     if _per_tensor(lo, i):
         return var
     shape = [1] * x.rank
