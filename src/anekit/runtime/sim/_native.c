@@ -63,6 +63,30 @@ static uint32_t round_block(uint32_t *restrict bits, uint32_t n)
     return special;
 }
 
+/* A C-contiguous float32 buffer (writable if asked) of exactly ``count`` values, or of any
+ * size when ``count`` is negative; ValueError naming ``what`` otherwise. */
+static int float_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
+                        const char *what)
+{
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    if (view->itemsize != 4 || strcmp(fmt, "f") != 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be float32", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (count >= 0 && view->len / 4 != count) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd values", what, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(round_doc,
 "round_in_place(buffer) -> int\n\n"
 "Round the float32 values of a writable C-contiguous buffer to fp16 values in place.\n"
@@ -71,16 +95,8 @@ PyDoc_STRVAR(round_doc,
 static PyObject *round_in_place(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+    if (float_buffer(arg, &view, -1, 1, "round_in_place: the buffer") < 0)
         return NULL;
-    const char *fmt = view.format ? view.format : "B";
-    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
-        fmt++;
-    if (view.itemsize != 4 || strcmp(fmt, "f") != 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "round_in_place takes a float32 buffer");
-        return NULL;
-    }
     Py_ssize_t n = view.len / 4, special = 0;
     uint32_t *bits = (uint32_t *)view.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -341,24 +357,6 @@ static PyObject *gemm_available(PyObject *self, PyObject *unused)
     return PyBool_FromLong(gemm_supported());
 }
 
-/* A C-contiguous float32 buffer holding at least ``count`` values (writable if asked). */
-static int float_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
-                        const char *name)
-{
-    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0)
-        return -1;
-    const char *fmt = view->format ? view->format : "B";
-    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
-        fmt++;
-    if (view->itemsize != 4 || strcmp(fmt, "f") != 0 || view->len / 4 != count) {
-        PyErr_Format(PyExc_ValueError, "gemm: %s must be float32 with %zd values", name, count);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(gemm_doc,
 "gemm(a, b, out, m, k, n, threads) -> None\n\n"
 "out[m, n] = a[m, k] @ b[k, n]: C-contiguous float32 buffers of exactly those sizes.\n"
@@ -385,13 +383,13 @@ static PyObject *gemm(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_buffer va, vb, vc;
-    if (float_buffer(a, &va, m * k, 0, "a") < 0)
+    if (float_buffer(a, &va, m * k, 0, "gemm: a") < 0)
         return NULL;
-    if (float_buffer(b, &vb, k * n, 0, "b") < 0) {
+    if (float_buffer(b, &vb, k * n, 0, "gemm: b") < 0) {
         PyBuffer_Release(&va);
         return NULL;
     }
-    if (float_buffer(out, &vc, m * n, 1, "out") < 0) {
+    if (float_buffer(out, &vc, m * n, 1, "gemm: out") < 0) {
         PyBuffer_Release(&va);
         PyBuffer_Release(&vb);
         return NULL;
