@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-
-def _fixtures() -> Path:
-    """$ANEKIT_FIXTURES, else the shared/fixtures folder beside this checkout, else /work/shared."""
-    if os.environ.get("ANEKIT_FIXTURES"):
-        return Path(os.environ["ANEKIT_FIXTURES"])
-    beside = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-    return beside if beside.is_dir() else Path("/work/shared/fixtures")
-
-
-FIXTURES = _fixtures()
+# Apple's files ship with the repository, as the tests' data
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "data" / "apple"
