@@ -114,6 +114,8 @@ def test_cli_takes_its_choices_from_the_registry(tmp_path, capsys) -> None:  # n
     np.save(tmp_path / "x.npy", np.ones((1, 8, 1, 16), np.float32))
     for name in backends.segment_backends():
         assert main(["run", str(bundle), "-i", f"x={tmp_path / 'x.npy'}", "--backend", name]) == 0
-    assert main(["run", str(bundle), "-i", f"x={tmp_path / 'x.npy'}", "--backend", "reference"]) == 2
+    assert (
+        main(["run", str(bundle), "-i", f"x={tmp_path / 'x.npy'}", "--backend", "reference"]) == 2
+    )
     err = capsys.readouterr().err
     assert "backend 'reference' runs graphs; a bundle is a compiled program" in err
