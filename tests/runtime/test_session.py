@@ -112,9 +112,9 @@ def test_state_crossing_segments_is_handed_on_in_program_form() -> None:
     assert sess.read("c").tolist() == [[50.0] * 8]
 
 
-def test_reference_backend_sessions() -> None:
+def test_sim_fp32_sessions() -> None:
     program = anekit.compile(_counter(), "m4").program
-    sess = program.session("reference", state={"c": "c_next"})
+    sess = program.session("sim-fp32", state={"c": "c_next"})
     sess.seed({"c": [[2048.0]]})  # fp32 throughout: 2049 is representable
     sess.run()
     assert sess.read("c").tolist() == [[2049.0]]

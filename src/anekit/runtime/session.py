@@ -24,7 +24,7 @@ from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
 from anekit.runtime.binding import Surfaces, check_engine_segment, min_surface_bytes
 from anekit.runtime.program import _from_program, _key, _to_program
-from anekit.runtime.sim.fp16 import widen_fp16
+from anekit.runtime.sim.fp16 import round_to_fp16, widen_fp16
 from anekit.runtime.sim.values import STORAGE
 
 if TYPE_CHECKING:
@@ -43,7 +43,9 @@ class Session:
         self.backend = backend
         self.state = dict(state or {})
         self._check_state()
-        self._runners = program.runners(backend)
+        runners = program.runners(backend)
+        # a runner that takes storage-form inputs as they are skips a rounding pass per step
+        self._run = [getattr(r, "run_stored", r.run) for r in runners]
         self._surfaces: list[Surfaces | None] = [None] * len(program.segments)
         if backend == "sim":  # the simulator models the engine's surfaces
             min_bytes = min_surface_bytes(program.target.name)
@@ -137,7 +139,7 @@ class Session:
                 index, io = found
                 surfaces = self._surfaces[index]
                 assert surfaces is not None
-                surfaces.write_input(io.mil_name, self._store(index, io, array))
+                surfaces.write_input(io.mil_name, _store(io, array))
 
     def read(self, name: str) -> np.ndarray:
         """The current value of state ``name`` (read from its surface only now)."""
@@ -193,17 +195,17 @@ class Session:
         env: dict[tuple, Held] = {("input", n): (a, None) for n, a in feeds.items()}
         for name, held in self._held.items():
             env[("input", name)] = held
-        for seg, runner, surfaces in zip(
-            self.program.segments, self._runners, self._surfaces, strict=True
+        for seg, run, surfaces in zip(
+            self.program.segments, self._run, self._surfaces, strict=True
         ):
             i = seg.index
             args = {
-                io.mil_name: self._feed(i, io, env[_key(io.source)])
+                io.mil_name: _feed(io, env[_key(io.source)])
                 for io in seg.inputs
                 if surfaces is None or not surfaces.aliased(io.mil_name)
             }
             if surfaces is None:
-                results = runner.run_stored(args)
+                results = run(args)
             else:
                 for name, array in args.items():
                     surfaces.write_input(name, array)
@@ -211,7 +213,7 @@ class Session:
                     n: _from_surface(a, surfaces.inputs[n])
                     for n, a in surfaces.read_inputs().items()
                 }
-                results = runner.run_stored(seen)
+                results = run(seen)
                 for io in seg.outputs:
                     surfaces.write_output(io.mil_name, results[io.mil_name])
             for io in seg.outputs:
@@ -221,16 +223,6 @@ class Session:
             if name not in self._resident:
                 self._held[name] = env[_key(outs[target])]
         return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
-
-    def _feed(self, index: int, io: SegmentIO, held: Held) -> np.ndarray:
-        array, src = held
-        if src is not None and _same_form(src, io):
-            return array  # already in this port's storage form
-        caller = array if src is None else _from_program(array, src)
-        return self._store(index, io, caller)
-
-    def _store(self, index: int, io: SegmentIO, caller: np.ndarray) -> np.ndarray:
-        return self._runners[index].store(io.mil_name, _to_program(caller, io))
 
     def __repr__(self) -> str:
         return (
@@ -242,6 +234,22 @@ class Session:
 def _same_form(a: SegmentIO, b: SegmentIO) -> bool:
     form = ("mil_dtype", "mil_shape", "shape", "dtype")
     return all(getattr(a, f) == getattr(b, f) for f in form)
+
+
+def _feed(io: SegmentIO, held: Held) -> np.ndarray:
+    """A held value in the storage form of the port ``io``."""
+    array, src = held
+    if src is not None and _same_form(src, io):
+        return array  # already in this port's form: no conversion
+    return _store(io, array if src is None else _from_program(array, src))
+
+
+def _store(io: SegmentIO, caller: np.ndarray) -> np.ndarray:
+    """A caller's value (checked by coerce_feed) in the port's storage form, fp16 rounded."""
+    array = _to_program(caller, io)
+    if io.mil_dtype == "fp16":
+        return round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
+    return np.ascontiguousarray(array, dtype=STORAGE[io.mil_dtype])
 
 
 def _from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:

@@ -189,14 +189,6 @@ class SimProgram:
         symbols: dict[str, int] = {}
         return self._execute(self._feeds(feeds, symbols), symbols, fp32_outputs)
 
-    def store(self, name: str, value: Any) -> np.ndarray:
-        """``value`` for the input ``name`` in storage form (checked and rounded as ``run``
-        does), for :meth:`run_stored`."""
-        for b in self._plan.inputs:
-            if b.name == name:
-                return self._feed(name, b.type, value, {})
-        raise InputError(f"the function has no input '{name}'", hint=f"it takes {self.signature()}")
-
     def run_stored(self, stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run on inputs already in the simulator's storage form (an fp16 value as a float32
         array holding fp16 values, of the declared shape), as a session's resident state
