@@ -43,9 +43,7 @@ class Session:
         self.backend = backend
         self.state = dict(state or {})
         self._check_state()
-        runners = program.runners(backend)
-        # a runner that takes storage-form inputs as they are skips a rounding pass per step
-        self._run = [getattr(r, "run_stored", r.run) for r in runners]
+        program.runners(backend)  # loaded now: errors surface here, not at the first step
         self._surfaces: list[Surfaces | None] = [None] * len(program.segments)
         if backend == "sim":  # the simulator models the engine's surfaces
             min_bytes = min_surface_bytes(program.target.name)
@@ -195,9 +193,13 @@ class Session:
         env: dict[tuple, Held] = {("input", n): (a, None) for n, a in feeds.items()}
         for name, held in self._held.items():
             env[("input", name)] = held
-        for seg, run, surfaces in zip(
-            self.program.segments, self._run, self._surfaces, strict=True
+        # fetched each step: a weight update swaps in reloaded runners
+        runners = self.program.runners(self.backend)
+        for seg, runner, surfaces in zip(
+            self.program.segments, runners, self._surfaces, strict=True
         ):
+            # a runner that takes storage-form inputs as they are skips a rounding pass
+            run = getattr(runner, "run_stored", runner.run)
             i = seg.index
             args = {
                 io.mil_name: _feed(io, env[_key(io.source)])
