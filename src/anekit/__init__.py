@@ -48,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from anekit.compiler import CompiledModel
 
         return CompiledModel
+    if name in ("LoRA", "lora"):
+        import anekit.lora
+
+        return anekit.lora if name == "lora" else anekit.lora.LoRA
     raise AttributeError(f"module 'anekit' has no attribute '{name}'")
 
 
@@ -65,6 +69,7 @@ __all__ = [
     "FormatError",
     "Graph",
     "InputError",
+    "LoRA",
     "ModelError",
     "Node",
     "ShapeError",
