@@ -42,6 +42,14 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
     return _compile(model, target, **options)
 
 
+def load_or_compile(model: Any, target: Any = "m4", **options: Any) -> Any:
+    """The compiled program of ``model`` from the program cache, compiling it on a miss
+    (`anekit.compiler.load_or_compile`; ``ANEKIT_CACHE_DIR``)."""
+    from anekit.compiler import load_or_compile as _load_or_compile
+
+    return _load_or_compile(model, target, **options)
+
+
 def __getattr__(name: str) -> Any:
     """`anekit.CompiledModel`, imported on first use (the compiler pulls in every pass)."""
     if name == "CompiledModel":
@@ -85,5 +93,6 @@ __all__ = [
     "graph",
     "input",
     "load",
+    "load_or_compile",
     "ops",
 ]

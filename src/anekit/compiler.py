@@ -187,3 +187,20 @@ def compile(  # noqa: A001 - the public name the API promises
     ctx = PassContext(chip, PassOptions(**options))
     graph = run_pipeline(stamp_origins(source), ctx, passes)
     return CompiledModel(source, graph, chip, ctx)
+
+
+def load_or_compile(
+    model: Any,
+    target: str = "m4",
+    *,
+    cache: Any = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
+) -> Any:
+    """``compile(model, target, **options).program``, from the program cache when the same
+    graph was compiled before with the same target and options (`anekit.runtime.cache`)."""
+    from anekit.runtime.cache import ProgramCache, cached
+
+    chosen = cache if cache is not None else ProgramCache()
+    graph = load_graph(model, input_shapes)
+    return cached(chosen, graph, target, options, lambda g: compile(g, target, **options))

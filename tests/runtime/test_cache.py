@@ -11,8 +11,9 @@ import pytest
 
 import anekit
 from anekit.cli import main
+from anekit.compiler import load_or_compile
 from anekit.runtime import cache as cache_module
-from anekit.runtime.cache import ProgramCache, load_or_compile
+from anekit.runtime.cache import ProgramCache
 
 
 def _model(seed: int, n: int = 64) -> anekit.Graph:

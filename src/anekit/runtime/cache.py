@@ -3,7 +3,7 @@
 Entries are compiled bundles, keyed by what they are: the sha256 of every segment's MIL
 text and weight file, the target and the anekit version (:func:`content_key`). A second
 index maps what was compiled (the imported graph's structure and weight bytes, the target,
-the compile options) to an entry, so :func:`load_or_compile` finds a model compiled before
+the compile options) to an entry, so :func:`cached` (``anekit.load_or_compile``) finds a model compiled before
 without running the compiler.
 
 Layout under the cache directory (``ANEKIT_CACHE_DIR``, else the user cache directory)::
@@ -33,7 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -269,26 +269,24 @@ def _canonical(value: Any) -> Any:
     return repr(value)
 
 
-def load_or_compile(
-    model: Any, target: str = "m4", *, cache: ProgramCache | None = None, **options: Any
+def cached(
+    cache: ProgramCache,
+    graph: Any,
+    target: str,
+    options: Mapping[str, Any],
+    compile_graph: Callable[[Any], Any],
 ) -> Any:
-    """A Program for ``model`` on ``target``: from the cache when it was compiled before
-    (same graph, weights, target, options and anekit version), else compiled and cached.
-    The returned program is held in memory (``program.cache_key`` names its entry)."""
-    from anekit.compiler import compile as compile_model
-    from anekit.compiler import load_graph
-
-    cache = cache or ProgramCache()
-    graph = load_graph(model, options.get("input_shapes"))
-    rest = {k: v for k, v in options.items() if k != "input_shapes"}
-    skey = source_key(graph, str(target), rest)
+    """A Program for ``graph`` from ``cache`` when it was compiled before (same graph,
+    weights, target, options and anekit version), else ``compile_graph(graph)``'s program,
+    inserted. The program is held in memory; ``program.cache_key`` names its entry."""
+    skey = source_key(graph, str(target), options)
     key = cache.lookup_source(skey)
     if key is not None:
         program = cache.get(key)
         if program is not None:
             program.cache_key = key
             return program
-    compiled = compile_model(graph, target, **rest)
+    compiled = compile_graph(graph)
     key = cache.put(compiled.bundle, skey)
     program = compiled.program
     program.cache_key = key
