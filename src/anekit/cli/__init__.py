@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "anekit.cli.inspect",
     "anekit.cli.targets",
     "anekit.cli.cache",
+    "anekit.cli.doctor",
 )
 
 EXIT_OK = 0
