@@ -287,6 +287,7 @@ class Session:
         for name in self._pinned.get(index, ()):
             new.pin(name, old.read_input(name))
         self._surfaces[index] = new
+        old.release()  # its engine program slot is free again
         return new
 
     def __repr__(self) -> str:
