@@ -13,6 +13,8 @@ and #18-#20), checked on a bundle and modelled byte for byte by :class:`Surfaces
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -29,9 +31,11 @@ SURFACE_DTYPE = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4"), "int32": np.d
                  "int8": np.dtype("i1"), "uint8": np.dtype("u1"), "bool": np.dtype("?")}  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
 def port_bytes(io: SegmentIO) -> int:
-    """The packed size of a port's value in the program's shape and dtype."""
-    return int(np.prod(io.mil_shape, dtype=np.int64)) * ITEMSIZE[io.mil_dtype]
+    """The packed size of a port's value in the program's shape and dtype (asked every
+    step: remembered per port)."""
+    return math.prod(io.mil_shape) * ITEMSIZE[io.mil_dtype]
 
 
 def min_surface_bytes(target_name: str) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import secrets
 import time
@@ -82,11 +83,20 @@ def update_weights(
         recover(root)
     probes = _probe_before(program, by_segment) if verify else {}
 
+    # old weight files stay mapped while their chunks are alive (unmapped when freed)
+    maps: list[mmap.mmap] = []
+
     def rebuild(index: int) -> tuple[int, list[bytes | memoryview], str, int]:
         old = program.weights[index]
         if old is None:
             raise FormatError(f"segment {index} has no weight file", where=program.where)
-        chunks = _patched(old, by_segment[index], f"{program.where}: segment {index}")
+        if isinstance(old, Path):  # mapped: only the records and what is kept are read
+            with open(old, "rb") as f:
+                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            data: bytes | memoryview = memoryview(maps[-1])
+        else:
+            data = old
+        chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
         digest = hashlib.sha256()
         for c in chunks:
             digest.update(c)
@@ -171,11 +181,10 @@ def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarra
 
 
 def _patched(
-    old: Path | bytes, changes: Sequence[tuple[Any, np.ndarray]], where: str
+    data: bytes | memoryview, changes: Sequence[tuple[Any, np.ndarray]], where: str
 ) -> list[bytes | memoryview]:
     """The weight file with the changed blobs' data replaced, as chunks in file order
     (``changes``: each placement with its source weight converted to the stored dtype)."""
-    data = old.read_bytes() if isinstance(old, Path) else old
     with BlobReader(data) as reader:
         replaced = []
         for p, flat in changes:
