@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_json
+from _common import machine, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -75,7 +74,8 @@ def step_overhead(repeat: int) -> dict:
         for io in seg.inputs:
             if io.value in feeds:
                 stored[io.mil_name] = np.pad(
-                    feeds[io.value], [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)]
+                    feeds[io.value],
+                    [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)],
                 )
         raw_us = median_us(lambda: runner.run_stored(dict(stored)), repeat)  # noqa: B023
         full = {
@@ -179,13 +179,7 @@ def main() -> int:
         "step_overhead": step_overhead(args.repeat),
         "adapter_swap": adapter_swap(args.repeat),
         "cache": cache_hit(),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "note": "a shared 2-core machine; wall-clock times are noisy",
-        },  # fmt: skip
+        "machine": machine(load_before),
     }
     write_json(RESULTS, doc)
     for key in ("step_overhead", "adapter_swap", "cache"):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_json
+from _common import machine, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -211,13 +210,7 @@ def main() -> int:
             "recompile_save_load_seconds_sum": round(sum(live["recompile_save_load"]), 4),
         },
         "first_compile_seconds": round(first_compile, 3),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "note": "a shared 2-core machine; wall-clock times are noisy",
-        },  # fmt: skip
+        "machine": machine(load_before),
     }
     write_json(RESULTS, doc)
     print(f"update {med['update']:.3f} s, recompile {med['recompile']:.3f} s ({speedup:.1f}x), "

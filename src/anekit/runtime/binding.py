@@ -97,7 +97,26 @@ def check_engine_segment(
     return max(sizes, default=min_bytes)
 
 
-class Surfaces:
+class PinnedInputs:
+    """Inputs filled outside the steps: state aliased to an output, or an input written
+    once (an adapter). Subclasses keep ``_fixed`` and define ``write_input``."""
+
+    _fixed: set[str]
+
+    def write_input(self, name: str, array: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def pin(self, input_name: str, array: np.ndarray) -> None:
+        """Write an input that stays the same from step to step (an adapter) once."""
+        self.write_input(input_name, array)
+        self._fixed.add(input_name)
+
+    def fixed(self, input_name: str) -> bool:
+        """The input's surface is filled outside the steps (aliased state, pinned input)."""
+        return input_name in self._fixed
+
+
+class Surfaces(PinnedInputs):
     """The I/O surfaces of one engine program: one byte buffer per port, all of one size,
     bound in alphabetical order of the ports' MIL names.
 
@@ -118,15 +137,6 @@ class Surfaces:
     def alias(self, input_name: str, output_name: str) -> None:
         self._in[input_name] = self._out[output_name]
         self._fixed.add(input_name)
-
-    def pin(self, input_name: str, array: np.ndarray) -> None:
-        """Write an input that stays the same from step to step (an adapter) once."""
-        self.write_input(input_name, array)
-        self._fixed.add(input_name)
-
-    def fixed(self, input_name: str) -> bool:
-        """The input's surface is filled outside the steps (aliased state, pinned input)."""
-        return input_name in self._fixed
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         _write(self._in[name], array, self.inputs[name])

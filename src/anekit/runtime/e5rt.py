@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.runtime.binding import SURFACE_DTYPE, port_bytes
+from anekit.runtime.binding import SURFACE_DTYPE, PinnedInputs, port_bytes
 
 ESPRESSO = "/System/Library/PrivateFrameworks/Espresso.framework/Espresso"
 DEVICE_ANE = 0x4
@@ -162,7 +162,7 @@ def api() -> _Api:
         return _apis[path]
 
 
-class E5Program:
+class E5Program(PinnedInputs):
     """One MIL program compiled and bound through e5rt (see the module docstring).
 
     ``inputs``/``outputs`` are the segment's ports (`SegmentIO`); every buffer is
@@ -287,13 +287,6 @@ class E5Program:
         )
         self._in_ptr[input_name] = self._out_ptr[output_name]
         self._fixed.add(input_name)
-
-    def pin(self, input_name: str, array: np.ndarray) -> None:
-        self.write_input(input_name, array)
-        self._fixed.add(input_name)
-
-    def fixed(self, input_name: str) -> bool:
-        return input_name in self._fixed
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         io = self.inputs[name]
