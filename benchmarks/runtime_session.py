@@ -3,12 +3,12 @@ adapter swap, and a cache hit against a compile.
 
 Writes ``benchmarks/results/runtime_session.json``.
 
-- per-step overhead: a session step (``run_steps``) of a counter program (one engine
+- per-step overhead: a session step (``run``) of a counter program (one engine
   segment, state resident on its surface) and of an RNN cell (x [1, 256], h [1, 256]),
   against the simulator running the same segment directly on the same inputs
   (``run_stored``): the difference is what the session adds per step (surface writes and
   reads, feeding, state hand-off). ``Program.run`` (state through the caller) is shown
-  beside it;
+  beside it. The three are timed interleaved, step by step, medians;
 - adapter swap: ``sess.set_adapter`` on a LoRA model (two 768x768 projections with
   rank-8 adapters on q and v) against recompiling the model with the adapter merged;
 - cache hit: ``anekit.load_or_compile`` of a 4-layer 768-wide MLP, a miss (compile,
@@ -66,18 +66,13 @@ def step_overhead(repeat: int) -> dict:
     for name, (graph, state, feeds) in cases.items():
         program = anekit.compile(graph, "m4").program
         sess = program.session("sim", state=state)
-        k = 50
-        session_us = median_us(lambda: sess.run_steps(k, feeds), max(3, repeat // k)) / k  # noqa: B023
         runner = program.runners("sim")[0]
         seg = program.segments[0]
         stored = {io.mil_name: np.zeros(io.mil_shape, np.float32) for io in seg.inputs}
         for io in seg.inputs:
             if io.value in feeds:
-                stored[io.mil_name] = np.pad(
-                    feeds[io.value],
-                    [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)],
-                )
-        raw_us = median_us(lambda: runner.run_stored(dict(stored)), repeat)  # noqa: B023
+                pad = [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)]
+                stored[io.mil_name] = np.pad(feeds[io.value], pad)
         full = {
             **feeds,
             **{
@@ -87,7 +82,18 @@ def step_overhead(repeat: int) -> dict:
                 if p.name == s
             },
         }
-        run_us = median_us(lambda: program.run(full), repeat)  # noqa: B023
+        # interleaved, one step at a time, so load changes hit all three alike
+        times: dict[str, list[float]] = {"session": [], "alone": [], "run": []}
+        calls = {"session": lambda: sess.run(feeds), "alone": lambda: runner.run_stored(dict(stored)),  # noqa: B023
+                 "run": lambda: program.run(full)}  # noqa: B023  # fmt: skip
+        for _ in range(repeat * 5):
+            for key, call in calls.items():
+                start = time.perf_counter()
+                call()
+                times[key].append(time.perf_counter() - start)
+        session_us, raw_us, run_us = (
+            statistics.median(times[k]) * 1e6 for k in ("session", "alone", "run")
+        )
         out[name] = {"session_step_us": round(session_us, 1), "segment_alone_us": round(raw_us, 1),
                      "overhead_us": round(session_us - raw_us, 1), "program_run_us": round(run_us, 1)}  # fmt: skip
     return out
