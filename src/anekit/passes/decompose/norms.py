@@ -83,8 +83,6 @@ def decompose_group_norm(rw: Rewriter, node: Node) -> bool:
 
 @rule("instance_norm")
 def decompose_instance_norm(rw: Rewriter, node: Node) -> bool:
-    if rw.ctx.target.features.instance_norm:
-        return False
     e = Emit(rw, node)
     x, scale, bias = node.inputs
     rank = rw.value(x).rank
@@ -138,8 +136,6 @@ def _softmax_parts(e: Emit, x: str, axis: int) -> tuple[str, str]:
 
 @rule("softmax")
 def decompose_softmax(rw: Rewriter, node: Node) -> bool:
-    if rw.ctx.target.features.softmax or not rw.ctx.options.decompose_gated_softmax:
-        return False
     e = Emit(rw, node)
     shifted, total = _softmax_parts(e, node.inputs[0], node.attrs["axis"])
     y = e("div", [e("exp", [shifted], tag="exp2"), total], tag="normalized")
