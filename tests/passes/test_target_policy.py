@@ -30,7 +30,9 @@ def test_gated_decompositions_follow_the_chip_features() -> None:
     }
     options = PassOptions()
     for name, feature in gated.items():
-        with_it = dataclasses.replace(M4, features=dataclasses.replace(M4.features, **{feature: True}))
+        with_it = dataclasses.replace(
+            M4, features=dataclasses.replace(M4.features, **{feature: True})
+        )
         assert name not in {r.name for r in rules_for(with_it, options)}
         assert name in {r.name for r in rules_for(_without(M4, feature), options)}
     off = dataclasses.replace(options, approximate_gelu=False, decompose_gated_softmax=False)

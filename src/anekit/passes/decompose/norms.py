@@ -60,7 +60,9 @@ def decompose_layer_norm(rw: Rewriter, node: Node) -> bool:
         y = e("mul", [y, scale], tag="scaled")
     if bias:
         y = e("add", [y, bias], tag="shifted")
-    return e.done(y, f"{node.op} as fp16-safe reductions (scaled by the peak deviation), sqrt and div")
+    return e.done(
+        y, f"{node.op} as fp16-safe reductions (scaled by the peak deviation), sqrt and div"
+    )
 
 
 @rule("group_norm")
@@ -76,9 +78,7 @@ def decompose_group_norm(rw: Rewriter, node: Node) -> bool:
     y = e("reshape", [y], {"shape": shape}, "ungrouped")
     y = e("mul", [y, per_channel(e, scale, len(shape))], tag="scaled")
     y = e("add", [y, per_channel(e, bias, len(shape))], tag="shifted")
-    return e.done(
-        y, "group_norm as reshape, an fp16-safe normalisation and a per-channel affine"
-    )
+    return e.done(y, "group_norm as reshape, an fp16-safe normalisation and a per-channel affine")
 
 
 @rule("instance_norm")
@@ -89,9 +89,7 @@ def decompose_instance_norm(rw: Rewriter, node: Node) -> bool:
     y = normalize(e, x, tuple(range(2, rank)), node.attrs["epsilon"])
     y = e("mul", [y, per_channel(e, scale, rank)], tag="scaled")
     y = e("add", [y, per_channel(e, bias, rank)], tag="shifted")
-    return e.done(
-        y, "instance_norm (not native on this target) as an fp16-safe normalisation"
-    )
+    return e.done(y, "instance_norm (not native on this target) as an fp16-safe normalisation")
 
 
 @rule("batch_norm")
