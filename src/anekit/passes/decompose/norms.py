@@ -20,15 +20,20 @@ LRN_MAX_CHANNELS = 4096  # the banded window weight is channels x channels
 SCALE_FLOOR = 2.0**-7
 
 
+def peak_scaled(e: Emit, d: str, red: dict) -> tuple[str, str, str]:
+    """(d / peak, 1 / peak, peak) with peak = max(max |d| over the reduced axes, SCALE_FLOOR)."""
+    peak = e("reduce_max", [e("abs", [d], tag="magnitude")], red, "peak")
+    peak = e("maximum", [peak, e.const(SCALE_FLOOR, "scale_floor")], tag="scale")
+    inv = e("reciprocal", [peak], tag="inv_scale")
+    return e("mul", [d, inv], tag="unit"), inv, peak  # |d / peak| <= 1
+
+
 def normalize(e: Emit, x: str, axes: tuple[int, ...], eps: float, center: bool = True) -> str:
     """(x - mean) / sqrt(var + eps) over ``axes`` (or x / sqrt(mean(x^2) + eps) uncentred),
     computed on x scaled by its peak deviation so that it is fp16-safe at any input scale."""
     red = {"axes": axes, "keepdims": True}
     d = e("sub", [x, e("reduce_mean", [x], red, "mean")], tag="centered") if center else x
-    peak = e("reduce_max", [e("abs", [d], tag="magnitude")], red, "peak")
-    peak = e("maximum", [peak, e.const(SCALE_FLOOR, "scale_floor")], tag="scale")
-    inv = e("reciprocal", [peak], tag="inv_scale")
-    u = e("mul", [d, inv], tag="unit")  # |u| <= 1
+    u, inv, _ = peak_scaled(e, d, red)
     var = e("reduce_mean", [e("mul", [u, u], tag="square")], red, "var")
     # eps / peak^2 as (inv * eps) * inv: each partial product stays in fp16 range
     eps_u = e("mul", [e("mul", [inv, e.const(eps, "eps")], tag="eps_inv"), inv], tag="eps_scaled")
