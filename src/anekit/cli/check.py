@@ -16,6 +16,7 @@ from anekit.cli.common import (
 )
 
 EXIT_CPU_FALLBACK = 3
+EXIT_CANNOT_SAVE = 2  # bad input: the model uses an op anekit cannot emit
 COLUMNS = ("node", "op", "placement", "layer", "reason")
 _STYLES = {"ane": "green", "cpu": "red", "folded": "cyan", "removed": "dim"}
 
@@ -50,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
         render(report, compiled.summary_line())
         if report.get("estimate"):  # issue 5's cost model: one line for this target
             print(report["estimate"]["summary"])
+    errors = [d for d in compiled.diagnostics if d.severity == "error"]
+    if errors:  # nodes code generation cannot emit: `anekit compile` would fail on them
+        for d in errors:
+            print(str(d), file=sys.stderr)
+        return EXIT_CANNOT_SAVE
     if args.strict and report["summary"]["cpu_ops"]:
         return EXIT_CPU_FALLBACK
     return 0
