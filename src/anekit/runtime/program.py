@@ -190,15 +190,14 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
 
 
 def _load_bundle(bundle: Bundle) -> Program:
-    programs, weights, bases = [], [], []
+    """A Program over the bundle's verified bytes: nothing is read from disk again."""
+    programs, weights = [], []
     for segment in bundle.manifest.segments:
-        program_path = bundle.path(segment.program)
-        program = mil.parse_file(program_path)
+        program = mil.parse_bytes(bundle.read(segment.program), f"{bundle.root}/{segment.program}")
         check_blobfiles(bundle, segment, program)
         programs.append(program)
-        weights.append(bundle.path(segment.weights) if segment.weights is not None else None)
-        bases.append(program_path.parent)
-    return Program(bundle.manifest, programs, weights, where=str(bundle.root), base_dirs=bases)
+        weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
+    return Program(bundle.manifest, programs, weights, where=str(bundle.root))
 
 
 def _load_mil_file(path: Path) -> Program:
