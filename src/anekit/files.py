@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from anekit import budget
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, FormatError
 
 HEAD_BYTES = 4096  # what a sniff sees
 # A sniff returns None when the head looks right, else what is wrong with it.
@@ -116,13 +116,14 @@ def read_file(
     error: type[AnekitError] = AnekitError,
 ) -> bytes:
     """The whole regular file ``path``, read once: refused before reading when it is larger
-    than ``max_bytes`` or the memory budget, or when ``sniff`` finds its head wrong."""
+    than ``max_bytes`` or the memory budget, or when ``sniff`` finds its head wrong (a
+    FormatError; ``error`` is raised when the path is missing or not a regular file)."""
     fd = open_regular(path, what, error=error)
     try:
         size = os.fstat(fd).st_size
         where = str(path)
         if max_bytes is not None and size > max_bytes:
-            raise error(
+            raise FormatError(
                 f"{what} is {budget.describe(size)}, more than the {budget.describe(max_bytes)} "
                 "such a file can be",
                 where=where,
@@ -131,7 +132,7 @@ def read_file(
         if sniff is not None:
             problem = sniff(os.pread(fd, min(size, HEAD_BYTES), 0))
             if problem is not None:
-                raise error(problem, where=where)
+                raise FormatError(problem, where=where)
         return read_fd(fd, size)
     finally:
         os.close(fd)

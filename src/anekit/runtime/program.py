@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
@@ -182,11 +183,8 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     p = Path(path)
     if p.is_dir():
         return _load_bundle(read_bundle(p, verify=verify))
-    if p.is_file():
-        return _load_mil_file(p)
-    raise AnekitError(
-        f"'{p}' does not exist", hint="pass an .anekit bundle directory or a .mil file"
-    )
+    regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    return _load_mil_file(p)
 
 
 def _load_bundle(bundle: Bundle) -> Program:
