@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
@@ -167,23 +168,19 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     p = Path(path)
     if p.is_dir():
         return _load_bundle(read_bundle(p, verify=verify))
-    if p.is_file():
-        return _load_mil_file(p)
-    raise AnekitError(
-        f"'{p}' does not exist", hint="pass an .anekit bundle directory or a .mil file"
-    )
+    regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    return _load_mil_file(p)
 
 
 def _load_bundle(bundle: Bundle) -> Program:
-    programs, weights, bases = [], [], []
+    """A Program over the bundle's verified bytes: nothing is read from disk again."""
+    programs, weights = [], []
     for segment in bundle.manifest.segments:
-        program_path = bundle.path(segment.program)
-        program = mil.parse_file(program_path)
+        program = mil.parse_bytes(bundle.read(segment.program), f"{bundle.root}/{segment.program}")
         check_blobfiles(bundle, segment, program)
         programs.append(program)
-        weights.append(bundle.path(segment.weights) if segment.weights is not None else None)
-        bases.append(program_path.parent)
-    return Program(bundle.manifest, programs, weights, where=str(bundle.root), base_dirs=bases)
+        weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
+    return Program(bundle.manifest, programs, weights, where=str(bundle.root))
 
 
 def _load_mil_file(path: Path) -> Program:
