@@ -119,6 +119,11 @@ class CompiledModel:
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
 
+    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+        """The bundle in memory run step after step with resident ``state`` (input ->
+        output fed back); see `anekit.runtime.Program.session`."""
+        return self.program.session(backend, state)
+
     def __repr__(self) -> str:
         return f"CompiledModel({self.graph.name!r}, target={self.target.name!r}: {self.summary_line()})"
 

@@ -123,6 +123,17 @@ class Program:
             for n, p in expected.items()
         }
 
+    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+        """A `anekit.runtime.session.Session`: this program loaded once on ``backend``, run
+        step after step; ``state`` maps inputs to the outputs fed back into them."""
+        from anekit.runtime.session import Session
+
+        return Session(self, backend, state)
+
+    def runners(self, backend: str) -> list[SegmentRunner]:
+        """Each segment loaded on ``backend`` (loaded once, then shared by every run)."""
+        return self._programs(backend)
+
     def _programs(self, backend: str) -> list[SegmentRunner]:
         """Every segment loaded on ``backend`` (once per backend)."""
         found = self._loaded.get(backend)
