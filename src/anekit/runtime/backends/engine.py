@@ -14,6 +14,7 @@ from anekit.runtime.backends import Backend
 class EngineBackend(Backend):
     name = "engine"
     summary = "H13 .hwx programs on the register-level engine emulator"
+    runs_hwx = True
 
     def run_hwx(
         self, program: str | os.PathLike[str] | bytes, feeds: Mapping[str, Any]
