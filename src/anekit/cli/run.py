@@ -76,14 +76,9 @@ def _run_program(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.nd
 
 def _run_hwx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
     """An Apple-format .hwx program on the engine emulator."""
-    if backend.name != "engine":
-        raise AnekitError(
-            f"backend '{backend.name}' does not run .hwx programs", where=str(path),
-            hint="drop --backend (a .hwx runs on 'engine')",
-        )  # fmt: skip
     if shapes:
         raise AnekitError("a .hwx program's input shapes are fixed by the file; drop --shape")
-    return backends.get("engine").run_hwx(path, feeds)  # type: ignore[attr-defined]
+    return backend.run_hwx(path, feeds)
 
 
 def _runner_for(path: Path) -> Runner:
