@@ -30,12 +30,13 @@ def conv(
     out = np.empty((cout, hout, wout), np.float32)
     cout_g = cout // groups
     w32 = weights.astype(np.float32)
-    for g in range(groups):
+    for g in range(groups):  # NaN/inf weights propagate as on the engine, silently
         patch = windows[g * cin_g : (g + 1) * cin_g]  # [cin_g, Hout, Wout, Kh, Kw]
         kernel = w32[g * cout_g : (g + 1) * cout_g]  # [cout_g, cin_g, Kh, Kw]
-        out[g * cout_g : (g + 1) * cout_g] = np.tensordot(
-            kernel, patch, axes=([1, 2, 3], [0, 3, 4])
-        )
+        with np.errstate(invalid="ignore", over="ignore"):
+            out[g * cout_g : (g + 1) * cout_g] = np.tensordot(
+                kernel, patch, axes=([1, 2, 3], [0, 3, 4])
+            )
     return out
 
 

@@ -18,8 +18,11 @@ from anekit.runtime.engine.registers import decode
 
 BASE_FLAVOR = 1  # the LC_THREAD flavor whose state words are the base-address table
 BASE_REGISTERS = 32  # 5-bit base indices (Header.Word8 RBase/WBase, Word9 KBase)
-# one pass may not exceed this many multiply-accumulates (a mutated file must not hang)
-MAX_MACS_PER_PASS = 1 << 31
+# The emulator's envelope: one pass may not exceed this many multiply-accumulates or tensor
+# elements (strides may be 0, so a file's size does not bound its work; a mutated file must
+# neither hang nor exhaust memory).
+MAX_MACS_PER_PASS = 1 << 30
+MAX_ELEMENTS_PER_TENSOR = 1 << 24
 
 
 class EngineProgram:
@@ -88,6 +91,13 @@ class EngineProgram:
         return found
 
     def _check_work(self, p: EnginePass) -> None:
+        for what, count in (("input", p.cin * p.hin * p.win), ("output", p.cout * p.hout * p.wout)):
+            if count > MAX_ELEMENTS_PER_TENSOR:
+                raise FormatError(
+                    f"task descriptor {p.index}'s {what} has {count} elements, more than the "
+                    f"emulator moves in one pass ({MAX_ELEMENTS_PER_TENSOR})",
+                    where=self.where,
+                )
         macs = p.cout * p.hout * p.wout * (p.cin // p.groups) * p.kh * p.kw
         if macs > MAX_MACS_PER_PASS:
             raise FormatError(
