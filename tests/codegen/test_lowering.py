@@ -22,7 +22,7 @@ from tests.numerics import agreement
 CONFIGS = (("m1", "ane", "fp16"), ("m4", "ane", "fp16"), ("m4", "cpu", "fp32"))
 # fp32 paths with fp32 weights: only summation order differs from numpy's kernels
 FP32_TOLERANCE = 1e-5
-# fp32 activations with fp16 weights (the reference backend of an engine program)
+# fp32 activations with fp16 weights (the sim-fp32 backend of an engine program)
 FP16_WEIGHTS_TOLERANCE = 3e-3
 
 
@@ -114,7 +114,7 @@ def test_simulated_programs_match_the_reference_kernels(
     engine = config[1] == "ane"
     for backend, tolerance in (
         ("sim", case.fp16_tolerance if engine else FP32_TOLERANCE),
-        ("reference", FP16_WEIGHTS_TOLERANCE if engine else FP32_TOLERANCE),
+        ("sim-fp32", FP16_WEIGHTS_TOLERANCE if engine else FP32_TOLERANCE),
     ):
         got = program.run(feeds, backend)
         assert list(got) == list(expected)
