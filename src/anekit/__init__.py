@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from anekit.errors import (
     AnekitError,
@@ -13,10 +14,28 @@ from anekit.errors import (
     TargetError,
     UnsupportedModelError,
 )
-from anekit.frontend.builder import Tensor, constant, graph, input, ops
-from anekit.ir import DType, Graph, Node, Value
+
+if TYPE_CHECKING:
+    from anekit.compiler import CompiledModel
+    from anekit.frontend.builder import Tensor, constant, graph, input, ops
+    from anekit.ir import DType, Graph, Node, Value
 
 __version__ = "0.1.0"
+
+# Names imported on first use, so that `import anekit.formats` (or any other subpackage,
+# whose import runs this file first) does not load the builder, the IR or the compiler.
+_LAZY = {
+    "Tensor": "anekit.frontend.builder",
+    "constant": "anekit.frontend.builder",
+    "graph": "anekit.frontend.builder",
+    "input": "anekit.frontend.builder",
+    "ops": "anekit.frontend.builder",
+    "DType": "anekit.ir",
+    "Graph": "anekit.ir",
+    "Node": "anekit.ir",
+    "Value": "anekit.ir",
+    "CompiledModel": "anekit.compiler",  # the compiler pulls in every pass
+}
 
 
 def from_onnx(model: Any, input_shapes: dict[str, Any] | None = None) -> Graph:
@@ -43,12 +62,13 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
 
 
 def __getattr__(name: str) -> Any:
-    """`anekit.CompiledModel`, imported on first use (the compiler pulls in every pass)."""
-    if name == "CompiledModel":
-        from anekit.compiler import CompiledModel
-
-        return CompiledModel
-    raise AttributeError(f"module 'anekit' has no attribute '{name}'")
+    """The builder, IR and compiler names, imported on first use (see _LAZY)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anekit' has no attribute '{name}'")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def load(path: Any, **options: Any) -> Any:

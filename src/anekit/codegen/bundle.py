@@ -40,6 +40,7 @@ from anekit.formats.bundle import (
 )
 from anekit.formats.mil import Program
 from anekit.ir.graph import Graph, Node, Value
+from anekit.naming import fresh_name
 
 if TYPE_CHECKING:
     from anekit.targets import Target
@@ -324,9 +325,6 @@ def _with_constant_outputs(
 
 
 def _fresh(hint: str, taken: set[str]) -> str:
-    name, i = hint, 0
-    while name in taken:
-        i += 1
-        name = f"{hint}_{i}"
+    name = fresh_name(hint, taken)
     taken.add(name)
     return name

@@ -10,11 +10,11 @@ from types import MappingProxyType
 import numpy as np
 
 from anekit.codegen.lower.context import Lowering
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.ops.conv import conv_geometry
 from anekit.ir.ops.reduce import reduced_axes
 
 LowerFn = Callable[[Lowering], str]
-FP16_MAX = 65504.0
 
 
 def saturated(lo: Lowering, var: str, shape: tuple[int, ...]) -> str:

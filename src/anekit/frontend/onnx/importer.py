@@ -26,6 +26,7 @@ from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.interpret import run_node
 from anekit.ir.registry import InferError, infer_types
+from anekit.naming import fresh_name
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -153,10 +154,7 @@ class Importer:
     # --- names and values ---------------------------------------------------------------
 
     def fresh(self, hint: str) -> str:
-        name, k = hint, 0
-        while name in self._taken:
-            k += 1
-            name = f"{hint}_{k}"
+        name = fresh_name(hint, self._taken)
         self._taken.add(name)
         return name
 
@@ -310,12 +308,7 @@ class Importer:
         return value
 
     def _convert(self, node: onnx.NodeProto, index: int) -> None:
-        base = node.name or f"{node.op_type}_{index}"
-        name = base
-        k = 0
-        while name in self._node_names:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(node.name or f"{node.op_type}_{index}", self._node_names)
         self._node_names.add(name)
         ctx = NodeContext(self, node, name, self.opset)
         try:
@@ -382,10 +375,7 @@ class Importer:
     def _ir_node_name(self, onnx_name: str, op: str) -> str:
         """The first IR node of an ONNX node takes its name; the rest '<name>/<op>[_k]'."""
         name = onnx_name if onnx_name not in self._ir_nodes else f"{onnx_name}/{op}"
-        base, k = name, 0
-        while name in self._ir_nodes:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(name, self._ir_nodes)
         self._ir_nodes.add(name)
         return name
 
