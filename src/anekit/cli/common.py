@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, InputError, ModelError
+from anekit.errors import AnekitError, InputError, ModelError, os_error
 
 
 def add_shape_option(parser: Any) -> None:
@@ -66,7 +66,14 @@ def load_array(path: Path, name: str) -> np.ndarray:
             raise InputError(
                 f"'{path}' is an .npz with {len(keys)} arrays; pass one .npy per input"
             )
-        arr = arr[keys[0]]
+        try:
+            arr = arr[keys[0]]
+        except ValueError as exc:  # an object array (it needs pickle), a corrupt member
+            raise InputError(f"'{path}': array '{keys[0]}' cannot be read ({exc})") from None
+    if arr.dtype.kind not in "biuf":
+        raise InputError(
+            f"'{path}' holds a {arr.dtype} array; inputs are numbers or booleans",
+        )
     return arr
 
 
@@ -98,7 +105,10 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
         raise AnekitError(f"output '{path}' must end in .npz")
     if not path.parent.exists():
         raise AnekitError(f"output directory '{path.parent}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    except OSError as exc:
+        raise os_error(exc, f"write '{path}'") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **dict(arrays))
