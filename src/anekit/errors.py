@@ -116,7 +116,9 @@ def path_argument(value: Any, what: str) -> Path:
         path = Path(value)
         if str(path):
             return path
-    raise PathError(f"{what} must be a path (a str or os.PathLike), not {value!r}")
+    raise PathError(
+        f"{what} must be a path (a str or os.PathLike), not a {type(value).__name__} ({value!r})"
+    )
 
 
 def os_error(exc: OSError, doing: str) -> PathError:

@@ -335,7 +335,7 @@ class Importer:
                     f"input_shapes gives '{vi.name}' rank {len(shape)}, but the model declares rank {len(declared)}"
                 )
             for k, (d, s) in enumerate(zip(declared, shape, strict=False)):
-                if d.HasField("dim_value") and d.dim_value != s:
+                if d.HasField("dim_value") and 0 <= d.dim_value != s:  # < 0: no size, replaceable
                     raise ModelError(
                         f"input_shapes gives '{vi.name}' dimension {k} = {s}, but the model fixes it to {d.dim_value}"
                     )
