@@ -61,7 +61,9 @@ def onnxruntime_refuses(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) ->
 
     ort.set_default_logger_severity(4)  # the refusal is expected: keep its log quiet
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
         session.run(None, feeds)
     except Exception as exc:  # noqa: BLE001 - any refusal counts
         return str(exc)

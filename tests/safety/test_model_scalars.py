@@ -32,7 +32,9 @@ def _scalars_crossing(compiled: anekit.CompiledModel) -> list[str]:
         io.value
         for s in segments
         for io in s.inputs
-        if io.shape == () and io.source.segment is not None and device[io.source.segment] != s.device
+        if io.shape == ()
+        and io.source.segment is not None
+        and device[io.source.segment] != s.device
     ]
 
 

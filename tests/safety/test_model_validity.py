@@ -65,7 +65,10 @@ def _short_constant() -> onnx.ModelProto:
     c = helper.make_tensor("c", F32, [4], [0.0] * 4)
     c.ClearField("float_data")
     c.raw_data = b"\0" * 7  # 7 bytes for 4 floats
-    nodes = [helper.make_node("Constant", [], ["c"], value=c), helper.make_node("Add", ["x", "c"], ["y"])]
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=c),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
     return model(nodes, [value("x", [4])], [value("y", [4])])
 
 
@@ -148,7 +151,10 @@ def test_the_valid_controls_compile(tmp_path, capsys) -> None:
 
     w = tensor(np.ones((3, 4), np.float32), "w")
     idx = tensor(np.array(2, np.int64), "idx")
-    nodes = [helper.make_node("Gather", ["w", "idx"], ["g"]), helper.make_node("Add", ["x", "g"], ["y"])]
+    nodes = [
+        helper.make_node("Gather", ["w", "idx"], ["g"]),
+        helper.make_node("Add", ["x", "g"], ["y"]),
+    ]
     proto = model(nodes, [value("x", [4])], [value("y", [4])], [w, idx])
     want = ort.InferenceSession(proto.SerializeToString()).run(None, X4)[0]
     got = anekit.compile(proto, "m4").run(X4, backend="sim")["y"]

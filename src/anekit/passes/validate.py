@@ -111,8 +111,7 @@ def _common(view: LayerView, graph: Graph, t: Target) -> Reject | None:
         if name and name not in graph.constants and beyond_fp16(graph, name):
             return Reject(
                 "fp16-range",
-                f"'{name}' holds int32 values cast to float, which may exceed fp16's range "
-                "(65504)",
+                f"'{name}' holds int32 values cast to float, which may exceed fp16's range (65504)",
             )
     for name in (*view.node.inputs, view.node.output):
         if not name or name in graph.constants:

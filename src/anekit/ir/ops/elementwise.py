@@ -237,7 +237,9 @@ def cast(x, to):
 def _no_integer_zero(b: np.ndarray, op: str) -> None:
     """Integer division by zero has no result (onnxruntime refuses it too)."""
     if b.dtype.kind in "iub" and not b.all():
-        raise KernelError(f"integer {op} by zero (the divisor has {b.size - np.count_nonzero(b)} zero(s))")
+        raise KernelError(
+            f"integer {op} by zero (the divisor has {b.size - np.count_nonzero(b)} zero(s))"
+        )
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -93,7 +93,9 @@ def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
         values = np.array(values, dtype=np.float32)
         in_place = True
     if values.dtype != np.float32 or not values.flags.c_contiguous:
-        values = np.asarray(values, dtype=np.float32, order="C")  # keeps rank 0 (not ascontiguousarray)
+        values = np.asarray(
+            values, dtype=np.float32, order="C"
+        )  # keeps rank 0 (not ascontiguousarray)
         in_place = True
     elif not in_place:
         values = values.copy()
