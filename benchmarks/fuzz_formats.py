@@ -31,6 +31,7 @@ if _HERE not in sys.path:  # the helpers beside this script, also when a test lo
 
 from _common import write_json  # noqa: E402
 from format_fuzzer.binary_targets import hwx_target, weight_bin_target  # noqa: E402
+from format_fuzzer.emulator_targets import engine_target  # noqa: E402
 from format_fuzzer.engine import (  # noqa: E402
     FuzzTarget,
     Run,
@@ -48,6 +49,7 @@ DEFAULT_CASES = 12_000
 # Add other readers here, one entry each (MIL text, ...).
 TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {
     "hwx": hwx_target,
+    "hwx.engine": engine_target,
     "weight.bin": weight_bin_target,
     "netplist": netplist_target,
     "netplist.weights": netplist_weights_target,

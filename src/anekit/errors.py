@@ -134,3 +134,14 @@ def os_error(exc: OSError, doing: str) -> PathError:
 
 class InternalError(Exception):
     """A bug in anekit (not the user's fault): the CLI exits with status 1."""
+
+
+class MemoryBudgetError(AnekitError):
+    """Work that would need more memory than anekit's budget (``ANEKIT_MAX_MEMORY``); the
+    message names what asked for how much. ``requested`` and ``limit`` are in bytes."""
+
+    def __init__(self, message: str, *, requested: int, limit: int, hint: str | None = None,
+                 where: str | None = None):  # fmt: skip
+        self.requested = requested
+        self.limit = limit
+        super().__init__(message, hint=hint, where=where)

@@ -11,9 +11,11 @@ from anekit.ir.graph import Graph
 from anekit.passes.canonicalize import canonicalize
 from anekit.passes.context import PassContext
 from anekit.passes.decompose import decompose
+from anekit.passes.fold_reshapes import fold_reshapes
 from anekit.passes.fuse import fuse_epilogues
 from anekit.passes.layout import layout
 from anekit.passes.legalize import legalize
+from anekit.passes.legalize_kernels import split_kernels
 from anekit.passes.matmul_to_conv import matmul_to_conv
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
@@ -27,7 +29,9 @@ PASSES = MappingProxyType(
         "canonicalize": canonicalize,
         "decompose": decompose,
         "layout": layout,
+        "split_kernels": split_kernels,
         "matmul_to_conv": matmul_to_conv,
+        "fold_reshapes": fold_reshapes,
         "fuse_epilogues": fuse_epilogues,
         "legalize": legalize,
         "validate": validate,
@@ -42,8 +46,10 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "decompose",
     "canonicalize",
     "layout",
+    "split_kernels",
     "matmul_to_conv",
     "canonicalize",
+    "fold_reshapes",
     "fuse_epilogues",
     "legalize",
     "validate",

@@ -138,10 +138,15 @@ def _common(view: LayerView, graph: Graph, t: Target) -> Reject | None:
                     "dim-too-large",
                     f"dimension {d} of {list(v.shape)} exceeds the engine's maximum of {lim.max_dim}",
                 )
-    for op in (view.main, *(s.op for s in view.epilogue)):
+    steps = ((view.main, view.main_attrs), *((s.op, s.attrs) for s in view.epilogue))
+    for op, attrs in steps:
         gate = FEATURE_GATES.get(op)
         if gate is not None and not t.supports(gate[0]):
             return Reject(gate[1], gate[2])
+        # the engine computes GELU only in its tanh form where the MIL gelu op is missing
+        # (decompose approximates exact GELU unless the approximate_gelu option is off)
+        if op == "gelu" and attrs.get("approximate") == "none" and not t.features.gelu:
+            return Reject("gelu-unsupported", "exact GELU is not supported on this architecture")
     return None
 
 

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto
 
 from anekit.errors import FormatError, ModelError
+from anekit.files import read_file
 
 # ONNX element type -> numpy dtype for the types anekit reads from files.
 ONNX_TO_NUMPY: dict[int, np.dtype] = {
@@ -58,12 +59,28 @@ def load_model(
             hint="pass a file path, the model's bytes or an onnx.ModelProto",
         )
     path = Path(model)
-    if not path.exists():
-        raise ModelError(f"model file '{path}' does not exist")
-    if path.is_dir():
-        raise ModelError(f"'{path}' is a directory, not an ONNX model file")
-    data = path.read_bytes()
+    data = read_file(path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError)
     return _parse(data, str(path)), path.resolve().parent
+
+
+# protobuf cannot hold a message of 2 GiB or more: larger weights live in external data files
+MAX_PROTO_BYTES = (2 << 30) - 1
+# The key bytes a ModelProto may start with: its fields and their wire types (ir_version,
+# producer, domain, model_version, doc_string, graph, opset_import, metadata_props, and
+# the two-byte keys of training_info, functions and configuration).
+_ONNX_FIRST_KEYS = frozenset({0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2})
+
+
+def sniff_onnx(head: bytes) -> str | None:
+    """What is wrong with the first bytes of a would-be ONNX file (None: they may be one)."""
+    if not head:
+        return "the file is empty, not an ONNX model"
+    if head[0] not in _ONNX_FIRST_KEYS:
+        return (
+            f"not an ONNX model: it starts with the byte 0x{head[0]:02x}, which no ONNX "
+            "model starts with"
+        )
+    return None
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:

@@ -1,0 +1,30 @@
+"""``engine``: H13 .hwx programs on the register-level engine emulator (`anekit.runtime.engine`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from anekit.runtime.backends import Backend
+
+
+class EngineBackend(Backend):
+    name = "engine"
+    summary = "H13 .hwx programs on the register-level engine emulator"
+    runs_hwx = True
+
+    def run_hwx(
+        self, program: str | os.PathLike[str] | bytes, feeds: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """Run one .hwx program (a path or its bytes); outputs as float32 arrays."""
+        from anekit.runtime.engine import EngineProgram
+
+        if isinstance(program, bytes):
+            return EngineProgram(program).run(feeds)
+        return EngineProgram.load(program).run(feeds)
+
+
+BACKEND = EngineBackend()
