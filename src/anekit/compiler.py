@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from anekit import targets
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, ModelError
 from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
@@ -180,4 +180,24 @@ def compile(  # noqa: A001 - the public name the API promises
     source = load_graph(model, input_shapes)
     ctx = PassContext(chip, PassOptions(**options))
     graph = run_pipeline(stamp_origins(source), ctx, passes)
+    check_tensor_sizes(graph)
     return CompiledModel(source, graph, chip, ctx)
+
+
+def check_tensor_sizes(graph: Graph) -> None:
+    """Refuse a graph with a tensor the bundle's runtime would refuse to create, by the very
+    limit it applies, so that compile never writes a bundle its own loader rejects."""
+    from anekit.runtime.sim.ops._util import MAX_ELEMENTS
+
+    for node in graph.nodes:
+        for out in node.outputs:
+            value = graph.values[out]
+            if value.numel > MAX_ELEMENTS:
+                names = ", ".join(f"'{o}'" for o in node.origin) or f"'{node.name}'"
+                raise ModelError(
+                    f"value '{out}' would have {value.numel:,} elements {list(value.shape)}, "
+                    f"more than the {MAX_ELEMENTS:,} a compiled program may hold in one tensor",
+                    where=f"node {names}",
+                    hint="check the sizes this node computes (a Tile, Expand or Resize "
+                    "factor, or an input shape)",
+                )

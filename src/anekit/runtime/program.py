@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
 from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
@@ -176,7 +176,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     A bundle is read as untrusted input: schema, paths, sizes, sha256 digests (``verify``)
     and every BLOBFILE are checked before anything runs.
     """
-    p = Path(path)
+    p = path_argument(path, "the program to load")
     if p.is_dir():
         return _load_bundle(read_bundle(p, verify=verify))
     regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
@@ -288,7 +288,8 @@ def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     array = np.asarray(array)
     if io.padded:
         array = array[tuple(slice(0, s) for s in io.shape)]
-    return np.ascontiguousarray(array, dtype=to_dtype(io.dtype).numpy)
+    # np.asarray keeps a scalar's rank 0 (np.ascontiguousarray makes it shape [1])
+    return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
 
 
 def _reader(weights: Path | bytes | None) -> BlobReader | None:
