@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from anekit.budget import max_memory
 from anekit.errors import (
     AnekitError,
     FormatError,
     InputError,
+    MemoryBudgetError,
     ModelError,
     ShapeError,
     TargetError,
@@ -65,6 +67,7 @@ __all__ = [
     "FormatError",
     "Graph",
     "InputError",
+    "MemoryBudgetError",
     "ModelError",
     "Node",
     "ShapeError",
@@ -80,5 +83,6 @@ __all__ = [
     "graph",
     "input",
     "load",
+    "max_memory",
     "ops",
 ]
