@@ -5,10 +5,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from anekit.budget import max_memory
 from anekit.errors import (
     AnekitError,
     FormatError,
     InputError,
+    MemoryBudgetError,
     ModelError,
     ShapeError,
     TargetError,
@@ -85,6 +87,7 @@ __all__ = [
     "FormatError",
     "Graph",
     "InputError",
+    "MemoryBudgetError",
     "ModelError",
     "Node",
     "ShapeError",
@@ -100,5 +103,6 @@ __all__ = [
     "graph",
     "input",
     "load",
+    "max_memory",
     "ops",
 ]

@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelError
+from anekit import budget
+from anekit.errors import (
+    AnekitError,
+    MemoryBudgetError,
+    ModelError,
+    ShapeError,
+    UnsupportedModelError,
+)
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
@@ -381,6 +388,12 @@ class Importer:
             raise
         except InferError as exc:
             raise ShapeError(str(exc), where=f"ONNX node '{name}' ({node.op_type})") from None
+        except MemoryError:  # what the budget allowed, the machine did not have free
+            raise MemoryBudgetError(
+                "ran out of memory", requested=0, limit=budget.limit(),
+                where=f"ONNX node '{name}' ({node.op_type})",
+                hint=f"lower {budget.ENV} below the machine's free memory",
+            ) from None
         outs = (result,) if isinstance(result, str) else tuple(result)
         for onnx_name, ir_name in zip(node.output, outs, strict=False):
             if onnx_name:
