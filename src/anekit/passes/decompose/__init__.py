@@ -20,7 +20,6 @@ from anekit.passes.decompose.activations import (
     decompose_activation,
 )
 from anekit.passes.decompose.attention import decompose_attention, finite_mask
-from anekit.passes.decompose.engine_forms import ENGINE_FORM_RULES
 from anekit.passes.decompose.norms import (
     LRN_MAX_CHANNELS,
     decompose_batch_norm,
@@ -54,7 +53,6 @@ DECOMPOSE_RULES = (
     finite_mask,
     expand_as_broadcast,
     decompose_lrn,
-    *ENGINE_FORM_RULES,
 )
 
 
