@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "anekit.cli.check",
     "anekit.cli.compile",
     "anekit.cli.estimate",
+    "anekit.cli.report",
     "anekit.cli.inspect",
     "anekit.cli.targets",
 )
