@@ -23,8 +23,11 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"errors", "ir", "targets", "schedule"},
     "codegen": {"errors", "ir", "formats"},
     "formats": {"errors"},
-    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules)
-    "runtime": {"errors", "ir", "formats", "codegen", "targets"},
+    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
+    # its minimum surface) and binds LoRA adapter inputs (issue 12)
+    "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora"},
+    # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
+    "lora": {"errors", "ir"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
 # (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh

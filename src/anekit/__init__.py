@@ -37,6 +37,7 @@ _LAZY = {
     "Node": "anekit.ir",
     "Value": "anekit.ir",
     "CompiledModel": "anekit.compiler",  # the compiler pulls in every pass
+    "LoRA": "anekit.lora",
 }
 
 
@@ -63,8 +64,18 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
     return _compile(model, target, **options)
 
 
+def load_or_compile(model: Any, target: Any = "m4", **options: Any) -> Any:
+    """The compiled program of ``model`` from the program cache, compiling it on a miss
+    (`anekit.compiler.load_or_compile`; ``ANEKIT_CACHE_DIR``)."""
+    from anekit.compiler import load_or_compile as _load_or_compile
+
+    return _load_or_compile(model, target, **options)
+
+
 def __getattr__(name: str) -> Any:
     """The builder, IR and compiler names, imported on first use (see _LAZY)."""
+    if name in ("lora", "train", "llm"):  # subpackages named as attributes
+        return import_module(f"anekit.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'anekit' has no attribute '{name}'")
@@ -88,6 +99,7 @@ __all__ = [
     "Graph",
     "InputError",
     "MemoryBudgetError",
+    "LoRA",
     "ModelError",
     "Node",
     "ShapeError",
@@ -104,5 +116,6 @@ __all__ = [
     "input",
     "load",
     "max_memory",
+    "load_or_compile",
     "ops",
 ]

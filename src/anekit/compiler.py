@@ -164,11 +164,13 @@ def compile(  # noqa: A001 - the public name the API promises
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     passes: Sequence[str] = DEFAULT_PIPELINE,
+    lora: Any = None,
     **options: Any,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` (a chip name such as "m4" or an engine code).
 
-    ``options`` set `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
+    ``lora`` (an `anekit.LoRA`) gives the matching linear layers adapter inputs
+    (`anekit.lora`). ``options`` set `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
     ``approximate_gelu``, ``max_sweeps``).
     """
     unknown = sorted(set(options) - set(OPTION_NAMES))
@@ -178,6 +180,10 @@ def compile(  # noqa: A001 - the public name the API promises
         )
     chip = targets.get(target)
     source = load_graph(model, input_shapes)
+    if lora is not None:
+        from anekit import lora as adapters
+
+        source = adapters.apply(source, lora)
     ctx = PassContext(chip, PassOptions(**options))
     graph = run_pipeline(stamp_origins(source), ctx, passes)
     check_tensor_sizes(graph)
@@ -201,3 +207,20 @@ def check_tensor_sizes(graph: Graph) -> None:
                     hint="check the sizes this node computes (a Tile, Expand or Resize "
                     "factor, or an input shape)",
                 )
+
+
+def load_or_compile(
+    model: Any,
+    target: str = "m4",
+    *,
+    cache: Any = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
+) -> Any:
+    """``compile(model, target, **options).program``, from the program cache when the same
+    graph was compiled before with the same target and options (`anekit.runtime.cache`)."""
+    from anekit.runtime.cache import ProgramCache, cached
+
+    chosen = cache if cache is not None else ProgramCache()
+    graph = load_graph(model, input_shapes)
+    return cached(chosen, graph, target, options, lambda g: compile(g, target, **options))

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "anekit.cli.report",
     "anekit.cli.inspect",
     "anekit.cli.targets",
+    "anekit.cli.cache",
 )
 
 EXIT_OK = 0
