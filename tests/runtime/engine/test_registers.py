@@ -23,8 +23,8 @@ def test_unnamed_bit_is_an_error_naming_the_register():
 
 
 def test_named_field_it_does_not_act_on_must_be_zero():
-    data = with_register("conv", 0xC804, lambda w: w | 1 << 4)  # NE.MACCfg.BiasMode
-    with pytest.raises(FormatError, match=r"NE\.MACCfg\.BiasMode = 0x1 is not understood"):
+    data = with_register("conv", 0xC804, lambda w: w | 1 << 6)  # NE.MACCfg.MatrixBiasEn
+    with pytest.raises(FormatError, match=r"NE\.MACCfg\.MatrixBiasEn = 0x1 is not understood"):
         EngineProgram(data)
 
 

@@ -165,8 +165,11 @@ class EngineProgram:
         if p.input_relu:
             x = np.maximum(x, np.float16(0))
         if p.op == "conv":
-            acc = arithmetic.conv(x, self._weights(space, p), (p.sy, p.sx), (p.py, p.px),
+            weights, bias = self._weights(space, p)
+            acc = arithmetic.conv(x, weights, (p.sy, p.sx), (p.py, p.px),
                                   p.groups, (p.hout, p.wout))  # fmt: skip
+            if bias is not None:
+                acc += bias.astype(np.float32)[:, None, None]
         elif p.op == "pass":
             acc = x.astype(np.float32)
         else:
@@ -202,9 +205,10 @@ class EngineProgram:
             )
         return space.read(address, size, f"task descriptor {p.index}'s kernel tile {lane}")
 
-    def _weights(self, space: AddressSpace, p: EnginePass) -> np.ndarray:
-        """Gather [Cout, Cin/groups, Kh, Kw] from the lanes: lane l holds output channels
-        l*G .. l*G+G-1 laid out [cin][kh][kw][g] (g innermost)."""
+    def _weights(self, space: AddressSpace, p: EnginePass) -> tuple[np.ndarray, np.ndarray | None]:
+        """Gather [Cout, Cin/groups, Kh, Kw] (and [Cout] biases) from the lanes: lane l holds
+        output channels l*G .. l*G+G-1, its G biases first when BiasMode is set, then the
+        weights laid out [cin][kh][kw][g] (g innermost)."""
         per_lane = p.lanes_per_group
         lanes = -(-p.cout // per_lane)
         if lanes > len(p.tiles):
@@ -214,13 +218,16 @@ class EngineProgram:
                 where=self.where,
             )
         cin_g = p.cin // p.groups
-        count = cin_g * p.kh * p.kw * per_lane
-        blocks = []
+        lead = per_lane if p.bias else 0
+        count = lead + cin_g * p.kh * p.kw * per_lane
+        blocks, biases = [], []
         for lane in range(lanes):
-            raw = self._tile_bytes(space, p, lane, 2 * count)
-            block = raw.view(np.float16).reshape(cin_g, p.kh, p.kw, per_lane)
+            values = self._tile_bytes(space, p, lane, 2 * count).view(np.float16)
+            biases.append(values[:lead])
+            block = values[lead:].reshape(cin_g, p.kh, p.kw, per_lane)
             blocks.append(block.transpose(3, 0, 1, 2))
-        return np.concatenate(blocks)[: p.cout]
+        bias = np.concatenate(biases)[: p.cout] if p.bias else None
+        return np.concatenate(blocks)[: p.cout], bias
 
     def _lut(self, space: AddressSpace, p: EnginePass) -> np.ndarray:
         return self._tile_bytes(space, p, 0, 2 * arithmetic.LUT_ENTRIES).view(np.float16)
