@@ -182,7 +182,7 @@ def _lower_layer(graph: Graph, node: Node, buffers: dict[str, Buffer]) -> list[P
                  bias=None if bias is None else bias.astype(np.float16), origin=node.origin)
         ]  # fmt: skip
         if lut_after:
-            passes.append(Pass("pass", target, out, cout, hout, wout, hout, wout,
+            passes.append(Pass("pass", target, out, cout, cout, hout, wout, hout, wout,
                                activation="sigmoid", origin=node.origin))  # fmt: skip
         return passes
     if bias is not None:
