@@ -23,6 +23,10 @@ class InferredField:
     def extract(self, word: int) -> int:
         return (word >> self.bit) & ((1 << self.width) - 1)
 
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.bit
+
 
 INFERRED: tuple[InferredField, ...] = (
     # Common: words every Apple program writes the same value to (depth dimensions, a

@@ -42,6 +42,10 @@ class FieldSpec:
     def extract(self, word: int) -> int:
         return (word >> self.bit) & ((1 << self.width) - 1)
 
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.bit
+
 
 @dataclass(frozen=True)
 class GenerationLayout:

@@ -10,7 +10,6 @@ import numpy as np
 
 from anekit.errors import FormatError, InputError, check_input_names
 from anekit.formats import hwx
-from anekit.formats.hwx.registers import generation_layout
 from anekit.runtime.engine import arithmetic
 from anekit.runtime.engine.memory import AddressSpace, Window, load_tensor, store_tensor
 from anekit.runtime.engine.passes import Dma, EnginePass, decode_pass
@@ -40,11 +39,9 @@ class EngineProgram:
             )
         if not self.hwx.task_descriptors:
             raise FormatError("the program has no task descriptors to run", where=where)
-        self.layout = generation_layout("h13")
         self.bases = self._base_table()
         self.passes = tuple(
-            decode_pass(td.index, decode(self.layout, td, where), where)
-            for td in self.hwx.task_descriptors
+            decode_pass(td.index, decode(td, where), where) for td in self.hwx.task_descriptors
         )
         self._kernel_relocations = self._relocated_tiles()
         for engine_pass in self.passes:

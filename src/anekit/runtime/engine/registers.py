@@ -19,8 +19,6 @@ from types import MappingProxyType
 
 from anekit.errors import FormatError
 from anekit.formats.hwx import TaskDescriptor
-from anekit.formats.hwx.inferred import INFERRED
-from anekit.formats.hwx.registers import GenerationLayout
 
 _ANY = None
 _FP16_ONE = 0x3C00
@@ -221,21 +219,9 @@ USED: frozenset[str] = frozenset(
 )
 
 
-def register_words(descriptor: TaskDescriptor) -> dict[int, int]:
-    """Register address -> the word this descriptor writes there."""
-    words: dict[int, int] = {}
-    for stream in descriptor.streams:
-        for i, word in enumerate(stream.words):
-            words[stream.address + 4 * i] = word
-    return words
-
-
-def decode(
-    layout: GenerationLayout, descriptor: TaskDescriptor, where: str | None
-) -> dict[str, int]:
+def decode(descriptor: TaskDescriptor, where: str | None) -> dict[str, int]:
     """Every field (mapped and inferred) of one descriptor, after checking that no bit the
     emulator does not understand is set. Raises FormatError naming the register."""
-    words = register_words(descriptor)
     for stream in descriptor.streams:
         if stream.name is None:
             raise FormatError(
@@ -243,28 +229,15 @@ def decode(
                 "a block the engine emulator does not know",
                 where=where,
             )
-    fields = dict(descriptor.fields)
-    covered: dict[int, int] = {}
-    for spec in layout.fields:
-        if spec.address is not None:
-            covered[spec.address] = covered.get(spec.address, 0) | (
-                ((1 << spec.width) - 1) << spec.bit
-            )
-    for extra in INFERRED:
-        if extra.address in words:
-            fields[extra.name] = extra.extract(words[extra.address])
-            covered[extra.address] = covered.get(extra.address, 0) | (
-                ((1 << extra.width) - 1) << extra.bit
-            )
-    for address, word in words.items():
-        stray = word & ~covered.get(address, 0) & 0xFFFFFFFF
-        if stray:
-            raise FormatError(
-                f"task descriptor {descriptor.index}: register 0x{address:05x} sets bits "
-                f"0x{stray:08x} that no known field covers; the engine emulator does not know "
-                "what they do",
-                where=where,
-            )
+    if descriptor.unknown:
+        address, stray = next(iter(descriptor.unknown.items()))
+        raise FormatError(
+            f"task descriptor {descriptor.index}: register 0x{address:05x} sets bits "
+            f"0x{stray:08x} that no known field covers; the engine emulator does not know "
+            "what they do",
+            where=where,
+        )
+    fields = {**descriptor.fields, **descriptor.inferred}
     for name, value in fields.items():
         if value == 0 or name in USED:
             continue
