@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anekit.formats.hwx.registers import BitRange
+
 
 @dataclass(frozen=True)
-class InferredField:
+class InferredField(BitRange):
     """A field outside the shipped map: name, register address, first bit, width."""
 
     name: str
     address: int
     bit: int
     width: int
-
-    def extract(self, word: int) -> int:
-        return (word >> self.bit) & ((1 << self.width) - 1)
-
-    @property
-    def mask(self) -> int:
-        return ((1 << self.width) - 1) << self.bit
 
 
 INFERRED: tuple[InferredField, ...] = (
