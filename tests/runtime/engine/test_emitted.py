@@ -37,8 +37,8 @@ def _sigmoid():
     return [ops.sigmoid(anekit.input("x", (1, 2, 2, 33)), name="y")]
 
 
-def _gemm():  # a fully connected layer in the engine's own form: a 1x1 conv over [1, C, 1, 1]
-    return [ops.conv2d(anekit.input("x", (1, 96, 1, 1)), _w(40, 96, 1, 1, scale=0.1), name="y")]
+def _gemm():  # a fully connected layer: anekit compiles it to a 1x1 conv over [1, 96, 1, 1]
+    return [ops.linear(anekit.input("x", (1, 96)), _w(40, 96, scale=0.1), _w(40), name="y")]
 
 
 def _add():

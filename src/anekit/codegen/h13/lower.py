@@ -78,20 +78,38 @@ class Lowered:
     outputs: dict[str, str]  # graph output name -> buffer name
 
 
+def engine_shape(shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(C, H, W) of a tensor as the engine lays it out: [1, C, H, W], or [1, C] as C x 1 x 1."""
+    if len(shape) == 4 and shape[0] == 1:
+        return int(shape[1]), int(shape[2]), int(shape[3])
+    if len(shape) == 2 and shape[0] == 1:
+        return int(shape[1]), 1, 1
+    return None
+
+
 def _shape(graph: Graph, name: str, node: Node) -> tuple[int, int, int]:
-    shape = graph.value(name).shape
-    if len(shape) != 4 or shape[0] != 1:
+    shape = engine_shape(graph.value(name).shape)
+    if shape is None:
         raise EmitError(
-            f"the H13 emitter lowers [1, C, H, W] tensors; '{name}' is {list(shape)}",
+            f"the H13 emitter lowers [1, C, H, W] and [1, C] tensors; '{name}' is "
+            f"{list(graph.value(name).shape)}",
             where=f"node '{node.name}'",
         )
-    return int(shape[1]), int(shape[2]), int(shape[3])
+    return shape
+
+
+def _is_layout_alias(graph: Graph, node: Node) -> bool:
+    """A reshape layer that leaves the engine layout as it is ([1, K] <-> [1, K, 1, 1])."""
+    if node.op != "ane_layer" or node.attrs["main"] != "reshape" or node.attrs["epilogue"]:
+        return False
+    before = engine_shape(graph.value(node.inputs[0]).shape)
+    return before is not None and before == engine_shape(graph.value(node.outputs[0]).shape)
 
 
 def lower(graph: Graph) -> Lowered:
     alias: dict[str, str] = {}
     for node in graph.nodes:
-        if node.op == "identity":
+        if node.op == "identity" or _is_layout_alias(graph, node):
             alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
     outputs = {o.name: alias.get(o.name, o.name) for o in graph.outputs}
     buffers: dict[str, Buffer] = {}
@@ -103,7 +121,7 @@ def lower(graph: Graph) -> Lowered:
             buffers[name] = Buffer(f"{public}@output", "output", *_shape(graph, name, dummy))
     passes: list[Pass] = []
     for node in graph.nodes:
-        if node.op == "identity":
+        if node.op == "identity" or _is_layout_alias(graph, node):
             continue
         if node.op != "ane_layer":
             raise EmitError(
@@ -111,6 +129,7 @@ def lower(graph: Graph) -> Lowered:
                 where=f"node '{node.name}'",
                 hint="compile the model first (anekit.compile) so its ops fuse into engine layers",
             )
+        node = node.with_(inputs=tuple(alias.get(i, i) for i in node.inputs))
         out = node.outputs[0]
         if out not in buffers:
             buffers[out] = Buffer(f"{out}@scratch", "scratch", *_shape(graph, out, node))
@@ -134,6 +153,10 @@ def _epilogue(node: Node, graph: Graph) -> tuple[np.ndarray | None, str]:
                 if const is None:
                     raise EmitError("the bias must be a constant", where=f"node '{node.name}'")
                 bias = np.asarray(const, np.float32).reshape(-1)
+        elif (
+            step.slot == Slot.TRANSPOSE and step.op == "reshape" and _same_layout(node, graph, step)
+        ):
+            continue  # [1, C, 1, 1] -> [1, C]: the engine layout does not change
         elif step.slot in (Slot.PRE_ACT, Slot.POST_ACT) and step.op in ACTIVATIONS:
             if activation != "none":
                 raise EmitError("two activations in one layer", where=f"node '{node.name}'")
@@ -144,6 +167,11 @@ def _epilogue(node: Node, graph: Graph) -> tuple[np.ndarray | None, str]:
                 where=f"node '{node.name}'",
             )
     return bias, activation
+
+
+def _same_layout(node: Node, graph: Graph, step) -> bool:
+    target = engine_shape(tuple(step.attrs.get("shape", ())))
+    return target is not None and target == engine_shape(graph.value(node.outputs[0]).shape)
 
 
 def _lower_layer(graph: Graph, node: Node, buffers: dict[str, Buffer]) -> list[Pass]:
@@ -162,8 +190,8 @@ def _lower_layer(graph: Graph, node: Node, buffers: dict[str, Buffer]) -> list[P
             weights = graph.constant(node.inputs[1])
             if weights is None:
                 raise EmitError("the kernel must be a constant", where=where)
-            groups, strides = int(attrs["group"]), tuple(attrs["strides"])
-            pads = tuple(attrs["pads"])
+            groups = int(attrs["group"])
+            strides, pads = tuple(attrs["strides"]) or (1, 1), tuple(attrs["pads"]) or (0,) * 4
             if any(d != 1 for d in attrs.get("dilations") or ()):
                 raise EmitError("dilated convolution has no H13 form in the emitter", where=where)
         if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:

@@ -23,7 +23,9 @@ class EngineBackend(Backend):
     def run_graph(self, graph: Any, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         from anekit.codegen.h13 import emit
 
-        return self.run_hwx(emit(graph, source=graph.name), feeds)
+        outputs = self.run_hwx(emit(graph, source=graph.name), feeds)
+        # the engine holds [1, C] as [1, C, 1, 1]: hand back the graph's own shapes
+        return {v.name: outputs[v.name].reshape(v.shape) for v in graph.outputs}
 
     def run_hwx(
         self, program: str | os.PathLike[str] | bytes, feeds: Mapping[str, Any]
