@@ -127,7 +127,9 @@ def lower(graph: Graph) -> Lowered:
             raise EmitError(
                 f"op '{node.op}' is not an engine layer; the H13 emitter lowers ane_layer nodes",
                 where=f"node '{node.name}'",
-                hint="compile the model first (anekit.compile) so its ops fuse into engine layers",
+                hint="compile it for m1 first, so its ops fuse into engine layers: "
+                "anekit.compile(model, 'm1').run(feeds, 'engine'), or anekit compile MODEL -t m1 "
+                "--emit hwx -o DIR and anekit run DIR/segment0.hwx",
             )
         node = node.with_(inputs=tuple(alias.get(i, i) for i in node.inputs))
         out = node.outputs[0]
