@@ -68,7 +68,7 @@ class EnginePass:
     dst: Dma
     planar_bias: int  # fp16 bits
     planar_relu: bool
-    l2_regions: tuple[tuple[str, int, int], ...]  # (name, start, size) inside L2
+    l2: tuple[L2Buffer, ...]  # source, [source 2,] result
     skip: bool
 
 
@@ -90,14 +90,31 @@ _DST = ("BaseAddr.Addr", "RowStride.RowStride", "PlaneStride.PlaneStride",
         "DepthStride.DepthStride", "GroupStride.GroupStride")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class L2Buffer:
+    """A tensor [C, H, W] fp16 in the on-chip L2, at a byte offset with byte strides."""
+
+    name: str
+    start: int
+    channel_stride: int
+    row_stride: int
+    channels: int
+    height: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return self.row_stride * self.height
+
+
 def _l2_regions(
     index: int,
     f: dict[str, int],
     shape: tuple[int, int, int, int, int, int],
     two: bool,
     where: str | None,
-) -> tuple[tuple[str, int, int], ...]:
-    """The L2 buffers of one pass as (name, byte start, byte size).
+) -> tuple[L2Buffer, ...]:
+    """The L2 buffers of one pass (sources, then the result).
 
     Inferred layout (every fixture agrees): an L2 row holds each channel's row in turn, a
     channel's row being ceil(W/8) units of 16 bytes (8 fp16); a channel stride or row
@@ -116,20 +133,21 @@ def _l2_regions(
         wanted.append(("source 2", f.get("L2.Source2Base.Addr", 0), second, hin, cin, win))
     wanted.append(("result", f.get("L2.ResultBase.Addr", 0), result if any(result) else source,
                    hout, cout, wout))  # fmt: skip
-    regions = []
+    regions: list[L2Buffer] = []
     for name, base, (channel, row), rows, channels, width in wanted:
-        start, row_bytes = base * L2_UNIT, row * L2_UNIT
         chunk = -(-width // 8)
         _need(channel >= chunk and row >= channel * channels, index, f"the L2 {name} strides "
               f"(channel {channel}, row {row} units of 16 bytes) cannot hold {channels} "
               f"channels of {width} fp16 ({chunk} units each)", where)  # fmt: skip
-        size = row_bytes * rows
-        _need(start + size <= L2_BYTES, index, f"the L2 {name} buffer [0x{start:x}, "
-              f"0x{start + size:x}) lies outside the 2 MiB L2", where)  # fmt: skip
-        for other, other_start, other_size in regions:
-            _need(start >= other_start + other_size or other_start >= start + size, index,
-                  f"the L2 {name} and {other} buffers overlap", where)  # fmt: skip
-        regions.append((name, start, size))
+        buffer = L2Buffer(name, base * L2_UNIT, channel * L2_UNIT, row * L2_UNIT, channels,
+                          rows, width)  # fmt: skip
+        end = buffer.start + buffer.size
+        _need(end <= L2_BYTES, index, f"the L2 {name} buffer [0x{buffer.start:x}, 0x{end:x}) "
+              "lies outside the 2 MiB L2", where)  # fmt: skip
+        for other in regions:
+            _need(buffer.start >= other.start + other.size or other.start >= end, index,
+                  f"the L2 {name} and {other.name} buffers overlap", where)  # fmt: skip
+        regions.append(buffer)
     return tuple(regions)
 
 

@@ -11,8 +11,14 @@ import numpy as np
 from anekit.errors import FormatError, InputError, check_input_names
 from anekit.formats import hwx
 from anekit.runtime.engine import arithmetic
-from anekit.runtime.engine.memory import AddressSpace, Window, load_tensor, store_tensor
-from anekit.runtime.engine.passes import Dma, EnginePass, decode_pass
+from anekit.runtime.engine.memory import (
+    AddressSpace,
+    L2Memory,
+    Window,
+    load_tensor,
+    store_tensor,
+)
+from anekit.runtime.engine.passes import L2_BYTES, Dma, EnginePass, decode_pass
 from anekit.runtime.engine.registers import decode
 
 BASE_FLAVOR = 1  # the LC_THREAD flavor whose state words are the base-address table
@@ -110,6 +116,7 @@ class EngineProgram:
         names = [t.name for t in self.inputs]
         check_input_names(names, list(feeds), f"the program takes {names}")
         space = AddressSpace(self.hwx, self.data, self.where)
+        l2 = L2Memory(L2_BYTES)
         for tensor in self.inputs:
             values = np.asarray(feeds[tensor.name], dtype=np.float32)
             if values.shape != tensor.shape and values.size == int(np.prod(tensor.shape)):
@@ -122,7 +129,7 @@ class EngineProgram:
             self._write_io(space, tensor, values.astype(np.float16))
         for engine_pass in self.passes:
             if not engine_pass.skip:
-                self._execute(space, engine_pass)
+                self._execute(space, l2, engine_pass)
         return {
             _public_name(t.name): self._read_io(space, t).astype(np.float32) for t in self.outputs
         }
@@ -155,10 +162,16 @@ class EngineProgram:
             ]
         )
 
-    def _execute(self, space: AddressSpace, p: EnginePass) -> None:
+    def _execute(self, space: AddressSpace, l2: L2Memory, p: EnginePass) -> None:
+        """DRAM -(tile DMA)-> L2 source buffer(s) -> engine -> L2 result -(tile DMA)-> DRAM."""
         what = f"task descriptor {p.index}"
-        x = load_tensor(space, self._window(p.src1, p.cin, p.hin, p.win),
-                        f"{what}'s tile DMA source")  # fmt: skip
+        source, *second, result = p.l2
+        l2.store(source, load_tensor(space, self._window(p.src1, p.cin, p.hin, p.win),
+                                     f"{what}'s tile DMA source"))  # fmt: skip
+        if p.src2 is not None:
+            l2.store(second[0], load_tensor(space, self._window(p.src2, p.cin, p.hin, p.win),
+                                            f"{what}'s second tile DMA source"))  # fmt: skip
+        x = l2.load(source)
         if p.input_relu:
             x = np.maximum(x, np.float16(0))
         if p.op == "conv":
@@ -170,9 +183,7 @@ class EngineProgram:
         elif p.op == "pass":
             acc = x.astype(np.float32)
         else:
-            assert p.src2 is not None
-            y = load_tensor(space, self._window(p.src2, p.cin, p.hin, p.win),
-                            f"{what}'s second tile DMA source").astype(np.float32)  # fmt: skip
+            y = l2.load(second[0]).astype(np.float32)
             acc = x.astype(np.float32) + y if p.op == "add" else x.astype(np.float32) * y
             acc = acc + np.float32(np.uint16(p.planar_bias).view(np.float16))
             if p.planar_relu:
@@ -181,8 +192,9 @@ class EngineProgram:
             acc = np.maximum(acc, 0.0)
         elif p.nonlinear == "lut":
             acc = arithmetic.lookup(acc, self._lut(space, p))
-        store_tensor(space, self._window(p.dst, p.cout, p.hout, p.wout),
-                     arithmetic.to_fp16(acc), f"{what}'s tile DMA destination")  # fmt: skip
+        l2.store(result, arithmetic.to_fp16(acc))
+        store_tensor(space, self._window(p.dst, p.cout, p.hout, p.wout), l2.load(result),
+                     f"{what}'s tile DMA destination")  # fmt: skip
 
     def _window(self, dma: Dma, channels: int, height: int, width: int) -> Window:
         base = self.bases[dma.base]
