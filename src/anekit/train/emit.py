@@ -89,6 +89,18 @@ class Emitter:
         shape = tuple(shape)
         return g if self.shape(g) == shape else self("expand", g, shape=shape)
 
+    def step(self, x: str, at: float = 0.0) -> str:
+        """The unit step at ``at`` as arithmetic: 0 for x <= at, 1 for x >= at + 1/L, linear
+        between, with L = 65504 / max(1, |at|).
+
+        The engine has no boolean tensors (a comparison would send the mask to a CPU
+        segment); this form stays in fp16 and never makes NaN (x*L overflows to +-inf,
+        which the clip maps to 1 or 0). L shrinks with |at| because the compiler may fold
+        (x - at) * L into x * L - at * L, whose offset must stay inside fp16."""
+        gain = 65504.0 / max(1.0, abs(at))
+        shifted = self.sub(x, self.scalar(at, x)) if at else x
+        return self("clip", self.scale(shifted, gain), min=0.0, max=1.0)
+
     def accumulate(self, parts: Sequence[str]) -> str:
         total = parts[0]
         for p in parts[1:]:

@@ -2,7 +2,8 @@
 
 `cross_entropy` takes integer class labels (any shape; the logits add a class axis last)
 or class probabilities shaped like the logits; `mse` takes a target shaped like the
-output. Both return the mean over examples as a scalar. The logits are clamped to the
+output. Both return the mean over examples, shaped [1] (rank-0 values are avoided in step
+programs: segment boundaries carry scalars as [1]). The logits are clamped to the
 fp16 range first (seed 001 section 7.2: one overflowed activation turns softmax and the
 loss to NaN).
 """
@@ -42,8 +43,8 @@ def cross_entropy(e: Emitter, logits: str, target: str) -> str:
         labels = e.reshape(target, (rows,))
         probs = e("one_hot", labels, values, depth=classes, axis=-1)
     z = e.reshape(e("clip", logits, min=-FP16_MAX, max=FP16_MAX), (rows, classes))
-    picked = e("reduce_sum", e.mul(probs, e("log_softmax", z, axis=-1)), axes=(1,), keepdims=False)
-    return e.neg(e("reduce_mean", picked, axes=(0,), keepdims=False))
+    picked = e("reduce_sum", e.mul(probs, e("log_softmax", z, axis=-1)), axes=(1,), keepdims=True)
+    return e.reshape(e.neg(e("reduce_mean", picked, axes=(0,), keepdims=True)), (1,))
 
 
 def mse(e: Emitter, output: str, target: str) -> str:
@@ -53,7 +54,7 @@ def mse(e: Emitter, output: str, target: str) -> str:
             f"got {list(e.shape(target))}"
         )
     diff = e.sub(output, target)
-    return e("reduce_mean", e.mul(diff, diff), keepdims=False)
+    return e.reshape(e("reduce_mean", e.mul(diff, diff), keepdims=True), (1,))
 
 
 LOSSES: dict[str, LossFn] = {"cross_entropy": cross_entropy, "mse": mse}

@@ -11,17 +11,14 @@ from anekit.train.vjp.elementwise import inside_mask
 
 @rule("relu")
 def _relu(e: Emitter, node, gys):
-    x = node.inputs[0]
-    mask = e("cast", e("greater", x, e.scalar(0.0, x)), to=e.ed.values[x].dtype)
-    return [e.mul(gys[0], mask)]
+    return [e.mul(gys[0], e.step(node.output))]
 
 
 @rule("leaky_relu")
 def _leaky_relu(e: Emitter, node, gys):
     x = node.inputs[0]
     alpha = node.attrs["alpha"]
-    pos = e("greater", x, e.scalar(0.0, x))
-    slope = e("where", pos, e.scalar(1.0, x), e.scalar(alpha, x))
+    slope = e.add(e.scalar(alpha, x), e.scale(e.step(x), 1.0 - alpha))
     return [e.mul(gys[0], slope)]
 
 
@@ -54,9 +51,9 @@ def _softplus(e: Emitter, node, gys):
 @rule("elu")
 def _elu(e: Emitter, node, gys):
     x, y = node.inputs[0], node.output
-    alpha = node.attrs["alpha"]
-    pos = e("greater", x, e.scalar(0.0, x))
-    return [e.mul(gys[0], e("where", pos, e.scalar(1.0, x), e.add(y, e.scalar(alpha, x))))]
+    pos = e.step(x)
+    neg_slope = e.add(y, e.scalar(node.attrs["alpha"], x))  # alpha e^x for x < 0
+    return [e.mul(gys[0], e.add(pos, e.mul(e.sub(e.scalar(1.0, x), pos), neg_slope)))]
 
 
 @rule("gelu")
@@ -87,6 +84,7 @@ def _hard_sigmoid(e: Emitter, node, gys):
     x = node.inputs[0]
     a, b = node.attrs["alpha"], node.attrs["beta"]
     inside = inside_mask(e, x, -b / a, (1.0 - b) / a)
+    assert inside is not None
     return [e.mul(gys[0], e.scale(inside, a))]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from anekit.train.emit import Emitter
 from anekit.train.vjp import rule
 
+FP16_MAX = 65504.0
+
 
 def _shapes(e: Emitter, node) -> tuple[tuple[int, ...], tuple[int, ...]]:
     a, b = node.inputs[:2]
@@ -54,12 +56,12 @@ def _pow(e: Emitter, node, gys):
     return [e.sum_to(ga, sa), None if e.ed.constant(b) is not None else e.sum_to(gb, sb)]
 
 
-def _select(e: Emitter, node, gys, op: str):
-    """maximum/minimum: the gradient goes to the operand that was chosen (to a on ties)."""
+def _select(e: Emitter, node, gys, sign: float):
+    """maximum/minimum: the gradient goes to the operand that was chosen (to b on ties)."""
     (g,) = gys
     a, b = node.inputs
     sa, sb = _shapes(e, node)
-    take_a = e("cast", e(op, a, b), to=e.ed.values[g].dtype)
+    take_a = e.step(e.scale(e.sub(a, b), sign))
     ga = e.mul(g, take_a)
     gb = e.sub(g, ga)
     return [e.sum_to(ga, sa), e.sum_to(gb, sb)]
@@ -67,12 +69,12 @@ def _select(e: Emitter, node, gys, op: str):
 
 @rule("maximum")
 def _maximum(e, node, gys):
-    return _select(e, node, gys, "greater_equal")
+    return _select(e, node, gys, 1.0)
 
 
 @rule("minimum")
 def _minimum(e, node, gys):
-    return _select(e, node, gys, "less_equal")
+    return _select(e, node, gys, -1.0)
 
 
 @rule("neg")
@@ -135,23 +137,22 @@ def _erf(e, node, gys):
     return [e.mul(gys[0], d)]
 
 
-def inside_mask(e: Emitter, x: str, lo: float | None, hi: float | None) -> str:
-    """1 where lo <= x <= hi, else 0, in x's dtype."""
+def inside_mask(e: Emitter, x: str, lo: float | None, hi: float | None) -> str | None:
+    """1 where lo < x < hi, else 0 (`Emitter.step` at each bound); None when no bound
+    lies inside fp16's range (the fp16-safety clamps), whose gradient passes through."""
     mask = None
-    for bound, cmp in ((lo, "greater_equal"), (hi, "less_equal")):
-        if bound is None:
-            continue
-        m = e(cmp, x, e.scalar(bound, x))
-        mask = m if mask is None else e("and", mask, m)
-    return e("cast", mask, to=e.ed.values[x].dtype)
+    if lo is not None and lo > -FP16_MAX:
+        mask = e.step(x, lo)
+    if hi is not None and hi < FP16_MAX:
+        upper = e.step(e.neg(x), -hi)
+        mask = upper if mask is None else e.mul(mask, upper)
+    return mask
 
 
 @rule("clip")
 def _clip(e, node, gys):
-    x = node.inputs[0]
-    if node.attrs["min"] is None and node.attrs["max"] is None:
-        return [gys[0]]
-    return [e.mul(gys[0], inside_mask(e, x, node.attrs["min"], node.attrs["max"]))]
+    mask = inside_mask(e, node.inputs[0], node.attrs["min"], node.attrs["max"])
+    return [gys[0] if mask is None else e.mul(gys[0], mask)]
 
 
 @rule("where")

@@ -63,7 +63,7 @@ def _max_pool(e: Emitter, node, gys):
     n, c, *out = e.shape(g)
     windows = e.reshape(patches(e, padded, kernel, bare), (n, c, k, *out))
     y = e.reshape(node.outputs[0], (n, c, 1, *out))
-    hit = e("cast", e("equal", windows, y), to=e.ed.values[g].dtype)
+    hit = e.sub(e.scalar(1.0, g), e.step(e.sub(y, windows)))  # 1 where the window holds y
     share = e.div(hit, e("reduce_sum", hit, axes=(2,), keepdims=True))  # ties split evenly
     full = unpatch(e, _spread(e, share, g, k), e.shape(padded), kernel, bare)
     spatial = e.shape(x)[2:]

@@ -59,7 +59,8 @@ def _lse(e: Emitter, node, gys):
 def _extreme(e: Emitter, node, gys):
     """max/min: the gradient is shared equally by the elements equal to the extreme."""
     x = node.inputs[0]
-    hit = e("cast", e("equal", x, _kept(e, node, node.output)), to=e.ed.values[x].dtype)
+    gap = e.sub(_kept(e, node, node.output), x)
+    hit = e.sub(e.scalar(1.0, x), e.step(e("abs", gap)))  # 1 where x is the extreme
     count = _kept(e, node, e("reduce_sum", hit, **node.attrs))
     return [e.mul(_spread(e, node, gys[0]), e.div(hit, count))]
 
