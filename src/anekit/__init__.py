@@ -13,7 +13,7 @@ from anekit.errors import (
     TargetError,
     UnsupportedModelError,
 )
-from anekit.frontend.builder import Tensor, constant, graph, input, ops
+from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
 from anekit.ir import DType, Graph, Node, Value
 
 __version__ = "0.1.0"
@@ -81,4 +81,5 @@ __all__ = [
     "input",
     "load",
     "ops",
+    "parameter",
 ]
