@@ -205,6 +205,14 @@ def test_conv(data):
         lambda x, w, b: conv(F.pad(x, tpad), w, b, stride=strides, dilation=dil, groups=group),
         feeds, ["x", "w", "b"],
     )  # fmt: skip
+    # a fixed kernel takes the transposed-convolution path for the input gradient
+    fixed = anekit.constant(feeds["w"])
+    wt = torch.tensor(feeds["w"], dtype=torch.float64)
+    check_gradients(
+        lambda x, b: record("conv", [x, fixed, b], attrs),
+        lambda x, b: conv(F.pad(x, tpad), wt, b, stride=strides, dilation=dil, groups=group),
+        {"x": feeds["x"], "b": feeds["b"]}, ["x", "b"],
+    )  # fmt: skip
 
 
 # --- pooling ----------------------------------------------------------------------------------

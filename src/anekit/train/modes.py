@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -56,6 +57,29 @@ def clamp_for_fp16(graph: Graph) -> Graph:
         if node.op in CLAMPED_OPS and graph.values[node.inputs[0]].dtype.is_float:
             clipped = e("clip", node.inputs[0], min=-FP16_MAX, max=FP16_MAX)
             ed.set_node(node.with_(inputs=(clipped, *node.inputs[1:])))
+    return ed.build()
+
+
+def convs_as_matmuls(graph: Graph, weights: Iterable[str]) -> Graph:
+    """Convolutions whose weight is trained, as window patches and a matmul: the engine
+    bakes convolution kernels into the program, so a kernel that changes every step would
+    send the convolution to a CPU segment; a matmul takes two computed operands."""
+    from anekit.train.vjp.conv import conv_as_matmul, geometry
+
+    trained = set(weights)
+    ed = graph.edit()
+    e = Emitter(ed, prefix="conv")
+    for node in graph.nodes:
+        if node.op != "conv" or node.inputs[1] not in trained:
+            continue
+        x, w = node.inputs[:2]
+        kernel = graph.values[w].shape[2:]
+        y = conv_as_matmul(e, x, w, geometry(kernel, node.attrs), node.attrs["group"])
+        if len(node.inputs) > 2 and node.inputs[2]:
+            co = graph.values[w].shape[0]
+            y = e.add(y, e.reshape(node.inputs[2], (1, co) + (1,) * len(kernel)))
+        ed.replace_uses(node.output, y)
+        ed.remove(node)
     return ed.build()
 
 

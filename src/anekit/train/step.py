@@ -25,7 +25,7 @@ from anekit.ir.graph import Graph, Value
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
 from anekit.train.losses import FP16_MAX
-from anekit.train.modes import batch_statistics, clamp_for_fp16, dropout_rate
+from anekit.train.modes import batch_statistics, clamp_for_fp16, convs_as_matmuls, dropout_rate
 from anekit.train.optim import Optimizer
 
 TARGET = "target"
@@ -74,7 +74,7 @@ def build_step(
             f"the model has {len(model.outputs)} outputs; the built-in losses need exactly one",
             hint="pass a loss callable, or a model with one output",
         )
-    model, buffer_updates = batch_statistics(clamp_for_fp16(model))
+    model, buffer_updates = batch_statistics(convs_as_matmuls(clamp_for_fp16(model), params))
     output = model.output_names[0]
     ed = model.edit()
     e = Emitter(ed, prefix="step")

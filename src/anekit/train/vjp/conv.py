@@ -48,13 +48,19 @@ def patches(e: Emitter, x: str, kernel: Sequence[int], geo: dict) -> str:
 
 
 def unpatch(e: Emitter, dp: str, x_shape: Sequence[int], kernel: Sequence[int], geo: dict) -> str:
-    """The adjoint of `patches`: sum window gradients [N, C*K, *out] back onto [N, C, *sp].
-
-    The transposed convolution covers the padded extent the windows read; the input's own
-    part of it is then cut out (and any tail no window reached is padded with zeros)."""
-    c, sp = x_shape[1], len(kernel)
+    """The adjoint of `patches`: sum window gradients [N, C*K, *out] back onto [N, C, *sp]."""
+    c = x_shape[1]
     w = e.const(window_kernel(c, kernel, e.ed.values[dp].dtype.numpy), hint="window")
-    full = e("conv_transpose", dp, w, group=c, strides=geo["strides"], dilations=geo["dilations"])
+    return transposed(e, dp, w, x_shape, geo, group=c)
+
+
+def transposed(e: Emitter, g: str, w: str, x_shape: Sequence[int], geo: dict, group: int) -> str:
+    """The input gradient of conv(x, w) for a constant ``w``: the transposed convolution
+    covers the padded extent the windows read; the input's own part of it is then cut out
+    (and any tail no window reached is padded with zeros)."""
+    sp = len(x_shape) - 2
+    full = e("conv_transpose", g, w, group=group, strides=geo["strides"],
+             dilations=geo["dilations"])  # fmt: skip
     reach = e.shape(full)[2:]
     begin = geo["pads"][:sp]
     ends = [min(reach[i], begin[i] + x_shape[2 + i]) for i in range(sp)]
@@ -66,17 +72,17 @@ def unpatch(e: Emitter, dp: str, x_shape: Sequence[int], kernel: Sequence[int], 
 
 
 def conv_as_matmul(e: Emitter, x: str, w: str, geo: dict, group: int) -> str:
-    """conv(x, w) with a computed weight as patches + one batched matmul (no bias)."""
-    n, c = e.shape(x)[:2]
+    """conv(x, w) for a computed weight: patches (a constant kernel) and one batched
+    matmul [G, Co/G, CK] @ [G, CK, N*L] (no bias)."""
+    n = e.shape(x)[0]
     co, cg, *kernel = e.shape(w)
     ck = cg * int(np.prod(kernel))
     p = patches(e, x, kernel, geo)
     out = e.shape(p)[2:]
     length = int(np.prod(out))
-    pm = e.transpose(e.reshape(p, (n, group, ck, length)), (1, 0, 2, 3))  # G, N, CK, L
-    wm = e("expand", e.reshape(w, (group, 1, co // group, ck)), shape=(group, n, co // group, ck))
-    y = e("matmul", wm, pm)  # G, N, Co/G, L
-    y = e.transpose(y, (1, 0, 2, 3))
+    pm = e.transpose(e.reshape(p, (n, group, ck, length)), (1, 2, 0, 3))  # G, CK, N, L
+    y = e("matmul", e.reshape(w, (group, co // group, ck)), e.reshape(pm, (group, ck, n * length)))
+    y = e.transpose(e.reshape(y, (group, co // group, n, length)), (2, 0, 1, 3))
     return e.reshape(y, (n, co, *out))
 
 
@@ -95,17 +101,17 @@ def _conv(e: Emitter, node, gys):
     # gradient per group: [G, Co/G, N*L]
     gm = e.reshape(g, (n, group, co // group, length))
     gm = e.reshape(e.transpose(gm, (1, 2, 0, 3)), (group, co // group, n * length))
-    gw = None
-    if e.ed.constant(w) is None:
-        p = e.reshape(patches(e, x, kernel, geo), (n, group, ck, length))
-        pm = e.reshape(e.transpose(p, (1, 0, 3, 2)), (group, n * length, ck))
-        gw = e.reshape(e("matmul", gm, pm), e.shape(w))  # G, Co/G, CK
+    gb = None
+    if bias:
+        gb = e.sum_axes(g, [0, *range(2, 2 + len(out))], keepdims=False)
+    tail = [gb] if len(node.inputs) > 2 else []
+    if e.ed.constant(w) is not None:  # a fixed kernel: its own transposed convolution
+        return [transposed(e, g, w, (n, c, *sp), geo, group), None, *tail]
+    p = e.reshape(patches(e, x, kernel, geo), (n, group, ck, length))
+    pm = e.reshape(e.transpose(p, (1, 0, 3, 2)), (group, n * length, ck))
+    gw = e.reshape(e("matmul", gm, pm), e.shape(w))  # G, Co/G, CK
     wm = e.transpose(e.reshape(w, (group, co // group, ck)), (0, 2, 1))  # G, CK, Co/G
     dp = e("matmul", wm, gm)  # G, CK, N*L
     dp = e.transpose(e.reshape(dp, (group, ck, n, length)), (2, 0, 1, 3))
     gx = unpatch(e, e.reshape(dp, (n, c * int(np.prod(kernel)), *out)), (n, c, *sp), kernel, geo)
-    grads = [gx, gw]
-    if len(node.inputs) > 2:
-        axes = [0, *range(2, 2 + len(out))]
-        grads.append(e.sum_axes(g, axes, keepdims=False) if bias else None)
-    return grads
+    return [gx, gw, *tail]
