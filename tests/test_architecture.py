@@ -28,6 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora"},
     # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
     "lora": {"errors", "ir"},
+    # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
+    "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
+              "formats", "runtime", "compiler"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
 # (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh

@@ -19,7 +19,7 @@ from anekit.errors import (
 
 if TYPE_CHECKING:
     from anekit.compiler import CompiledModel
-    from anekit.frontend.builder import Tensor, constant, graph, input, ops
+    from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
     from anekit.ir import DType, Graph, Node, Value
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ _LAZY = {
     "graph": "anekit.frontend.builder",
     "input": "anekit.frontend.builder",
     "ops": "anekit.frontend.builder",
+    "parameter": "anekit.frontend.builder",
     "DType": "anekit.ir",
     "Graph": "anekit.ir",
     "Node": "anekit.ir",
@@ -118,4 +119,5 @@ __all__ = [
     "max_memory",
     "load_or_compile",
     "ops",
+    "parameter",
 ]
