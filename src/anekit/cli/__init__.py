@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "anekit.cli.estimate",
     "anekit.cli.inspect",
     "anekit.cli.targets",
+    "anekit.cli.generate",
 )
 
 EXIT_OK = 0

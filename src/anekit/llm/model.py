@@ -77,6 +77,7 @@ class LanguageModel:
         self.max_context = max_context
         self.compress = compress
         self._fingerprint = fingerprint
+        self.last_result: GenerateResult | None = None  # the latest generate, when it ended
         self.chunks = len(head_chunks(config.vocab_size, self.target.limits.max_channels))
 
     def __repr__(self) -> str:
@@ -113,6 +114,22 @@ class LanguageModel:
             self.config, self.weights, self.max_context,
             self.target.limits.max_channels, self._hook()), self._compile)  # fmt: skip
         return found.model, found.seconds if new else 0.0
+
+    def estimate(self, prompt_tokens: int) -> dict[str, float]:
+        """The cost model's times on the target: a prefill of ``prompt_tokens`` (its bucket's
+        program) and one decode step, in ms, with the tokens/s they imply."""
+        from anekit.cost import estimate_compiled
+
+        seq = progs.bucket_for(prompt_tokens, self.max_context)
+        prefill_ms = estimate_compiled(self.prefill_program(seq)[0]).total_ms
+        decode_ms = estimate_compiled(self.decode_program()[0]).total_ms
+        return {
+            "target": self.target.name,
+            "prefill_ms": prefill_ms,
+            "prefill_tokens_per_s": prompt_tokens / prefill_ms * 1e3,
+            "decode_ms_per_token": decode_ms,
+            "decode_tokens_per_s": 1e3 / decode_ms,
+        }
 
     # --- running -------------------------------------------------------------------------
 
@@ -171,10 +188,21 @@ class LanguageModel:
         stats = _Stats()
         steps = self._steps(ids, max_new_tokens, Sampler(options), stop_at_eos, backend,
                             return_logits, stats)  # fmt: skip
+        recorded = self._record(ids, steps, stats)
         if stream:
-            return steps
-        tokens = list(steps)
-        return GenerateResult(
+            return recorded
+        for _ in recorded:
+            pass
+        assert self.last_result is not None
+        return self.last_result
+
+    def _record(self, ids: list[int], steps: Iterator[Token], stats: _Stats) -> Iterator[Token]:
+        """Pass the tokens on; when they end, keep the whole run as ``last_result``."""
+        tokens = []
+        for token in steps:
+            tokens.append(token)
+            yield token
+        self.last_result = GenerateResult(
             prompt_ids=ids,
             token_ids=[t.id for t in tokens],
             text="".join(t.text for t in tokens) if self.tokenizer else "",
@@ -194,7 +222,10 @@ class LanguageModel:
         seq = progs.bucket_for(len(ids), self.max_context)
         _, seconds = self.prefill_program(seq)
         decode, more = self.decode_program()
-        stats.compile = seconds + more
+        start = time.perf_counter()
+        for compiled in (self.prefill_program(seq)[0], decode):
+            compiled.program.prepare(backend)  # parse and load once, outside the timings
+        stats.compile = seconds + more + time.perf_counter() - start
         start = time.perf_counter()
         logits, kv = self.prefill(ids, backend)
         stats.prefill = time.perf_counter() - start
