@@ -4,6 +4,8 @@ on small random checkpoints written by save_pretrained."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -59,5 +61,5 @@ def test_vocabulary_head_is_split_below_the_channel_limit() -> None:
     chunks = head_chunks(50257, limit)
     assert len(chunks) == 4 and max(b - a for a, b in chunks) <= limit
     assert chunks[0][0] == 0 and chunks[-1][1] == 50257
-    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
     assert head_chunks(100, limit) == [(0, 100)]
