@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -106,36 +106,26 @@ class CompiledModel:
         return save_mlpackage(self, path)
 
     def run(self, feeds: Mapping[str, Any], backend: str = "reference") -> dict[str, np.ndarray]:
-        """Run the compiled graph; ``reference`` runs the engine graph in fp32 with numpy,
-        ``sim`` the emitted MIL programs on the fp16 simulator."""
-        runner = BACKENDS.get(backend)
-        if runner is None:
-            raise AnekitError(
-                f"unknown backend '{backend}'", hint=f"choose one of: {', '.join(BACKENDS)}"
-            )
-        return runner(self, feeds)
+        """Run on any backend of `anekit.runtime.backends`: a graph backend (``reference``)
+        runs the engine graph; a program backend (``sim``, ...) the emitted programs."""
+        from anekit.runtime import backends
+
+        chosen = backends.get(backend)
+        if chosen.runs_graphs:
+            chosen.check_available()
+            return chosen.run_graph(self.graph, feeds)
+        return self.program.run(feeds, backend)
 
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
 
+    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+        """The bundle in memory run step after step with resident ``state`` (input ->
+        output fed back); see `anekit.runtime.Program.session`."""
+        return self.program.session(backend, state)
+
     def __repr__(self) -> str:
         return f"CompiledModel({self.graph.name!r}, target={self.target.name!r}: {self.summary_line()})"
-
-
-def _run_reference(cm: CompiledModel, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    return cm.graph.run(feeds)
-
-
-def _run_sim(cm: CompiledModel, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    from anekit.runtime.compiled import run_sim
-
-    return run_sim(cm, feeds)
-
-
-# backend name -> runner
-BACKENDS: Mapping[str, Callable[[CompiledModel, Mapping[str, Any]], dict[str, np.ndarray]]] = (
-    MappingProxyType({"reference": _run_reference, "sim": _run_sim})
-)
 
 
 def _estimate(cm: CompiledModel) -> Any:

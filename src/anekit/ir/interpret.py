@@ -20,7 +20,7 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
     arr = np.asarray(array)
     if tuple(arr.shape) != value.shape:
         raise InputError(
-            f"input '{value.name}' has shape {list(arr.shape)}, but the graph expects {list(value.shape)}"
+            f"input '{value.name}' has shape {list(arr.shape)}, but the model expects {list(value.shape)}"
         )
     want = value.dtype
     kind = arr.dtype.kind
@@ -31,7 +31,7 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
     )
     if not ok:
         raise InputError(
-            f"input '{value.name}' has dtype {arr.dtype}, but the graph expects {want}",
+            f"input '{value.name}' has dtype {arr.dtype}, but the model expects {want}",
             hint="convert the array, e.g. array.astype(numpy.float32)",
         )
     return np.asarray(arr, dtype=want.numpy, order="C")

@@ -1,14 +1,11 @@
 """What a CompiledModel gets from code generation: its bundle in memory, saving it, exporting
-it to Core ML, and running it on the simulator (`CompiledModel` delegates here)."""
+it to Core ML, and its runnable Program (`CompiledModel` delegates here)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from anekit.codegen.bundle import BundleContents, Progress, build_bundle, write_bundle
 from anekit.runtime.program import Program, from_contents
@@ -53,7 +50,3 @@ def save_mlpackage(compiled: Any, path: str | os.PathLike[str]) -> Path:
 def program_of(compiled: Any) -> Program:
     """The compiled model's bundle as a runnable Program (built once per model)."""
     return from_contents(compiled.bundle, where=f"compiled model '{compiled.graph.name}'")
-
-
-def run_sim(compiled: Any, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    return compiled.program.run(feeds, "sim")

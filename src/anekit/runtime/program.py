@@ -1,13 +1,8 @@
 """`Program`: a loaded bundle (or one MIL file) that runs its segments in order, many times.
 
-Backends:
-
-- ``sim`` (default): each segment's MIL on the fp16 simulator (fp16 storage between ops,
-  fp32 arithmetic inside an op); CPU segments are fp32 programs and run in fp32.
-- ``reference``: the same MIL programs with every fp16 type widened to fp32, so activations
-  are never rounded to fp16. It needs nothing but the bundle (not the original model); the
-  weights are the bundle's own, i.e. already rounded to fp16 for engine segments. Comparing
-  the two isolates what fp16 storage between ops costs.
+A program runs on any backend of `anekit.runtime.backends` that runs segments: ``sim``
+(default: fp16 storage between ops; CPU segments are fp32 programs and run in fp32) or
+``sim-fp32`` (the same MIL widened to fp32), and later the real engine.
 
 Values cross segment boundaries as the manifest wires them; engine I/O padding is added
 before a segment runs and stripped after, and every value is handed to callers in the
@@ -40,9 +35,9 @@ from anekit.formats.bundle import (
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
-from anekit.runtime.widen import inline_blobs, widen_program
+from anekit.runtime import backends
+from anekit.runtime.backends import SegmentRunner, SegmentSource
 
-BACKENDS = ("sim", "reference")
 # MIL dtype of a standalone program's I/O -> the dtype callers see
 _CALLER_DTYPE = {"fp16": "fp32", "fp32": "fp32", "int32": "int32", "int8": "int8",
                  "uint8": "uint8", "bool": "bool"}  # fmt: skip
@@ -52,7 +47,7 @@ class Program:
     """Segments of MIL with the manifest that wires them; see :func:`load`.
 
     ``programs[i]`` is segment i's parsed MIL; ``weights[i]`` its weight file (a path on
-    disk, bytes in memory, or None). Simulator programs are built on first use per backend.
+    disk, bytes in memory, or None). Each backend loads the segments on first use.
     """
 
     def __init__(
@@ -71,7 +66,7 @@ class Program:
         self.weights = tuple(weights)
         self.where = where
         self._base_dirs = tuple(base_dirs) if base_dirs is not None else (None,) * len(programs)
-        self._loaded: dict[str, list[Any]] = {}
+        self._loaded: dict[str, list[SegmentRunner]] = {}
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -108,9 +103,9 @@ class Program:
         env: dict[tuple, np.ndarray] = {
             ("input", n): a for n, a in self._check_feeds(feeds).items()
         }
-        for segment, sim in zip(self.segments, programs, strict=True):
+        for segment, runner in zip(self.segments, programs, strict=True):
             args = {io.mil_name: _to_program(env[_key(io.source)], io) for io in segment.inputs}
-            results = sim.run(args, fp32_outputs=True)
+            results = runner.run(args)
             for io in segment.outputs:
                 env[(segment.index, io.value)] = _from_program(results[io.mil_name], io)
         return {p.name: env[_key(p.source)] for p in self.outputs}
@@ -131,36 +126,37 @@ class Program:
             for n, p in expected.items()
         }
 
-    def _programs(self, backend: str) -> list[Any]:
-        if backend not in BACKENDS:
-            raise AnekitError(
-                f"unknown backend '{backend}'", hint=f"choose one of: {', '.join(BACKENDS)}"
-            )
+    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+        """A `anekit.runtime.session.Session`: this program loaded once on ``backend``, run
+        step after step; ``state`` maps inputs to the outputs fed back into them."""
+        from anekit.runtime.session import Session
+
+        return Session(self, backend, state)
+
+    def runners(self, backend: str) -> list[SegmentRunner]:
+        """Each segment loaded on ``backend`` (loaded once, then shared by every run)."""
+        return self._programs(backend)
+
+    def _programs(self, backend: str) -> list[SegmentRunner]:
+        """Every segment loaded on ``backend`` (once per backend)."""
         found = self._loaded.get(backend)
         if found is None:
+            chosen = backends.get(backend)
+            chosen.check_available()
             found = self._loaded[backend] = [
-                self._load_segment(i, backend) for i in range(len(self.programs))
+                chosen.prepare(self.segment_source(i)) for i in range(len(self.programs))
             ]
         return found
 
-    def _load_segment(self, i: int, backend: str) -> Any:
-        from anekit.runtime.sim.program import SimProgram
-
-        program, weights = self.programs[i], self.weights[i]
-        where = f"{self.where}: segment {i}"
-        base = self._base_dirs[i]
-        if backend == "sim" and base is not None:
-            # on disk: the simulator resolves BLOBFILE inside the segment's own directory
-            return SimProgram(program, base, where=where)
-        reader = _reader(weights)
-        try:
-            program = inline_blobs(program, reader)
-        finally:
-            if reader is not None:
-                reader.close()
-        if backend == "reference":
-            program = widen_program(program)
-        return SimProgram(program, None, where=where)
+    def segment_source(self, i: int) -> SegmentSource:
+        """What a backend needs to load segment ``i``."""
+        return SegmentSource(
+            self.programs[i],
+            self.weights[i],
+            self._base_dirs[i],
+            self.segments[i],
+            f"{self.where}: segment {i}",
+        )
 
     # --- export --------------------------------------------------------------------------
 
