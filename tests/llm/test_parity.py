@@ -78,3 +78,16 @@ def test_prefill_keys_seed_the_cache_as_transformers_computes_them(tiny_gpt2) ->
     keys = cache.layers[1].keys[0].numpy()  # [heads, n, hd]
     ours = kv["k_1"][0, :, 0, :].reshape(keys.shape[0], keys.shape[2], len(ids)).transpose(0, 2, 1)
     np.testing.assert_allclose(ours, keys, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("which", ["tiny_gpt2", "tiny_llama"])
+def test_the_cache_stays_resident_on_the_engine_surface(which: str, request) -> None:
+    from anekit.llm.session import open_session
+
+    model = request.getfixturevalue(which)
+    decode, _ = model.decode_program()
+    session = open_session(decode, "sim", model.config.layers)
+    expected = {f"{k}_cache_{i}" for i in range(model.config.layers) for k in "kv"}
+    assert set(session.resident) == expected
+    # one engine dispatch per step; the embedding gathers are the CPU segment before it
+    assert [s.device for s in decode.segments] == ["cpu", "ane"]

@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", "-p", required=True, help="the text to continue")
     p.add_argument("-n", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--target", "-t", default="m4", help="the chip to compile for (default m4)")
-    p.add_argument("--backend", default="sim", choices=("sim", "reference"),
-                   help="sim: fp16 simulator (default); reference: fp32")  # fmt: skip
+    p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32"),
+                   help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin")  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0 = all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")

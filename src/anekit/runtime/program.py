@@ -113,10 +113,6 @@ class Program:
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
 
-    def prepare(self, backend: str = "sim") -> None:
-        """Build the backend's programs now rather than in the first run (timing)."""
-        self._programs(backend)
-
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         expected = {p.name: p for p in self.inputs}
         sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
