@@ -22,6 +22,7 @@ def bundle_contents(
         report=compiled.report,
         progress=progress,
         weights=weights,
+        compressed=compiled.compressed,
     )
 
 
