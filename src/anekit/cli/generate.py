@@ -72,6 +72,14 @@ def run(args: argparse.Namespace) -> int:
         f"decode {est['decode_ms_per_token']:.2f} ms/token ({est['decode_tokens_per_s']:.0f} tokens/s)",
         file=sys.stderr,
     )
+    report = speeds["compression"]
+    if report:
+        print(
+            f"weights {report['scheme']}: {report['fp16_bytes'] / 2**20:.2f} MiB fp16 -> "
+            f"{report['stored_bytes'] / 2**20:.2f} MiB ({report['weights']} weights, worst "
+            f"relative error {report['worst_relative_error']:.4f})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -82,4 +90,9 @@ def _speeds(model: Any, result: Any) -> dict[str, Any]:
         "compile_s": result.compile_seconds,
         "stop_reason": result.stop_reason,
         "estimate": model.estimate(len(result.prompt_ids)),
+        "compression": _summary(model.decode_program()[0].compression_report),
     }
+
+
+def _summary(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if report is None else {k: v for k, v in report.items() if k != "per_weight"}

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from anekit import targets
 from anekit.errors import ModelError
 from anekit.llm.config import LMConfig, read_config
 from anekit.llm.graph import PREFIXES, model_weights
@@ -52,10 +53,12 @@ def load(
     weights = model_weights(config, WeightSet(read_weights(folder), PREFIXES[config.family], str(folder)))
     has_tokenizer = any((folder / n).exists() for n in ("tokenizer.json", "vocab.json"))
     tokenizer = load_tokenizer(folder) if has_tokenizer else None
-    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    from anekit import targets
-
     chip = targets.get(target)
+    if compress is not None:
+        from anekit.codegen.compress import check_scheme
+
+        check_scheme(compress, chip.mil.opset)
+    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     fingerprint = (str(folder.resolve()), stamp, chip.name, compress, context)
     return LanguageModel(folder, config, weights, tokenizer, target=chip, max_context=context,
                          compress=compress, fingerprint=fingerprint)  # fmt: skip

@@ -39,8 +39,6 @@ from anekit.llm.weights import WeightSet
 
 # A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out].
 Linear = tuple[np.ndarray, np.ndarray | None]
-# Replaces a [out, in] weight by what the graph should hold (compression hooks in here).
-WeightHook = Callable[[str, np.ndarray], Tensor]
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,7 @@ def head_chunks(vocab: int, max_channels: int) -> list[tuple[int, int]]:
     return [(s, min(s + size, vocab)) for s in range(0, vocab, size)]
 
 
-def dense_hook(name: str, weight: np.ndarray) -> Tensor:
+def conv_weight(name: str, weight: np.ndarray) -> Tensor:
     """A [out, in] weight as the 1x1 convolution's [out, in, 1, 1] constant."""
     return constant(weight[:, :, None, None], name=name)
 
@@ -151,8 +149,8 @@ def dense_hook(name: str, weight: np.ndarray) -> Tensor:
 class _Builder:
     """Records one program's ops; ``cfg`` and weights shared by every program of a model."""
 
-    def __init__(self, cfg: LMConfig, w: ModelWeights, hook: WeightHook, max_context: int):
-        self.cfg, self.w, self.hook = cfg, w, hook
+    def __init__(self, cfg: LMConfig, w: ModelWeights, max_context: int):
+        self.cfg, self.w = cfg, w
         self.max_context = max_context
 
     # --- pieces ----------------------------------------------------------------------------
@@ -160,7 +158,7 @@ class _Builder:
     def proj(self, x: Tensor, lin: Linear, name: str) -> Tensor:
         weight, bias = lin
         b = None if bias is None else constant(bias, name=f"{name}.bias")
-        return ops.conv2d(x, self.hook(f"{name}.weight", weight), b, name=name)
+        return ops.conv2d(x, conv_weight(f"{name}.weight", weight), b, name=name)
 
     def norm(self, x: Tensor, params: tuple[np.ndarray, np.ndarray | None], name: str) -> Tensor:
         """LayerNorm or RMSNorm over the channel axis of [1, C, 1, S]."""
@@ -241,7 +239,7 @@ class _Builder:
     def logits(self, x: Tensor, max_channels: int) -> list[Tensor]:
         x = self.norm(x, self.w.final_norm, "final_norm")
         return [
-            ops.conv2d(x, self.hook(f"head_{i}.weight", self.w.head[a:b]), name=f"logits_{i}")
+            ops.conv2d(x, conv_weight(f"head_{i}.weight", self.w.head[a:b]), name=f"logits_{i}")
             for i, (a, b) in enumerate(head_chunks(self.cfg.vocab_size, max_channels))
         ]
 
@@ -265,9 +263,8 @@ class _Builder:
 
 def prefill_graph(
     cfg: LMConfig, w: ModelWeights, seq: int, max_context: int, max_channels: int,
-    hook: WeightHook = dense_hook,
 ) -> Graph:  # fmt: skip
-    b = _Builder(cfg, w, hook, max_context)
+    b = _Builder(cfg, w, max_context)
     ids, positions = input("ids", (1, seq), "int32"), input("positions", (1, seq), "int32")
     mask, last = input("mask", (1, 1, seq, seq)), input("last", (1, 1, 1, seq))
     rope = b.rotary(positions)
@@ -290,9 +287,8 @@ def prefill_graph(
 
 def decode_graph(
     cfg: LMConfig, w: ModelWeights, max_context: int, max_channels: int,
-    hook: WeightHook = dense_hook,
 ) -> Graph:  # fmt: skip
-    b = _Builder(cfg, w, hook, max_context)
+    b = _Builder(cfg, w, max_context)
     t, width = max_context, cfg.kv_heads * cfg.head_dim
     ids, positions = input("ids", (1, 1), "int32"), input("positions", (1, 1), "int32")
     mask, write = input("mask", (1, 1, 1, t)), input("write", (1, 1, 1, t))

@@ -91,13 +91,7 @@ class LanguageModel:
     def _compile(self, graph: Any) -> Any:
         from anekit.compiler import compile as compile_graph
 
-        return compile_graph(graph, self.target, compress=self.compress) if self.compress \
-            else compile_graph(graph, self.target)  # fmt: skip
-
-    def _hook(self) -> Any:
-        from anekit.llm.graph import dense_hook
-
-        return dense_hook
+        return compile_graph(graph, self.target, compress=self.compress)
 
     def prefill_program(self, seq: int) -> tuple[Any, float]:
         """The compiled prefill for a bucket of ``seq`` positions and the seconds compiling
@@ -105,14 +99,14 @@ class LanguageModel:
         key = (*self._fingerprint, "prefill", seq)
         found, new = progs.cached(key, lambda: prefill_graph(
             self.config, self.weights, seq, self.max_context,
-            self.target.limits.max_channels, self._hook()), self._compile)  # fmt: skip
+            self.target.limits.max_channels), self._compile)  # fmt: skip
         return found.model, found.seconds if new else 0.0
 
     def decode_program(self) -> tuple[Any, float]:
         key = (*self._fingerprint, "decode", self.max_context)
         found, new = progs.cached(key, lambda: decode_graph(
             self.config, self.weights, self.max_context,
-            self.target.limits.max_channels, self._hook()), self._compile)  # fmt: skip
+            self.target.limits.max_channels), self._compile)  # fmt: skip
         return found.model, found.seconds if new else 0.0
 
     def estimate(self, prompt_tokens: int) -> dict[str, float]:
