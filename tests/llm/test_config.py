@@ -82,3 +82,13 @@ def test_a_shard_index_pointing_outside_the_folder_is_refused(tmp_path) -> None:
         json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
     with pytest.raises(ModelError, match="not a regular file inside the model folder"):
         anekit.llm.load(tmp_path)
+
+
+def test_a_config_symlink_leading_out_of_the_folder_is_refused(tmp_path) -> None:
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text(json.dumps(LLAMA))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").symlink_to(outside)
+    with pytest.raises(ModelError, match="not a regular file inside the model folder"):
+        anekit.llm.load(folder)

@@ -7,12 +7,12 @@ message naming the missing feature.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anekit.errors import ModelError, UnsupportedModelError
+from anekit.llm.files import member, read_json
 
 # model_type -> the family's block recipe
 FAMILIES: dict[str, dict[str, str]] = {
@@ -58,18 +58,13 @@ class LMConfig:
 
 
 def read_config(folder: Path) -> LMConfig:
-    path = folder / CONFIG_FILE
-    if not path.is_file():
+    path = member(folder, CONFIG_FILE, MAX_CONFIG_BYTES)
+    if path is None:
         raise ModelError(
             f"no {CONFIG_FILE} in '{folder}'",
             hint="pass a Hugging Face model folder (config.json, *.safetensors, tokenizer files)",
         )
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ModelError(f"{CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes", where=str(path))
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{CONFIG_FILE} is not valid JSON: {exc}", where=str(path)) from None
+    raw = read_json(path)
     if not isinstance(raw, dict):
         raise ModelError(f"{CONFIG_FILE} holds no JSON object", where=str(path))
     return parse_config(raw, str(path))

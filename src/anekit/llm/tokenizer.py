@@ -8,19 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import ModelError
+from anekit.llm.files import member
 
 MAX_TOKENIZER_BYTES = 64 << 20
-
-
-def _file(folder: Path, name: str) -> Path | None:
-    path = folder / name
-    if not path.exists():
-        return None
-    if not path.is_file() or folder.resolve() not in path.resolve().parents:
-        raise ModelError(f"'{name}' is not a regular file inside the model folder", where=str(folder))
-    if path.stat().st_size > MAX_TOKENIZER_BYTES:
-        raise ModelError(f"'{name}' is larger than {MAX_TOKENIZER_BYTES} bytes", where=str(path))
-    return path
 
 
 class Tokenizer:
@@ -46,9 +36,10 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     from tokenizers.implementations import ByteLevelBPETokenizer
 
     try:
-        if (path := _file(folder, "tokenizer.json")) is not None:
+        if (path := member(folder, "tokenizer.json", MAX_TOKENIZER_BYTES)) is not None:
             return Tokenizer(HFTokenizer.from_file(str(path)), str(path))
-        vocab, merges = _file(folder, "vocab.json"), _file(folder, "merges.txt")
+        vocab = member(folder, "vocab.json", MAX_TOKENIZER_BYTES)
+        merges = member(folder, "merges.txt", MAX_TOKENIZER_BYTES)
         if vocab is not None and merges is not None:
             return Tokenizer(ByteLevelBPETokenizer(str(vocab), str(merges)), str(vocab))
     except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions

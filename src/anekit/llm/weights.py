@@ -6,48 +6,41 @@ must be a regular file inside the folder. The ``safetensors`` library checks eac
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.llm.files import member, read_json
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 16 << 20
 
 
-def _inside(folder: Path, name: str, where: str) -> Path:
-    path = (folder / name).resolve()
-    if folder.resolve() not in path.parents or not path.is_file():
-        raise ModelError(
-            f"'{name}' is not a regular file inside the model folder", where=where
-        )
-    return path
-
-
 def shard_files(folder: Path) -> list[Path]:
     """The safetensors files of ``folder`` (one file, or the shards its index lists)."""
-    if (folder / SINGLE).exists():
-        return [_inside(folder, SINGLE, str(folder))]
-    index = folder / INDEX
-    if not index.is_file():
+    single = member(folder, SINGLE)
+    if single is not None:
+        return [single]
+    index = member(folder, INDEX, MAX_INDEX_BYTES)
+    if index is None:
         raise ModelError(
             f"no {SINGLE} or {INDEX} in '{folder}'",
             hint="save the model with save_pretrained(..., safe_serialization=True)",
         )
-    if index.stat().st_size > MAX_INDEX_BYTES:
-        raise ModelError(f"{INDEX} is larger than {MAX_INDEX_BYTES} bytes", where=str(index))
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        names = sorted(set(read_json(index)["weight_map"].values()))
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ModelError(f"{INDEX} has no valid weight_map ({exc})", where=str(index)) from None
     if not all(isinstance(n, str) for n in names):
         raise ModelError("weight_map values must be file names", where=str(index))
-    return [_inside(folder, n, str(index)) for n in names]
+    found = [member(folder, n, where=str(index)) for n in names]
+    missing = [n for n, p in zip(names, found, strict=True) if p is None]
+    if missing:
+        raise ModelError(f"the shards {missing} are missing", where=str(index))
+    return [p for p in found if p is not None]
 
 
 def read_weights(folder: Path) -> dict[str, np.ndarray]:
