@@ -28,6 +28,7 @@ def bundle_contents(
         report=compiled.report,
         progress=progress,
         weights=weights,
+        compressed=compiled.compressed,
     )
     wmap = weight_map.record(compiled.source, compiled.graph, contents.segments, BLOB_MIN_ELEMENTS)
     payload = {**contents.payload, weight_map.WEIGHT_MAP: FileData.of(wmap.to_bytes())}
