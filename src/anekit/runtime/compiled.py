@@ -11,6 +11,7 @@ from typing import Any
 
 from anekit.codegen.builder import BLOB_MIN_ELEMENTS
 from anekit.codegen.bundle import BundleContents, FileData, Progress, build_bundle, write_bundle
+from anekit.errors import os_error, path_argument
 from anekit.runtime import weight_map
 from anekit.runtime.program import Program, from_contents
 
@@ -27,6 +28,7 @@ def bundle_contents(
         report=compiled.report,
         progress=progress,
         weights=weights,
+        compressed=compiled.compressed,
     )
     wmap = weight_map.record(compiled.source, compiled.graph, contents.segments, BLOB_MIN_ELEMENTS)
     payload = {**contents.payload, weight_map.WEIGHT_MAP: FileData.of(wmap.to_bytes())}
@@ -41,18 +43,26 @@ def save(
     progress: Progress | None = None,
 ) -> Path:
     """Write the bundle ``path`` (``NAME.anekit``) for the compiled model."""
+    path = path_argument(path, "the bundle path")
     if weights == "fp16" and "bundle" in vars(compiled):
         contents = compiled.bundle  # emitted already
     else:
         contents = bundle_contents(compiled, weights=weights, progress=progress)
         if weights == "fp16":
             vars(compiled)["bundle"] = contents  # fills CompiledModel.bundle's cache
-    return write_bundle(contents, path)
+    try:
+        return write_bundle(contents, path)
+    except OSError as exc:
+        raise os_error(exc, f"write the bundle '{path}'") from None
 
 
 def save_mlpackage(compiled: Any, path: str | os.PathLike[str]) -> Path:
     """The compiled model as one Core ML mlprogram (extra ``coreml``)."""
-    return program_of(compiled).save_mlpackage(path)
+    path = path_argument(path, "the .mlpackage path")
+    try:
+        return program_of(compiled).save_mlpackage(path)
+    except OSError as exc:
+        raise os_error(exc, f"write the .mlpackage '{path}'") from None
 
 
 def program_of(compiled: Any) -> Program:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
+from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
@@ -238,35 +239,30 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     A bundle is read as untrusted input: schema, paths, sizes, sha256 digests (``verify``)
     and every BLOBFILE are checked before anything runs.
     """
-    p = Path(path)
+    p = path_argument(path, "the program to load")
     if p.is_dir():
         from anekit.runtime.weight_update import recover
 
         if (p / "manifest.json").is_file():
             recover(p)  # finish (or clear away) a weight update a killed process left
         return _load_bundle(read_bundle(p, verify=verify))
-    if p.is_file():
-        return _load_mil_file(p)
-    raise AnekitError(
-        f"'{p}' does not exist", hint="pass an .anekit bundle directory or a .mil file"
-    )
+    regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    return _load_mil_file(p)
 
 
 def _load_bundle(bundle: Bundle) -> Program:
-    programs, weights, bases = [], [], []
+    """A Program over the bundle's verified bytes: nothing is read from disk again."""
+    programs, weights = [], []
     for segment in bundle.manifest.segments:
-        program_path = bundle.path(segment.program)
-        program = mil.parse_file(program_path)
+        program = mil.parse_bytes(bundle.read(segment.program), f"{bundle.root}/{segment.program}")
         check_blobfiles(bundle, segment, program)
         programs.append(program)
-        weights.append(bundle.path(segment.weights) if segment.weights is not None else None)
-        bases.append(program_path.parent)
+        weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
     from anekit.runtime.weight_map import WEIGHT_MAP
 
     return Program(
-        bundle.manifest, programs, weights, where=str(bundle.root), base_dirs=bases,
-        root=bundle.root,
-        weight_map=bundle.path(WEIGHT_MAP) if WEIGHT_MAP in bundle.manifest.files else None,
+        bundle.manifest, programs, weights, where=str(bundle.root), root=bundle.root,
+        weight_map=bundle.read(WEIGHT_MAP) if WEIGHT_MAP in bundle.manifest.files else None,
     )  # fmt: skip
 
 
@@ -364,7 +360,8 @@ def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     array = np.asarray(array)
     if io.padded:
         array = array[tuple(slice(0, s) for s in io.shape)]
-    return np.ascontiguousarray(array, dtype=to_dtype(io.dtype).numpy)
+    # np.asarray keeps a scalar's rank 0 (np.ascontiguousarray makes it shape [1])
+    return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
 
 
 def _reader(weights: Path | bytes | None) -> BlobReader | None:

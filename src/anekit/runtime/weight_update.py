@@ -113,11 +113,10 @@ def update_weights(
         manifest = replace(program.manifest, files=files)
         if root is not None:
             _commit(root, program, rebuilt, manifest, pool)
-            weights = list(program.weights)
-        else:
-            weights = list(program.weights)
-            for index, chunks, _, _ in rebuilt:
-                weights[index] = b"".join(chunks)
+        # the program runs on the bytes it wrote (never on a file re-read after the write)
+        weights = list(program.weights)
+        for index, chunks, _, _ in rebuilt:
+            weights[index] = b"".join(chunks)
     program.replace_weights(manifest, weights, [i for i, *_ in rebuilt])
     report = UpdateReport(
         tuple(arrays),
