@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import secrets
 import time
@@ -83,19 +82,11 @@ def update_weights(
         recover(root)
     probes = _probe_before(program, by_segment) if verify else {}
 
-    # old weight files stay mapped while their chunks are alive (unmapped when freed)
-    maps: list[mmap.mmap] = []
-
     def rebuild(index: int) -> tuple[int, list[bytes | memoryview], str, int]:
         old = program.weights[index]
         if old is None:
             raise FormatError(f"segment {index} has no weight file", where=program.where)
-        if isinstance(old, Path):  # mapped: only the records and what is kept are read
-            with open(old, "rb") as f:
-                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            data: bytes | memoryview = memoryview(maps[-1])
-        else:
-            data = old
+        data = old.read_bytes() if isinstance(old, Path) else old
         chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
         digest = hashlib.sha256()
         for c in chunks:
