@@ -123,7 +123,7 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
 def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
     from anekit.formats.bundle import read_bundle
 
-    manifest = read_bundle(bundle, verify=False).manifest
+    manifest = read_bundle(bundle, verify=False, contents=False).manifest
     return {
         "bundle": str(bundle),
         "mlpackage": str(package) if package else None,

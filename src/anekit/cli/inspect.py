@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from anekit.cli.inspect_kinds import (
 )
 from anekit.cli.inspect_kinds.base import Kind, Node
 from anekit.errors import AnekitError, FormatError
+from anekit.files import open_regular
 
 HEAD_BYTES = 4096
 
@@ -49,11 +51,13 @@ def detect(path: Path) -> Kind:
             where=str(path),
             hint=f"inspect takes {KNOWN}",
         )
+    fd = open_regular(path, "the file")  # a pipe or a device is refused, never read
     try:
-        with path.open("rb") as handle:
-            head = handle.read(HEAD_BYTES)
+        head = os.pread(fd, HEAD_BYTES, 0)
     except OSError as exc:
         raise AnekitError(f"cannot read the file: {exc.strerror or exc}", where=str(path)) from None
+    finally:
+        os.close(fd)
     if not head:
         raise FormatError("the file is empty", where=str(path))
     for kind in KINDS:

@@ -10,6 +10,7 @@ import numpy as np
 
 from anekit.cli.common import (
     add_shape_option,
+    check_npz_target,
     describe_array,
     load_model_graph,
     parse_inputs,
@@ -17,6 +18,7 @@ from anekit.cli.common import (
     save_npz,
 )
 from anekit.errors import AnekitError
+from anekit.files import regular_file
 from anekit.runtime import backends
 from anekit.runtime.backends import Backend
 
@@ -127,8 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.model)
-    if not path.exists():
-        raise AnekitError(f"model '{path}' does not exist")
+    if not path.is_dir():
+        regular_file(path, "model", hint="pass an .anekit bundle folder or a model file")
+    if args.output:
+        check_npz_target(Path(args.output))  # before the work, not after it
     feeds = parse_inputs(args.input)
     backend = args.backend or DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
     outputs = _runner_for(path)(path, feeds, backends.get(backend), parse_shapes(args.shape))

@@ -22,6 +22,11 @@ class SimRunner:
     def run(self, args: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.program.run(args, fp32_outputs=True)
 
+    def run_stored(self, args: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``run`` on inputs already in storage form (fp16 values as float32): a session's
+        resident values go in without another rounding pass."""
+        return self.program.run_stored(args)
+
 
 def inlined(segment: SegmentSource) -> mil.Program:
     """The segment's program with its weights inlined from its weight file."""
