@@ -58,9 +58,15 @@ def minilm():
 
     from tests.arch_zoo.transformers_tiny import Wrap
 
-    cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    cfg = BertConfig(
+        hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
+    )
     ids = torch.arange(16, dtype=torch.int64)[None] + 1000
-    return Wrap(BertModel(cfg, add_pooling_layer=False).eval(), ("input_ids",)), (ids,), ["input_ids"]
+    return (
+        Wrap(BertModel(cfg, add_pooling_layer=False).eval(), ("input_ids",)),
+        (ids,),
+        ["input_ids"],
+    )
 
 
 # (id, model builder, chip, published ms (low, high), role, source, note)
@@ -122,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
              "dispatches": est.dispatches, "source": source, "note": note}
         )  # fmt: skip
         published = f"{low:g}" if low == high else f"{low:g}-{high:g}"
-        print(f"| {fid} | {chip} | {published} ms | {est.total_ms:.3g} ms | {err:+.0%} | {role} | {est.bottleneck} |", flush=True)
+        print(
+            f"| {fid} | {chip} | {published} ms | {est.total_ms:.3g} ms | {err:+.0%} | {role} | {est.bottleneck} |",
+            flush=True,
+        )
     checks = [r for r in rows if r["role"] == "check"]
     write_json(
         args.output,
