@@ -45,18 +45,16 @@ def resnet(depths, block):
 
 
 def vit_b16():
-    from transformers import ViTConfig, ViTModel
-
     from tests.arch_zoo.transformers_tiny import Wrap
+    from transformers import ViTConfig, ViTModel
 
     model = ViTModel(ViTConfig(), add_pooling_layer=False).eval()  # ViT-B/16 at 224: 197 tokens
     return Wrap(model, ("pixel_values",)), (torch.randn(1, 3, 224, 224),), ["pixel_values"]
 
 
 def minilm():
-    from transformers import BertConfig, BertModel
-
     from tests.arch_zoo.transformers_tiny import Wrap
+    from transformers import BertConfig, BertModel
 
     cfg = BertConfig(
         hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
