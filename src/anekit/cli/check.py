@@ -17,6 +17,7 @@ from anekit.cli.common import (
 )
 
 EXIT_CPU_FALLBACK = 3
+EXIT_CANNOT_SAVE = 2  # bad input: the model uses an op anekit cannot emit
 COLUMNS = ("node", "op", "placement", "layer", "reason")
 _STYLES = {"ane": "green", "cpu": "red", "folded": "cyan", "removed": "dim"}
 
@@ -55,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
             print(report["estimate"]["summary"])
         if numerics is not None:
             check_numerics.render(numerics)
+    errors = [d for d in compiled.diagnostics if d.severity == "error"]
+    if errors:  # nodes code generation cannot emit: `anekit compile` would fail on them
+        for d in errors:
+            print(str(d), file=sys.stderr)
+        return EXIT_CANNOT_SAVE
     if args.strict and report["summary"]["cpu_ops"]:
         return EXIT_CPU_FALLBACK
     return 0
