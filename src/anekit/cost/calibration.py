@@ -16,6 +16,7 @@ _KINDS = ("measured", "derived", "assumption", "choice")
 _FIGURES = (
     "mac_startup_flops",
     "planar_elements_per_s",
+    "planar_onchip_elements_per_s",
     "planar_scaling",
     "transition_bytes_per_element",
     "cpu_bytes_per_element",
@@ -48,7 +49,8 @@ class Calibration:
     """The constants of calibration.json (see its "figures" for the sources)."""
 
     mac_startup_flops: float
-    planar_elements_per_s: float
+    planar_elements_per_s: float  # a planar layer reading an operand through memory
+    planar_onchip_elements_per_s: float  # a planar layer fed entirely on chip (chained/resident)
     planar_reference_target: str
     transition_bytes_per_element: float
     cpu_bytes_per_element: float
@@ -90,6 +92,9 @@ def parse_calibration(text: str, where: str = "calibration.json") -> Calibration
         return Calibration(
             mac_startup_flops=float(figures["mac_startup_flops"]["value"]),
             planar_elements_per_s=float(figures["planar_elements_per_s"]["value"]),
+            planar_onchip_elements_per_s=float(
+                figures["planar_onchip_elements_per_s"]["value"]
+            ),
             planar_reference_target=str(figures["planar_elements_per_s"]["reference_target"]),
             transition_bytes_per_element=float(figures["transition_bytes_per_element"]["value"]),
             cpu_bytes_per_element=float(figures["cpu_bytes_per_element"]["value"]),
