@@ -3,7 +3,9 @@
 The cost model is calibrated on per-op and per-layer measurements only (calibration.json's
 anchors); the figures here are whole models, each rebuilt in torch with the published
 architecture and input (random weights: latency does not depend on weight values) and
-estimated for the chip it was measured on. Writes ``benchmarks/results/estimate_whole_models.json``
+estimated for the chip it was measured on. Per-layer measurements from the same harnesses
+(level "layers") sit beside them: the two the cost model is fit on are marked calibration,
+the rest are checks that show where a whole model's time goes. Writes ``benchmarks/results/estimate_whole_models.json``
 and prints a Markdown table.
 
     python benchmarks/estimate_whole_models.py
@@ -31,10 +33,17 @@ from anekit.frontend.torch import from_torch  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "estimate_whole_models.json"
 GOAL = 0.25
-ANEFORGE_README = (
-    "[aneforge] README 'Measured' table: single input, fp16, on an M5 Pro "
-    "(bench/real_models_fp16.py: torchvision weights, 1x3x224x224)"
+ANEFORGE_M5PRO = (
+    "[aneforge] README 'Measured' table = bench/results/device_compare_wattcomplete_results_M5.json "
+    "(M5 Pro): end-to-end Python call, minimum of 12-15 repetitions after 4-5 warm-ups, fp16 on "
+    "the engine, batch 1"
 )
+ANEFORGE_M2 = (
+    "[aneforge] bench/results/device_compare_wattcomplete_results_M2.json (an M2; the variant is "
+    "not named, every M2 has the same 16-core engine): the same harness as the M5 Pro table"
+)
+MINILM_SENTENCE = "The Apple Neural Engine is a specialized accelerator for matrix math."
+MINILM_TOKENS = 14  # [CLS] + 12 WordPiece tokens of MINILM_SENTENCE (all whole words) + [SEP]
 
 
 def resnet(depths, block):
@@ -45,10 +54,11 @@ def resnet(depths, block):
 
 
 def vit_b16():
+    """torchvision's vit_b_16 as ANEForge runs it: 12 layers, final layer norm, head on the CLS row."""
     from tests.arch_zoo.transformers_tiny import Wrap
-    from transformers import ViTConfig, ViTModel
+    from transformers import ViTConfig, ViTForImageClassification
 
-    model = ViTModel(ViTConfig(), add_pooling_layer=False).eval()  # ViT-B/16 at 224: 197 tokens
+    model = ViTForImageClassification(ViTConfig(num_labels=1000)).eval()
     return Wrap(model, ("pixel_values",)), (torch.randn(1, 3, 224, 224),), ["pixel_values"]
 
 
@@ -59,7 +69,7 @@ def minilm():
     cfg = BertConfig(
         hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
     )
-    ids = torch.arange(16, dtype=torch.int64)[None] + 1000
+    ids = torch.arange(MINILM_TOKENS, dtype=torch.int64)[None] + 1000
     return (
         Wrap(BertModel(cfg, add_pooling_layer=False).eval(), ("input_ids",)),
         (ids,),
@@ -67,20 +77,88 @@ def minilm():
     )
 
 
-# (id, model builder, chip, published ms (low, high), role, source, note)
+def conv_stack():
+    """ANEForge's 'conv resnet-ish': 16 chained 3x3 convolutions with ReLU, 64 -> 256 channels, 32x32."""
+    layers: list[torch.nn.Module] = []
+    for d in range(16):
+        layers += [
+            torch.nn.Conv2d(64 if d == 0 else 256, 256, 3, padding=1, bias=False),
+            torch.nn.ReLU(),
+        ]
+    return torch.nn.Sequential(*layers).eval(), (torch.randn(1, 64, 32, 32),), ["x"]
+
+
+def neck_block(channels, size):
+    """ANEForge's below-ridge neck block: conv 1x1, group norm (32 groups), GELU, GELU, one program."""
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(channels, channels, 1, bias=False), torch.nn.GroupNorm(32, channels),
+        torch.nn.GELU(approximate="tanh"), torch.nn.GELU(approximate="tanh"),
+    ).eval()  # fmt: skip
+    return net, (torch.randn(1, channels, size, size),), ["x"]
+
+
+class Attention(torch.nn.Module):
+    """ANEForge's af.mha at ViT's shape: q, k, v and output projections with bias, 12 heads."""
+
+    def __init__(self, dim=768, heads=12):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, x):
+        s, d = x.shape
+        split = lambda t: t.reshape(s, self.heads, d // self.heads).transpose(0, 1)  # noqa: E731
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = torch.softmax(q @ k.transpose(1, 2) / (d // self.heads) ** 0.5, dim=-1)
+        return self.o((a @ v).transpose(0, 1).reshape(s, d))
+
+
+def attention():
+    return Attention().eval(), (torch.randn(197, 768),), ["x"]
+
+
+def layer_norm():
+    return torch.nn.LayerNorm(768).eval(), (torch.randn(197, 768),), ["x"]
+
+
+# (id, level, model builder, chip, published ms (low, high), role, source, note)
 FIGURES = (
-    ("resnet18-m5pro", lambda: resnet([2, 2, 2, 2], "BasicBlock"), "m5-pro", (0.33, 0.33), "check",
-     ANEFORGE_README + ": ResNet-18 0.33 ms", ""),
-    ("vit-b16-m5pro", vit_b16, "m5-pro", (18.3, 18.3), "check",
-     ANEFORGE_README + ": ViT-B/16 18.3 ms (197 tokens)", ""),
-    ("minilm-l6-m5pro", minilm, "m5-pro", (0.53, 0.53), "check",
-     ANEFORGE_README + ": MiniLM encoder 0.53 ms (one sentence)",
-     "all-MiniLM-L6-v2's architecture (BERT 384 wide, 6 layers, 12 heads); 16 tokens assumed "
-     "for the benchmark's one sentence"),
-    ("resnet50-mlperf-m5pro", lambda: resnet([3, 4, 6, 3], "Bottleneck"), "m5-pro", (0.771, 0.776), "check",
-     "[aneforge] bench/mlperf README: ResNet-50 fp16 SingleStream p90 0.771 ms (LoadGen-shaped harness) "
-     "and 0.773 / 0.776 ms (real MLCommons LoadGen; official length), 'Apple M-series, this "
-     "environment' (ANEForge's measurements are on an M5 Pro)", ""),
+    ("resnet18-m5pro", "model", lambda: resnet([2, 2, 2, 2], "BasicBlock"), "m5-pro", (0.330, 0.330), "check",
+     ANEFORGE_M5PRO + ": ResNet-18 0.330 ms (af.load_resnet18, BN folded, fp32 1x3x224x224 input)", ""),
+    ("vit-b16-m5pro", "model", vit_b16, "m5-pro", (18.34, 18.34), "check",
+     ANEFORGE_M5PRO + ": ViT-B/16 18.34 ms (examples/vit.py: 12 layers, final norm and head on the "
+     "CLS row, one program; the CLS token and position table fed as inputs)", ""),
+    ("minilm-l6-m5pro", "model", minilm, "m5-pro", (0.525, 0.525), "check",
+     ANEFORGE_M5PRO + f": MiniLM encoder 0.525 ms for '{MINILM_SENTENCE}' (af.load; the call "
+     "includes tokenising, mean pooling and L2 norm on the CPU)",
+     f"all-MiniLM-L6-v2's architecture (BERT 384 wide, 6 layers, 12 heads) on {MINILM_TOKENS} "
+     "tokens (the sentence tokenised by hand); the CPU-side tokenising and pooling are not modelled"),
+    ("resnet50-mlperf-m5pro", "model", lambda: resnet([3, 4, 6, 3], "Bottleneck"), "m5-pro", (0.771, 0.776), "check",
+     "[aneforge] bench/mlperf README and resnet50.py: torchvision ResNet-50 through ONNX, one program, "
+     "fp16 [1,3,224,224] input, SingleStream p90 0.771 ms (LoadGen-shaped harness) and 0.773 / "
+     "0.776 ms (real MLCommons LoadGen); the timed call includes the argmax on the CPU", ""),
+    ("resnet18-m2", "model", lambda: resnet([2, 2, 2, 2], "BasicBlock"), "m2", (1.064, 1.064), "check",
+     ANEFORGE_M2 + ": ResNet-18 1.064 ms", ""),
+    ("vit-b16-m2", "model", vit_b16, "m2", (21.34, 21.34), "check",
+     ANEFORGE_M2 + ": ViT-B/16 21.34 ms", ""),
+    ("minilm-l6-m2", "model", minilm, "m2", (1.753, 1.753), "check",
+     ANEFORGE_M2 + ": MiniLM encoder 1.753 ms", "as minilm-l6-m5pro"),
+    ("conv-stack-m5pro", "layers", conv_stack, "m5-pro", (0.757, 0.757), "calibration",
+     ANEFORGE_M5PRO + ": 'conv resnet-ish', 18.42 GFLOP in 0.757 ms",
+     "chips.json m5-pro perf.peak_fp16_tflops is fit on it"),
+    ("neck-256-m5pro", "layers", lambda: neck_block(256, 32), "m5-pro", (0.1403, 0.1403), "calibration",
+     "[aneforge] bench/results/below_ridge_fusion.json (M5 Pro, fp16 input): fused neck block C=256 "
+     "32x32 in 0.140 ms", "calibration.json planar_onchip_elements_per_s is fit on it"),
+    ("neck-512-m5pro", "layers", lambda: neck_block(512, 16), "m5-pro", (0.3313, 0.3313), "check",
+     "[aneforge] bench/results/below_ridge_fusion.json: fused neck block C=512 16x16 in 0.331 ms", ""),
+    ("attention-vit-m5pro", "layers", attention, "m5-pro", (0.230, 0.230), "check",
+     ANEFORGE_M5PRO + ": 'attention vit' (S=197, D=768, 12 heads, af.mha) 0.230 ms", ""),
+    ("layer-norm-vit-m5pro", "layers", layer_norm, "m5-pro", (0.195, 0.195), "check",
+     ANEFORGE_M5PRO + ": 'layer_norm vit' (197, 768) 0.195 ms", ""),
+    ("conv-stack-m2", "layers", conv_stack, "m2", (1.265, 1.265), "check",
+     ANEFORGE_M2 + ": 'conv resnet-ish' 1.265 ms", ""),
+    ("attention-vit-m2", "layers", attention, "m2", (0.589, 0.589), "check",
+     ANEFORGE_M2 + ": 'attention vit' 0.589 ms", ""),
 )  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
@@ -111,31 +189,31 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     rows = []
-    print("| model | chip | published | estimate | error | role | bound |")
-    print("|---|---|---|---|---|---|---|")
-    for fid, build, chip, (low, high), role, source, note in FIGURES:
+    print("| figure | level | chip | published | estimate | error | role | bound |")
+    print("|---|---|---|---|---|---|---|---|")
+    for fid, level, build, chip, (low, high), role, source, note in FIGURES:
         module, inputs, names = build()
         graph = from_torch(module, inputs, names)
         cm = compile_model(graph, chip)
         est = estimate_compiled(cm)
         err = error(est.total_ms, low, high)
         rows.append(
-            {"id": fid, "chip": chip, "published_ms": [low, high], "estimate_ms": est.total_ms,
+            {"id": fid, "level": level, "chip": chip, "published_ms": [low, high], "estimate_ms": est.total_ms,
              "error": err, "within_goal": abs(err) <= GOAL, "role": role, "bound": est.bottleneck,
              "engine_layers": cm.summary["engine_layers"], "cpu_ops": cm.summary["cpu_ops"],
              "dispatches": est.dispatches, "source": source, "note": note}
         )  # fmt: skip
         published = f"{low:g}" if low == high else f"{low:g}-{high:g}"
         print(
-            f"| {fid} | {chip} | {published} ms | {est.total_ms:.3g} ms | {err:+.0%} | {role} | {est.bottleneck} |",
+            f"| {fid} | {level} | {chip} | {published} ms | {est.total_ms:.3g} ms | {err:+.0%} | {role} | {est.bottleneck} |",
             flush=True,
         )
-    checks = [r for r in rows if r["role"] == "check"]
+    checks = [r for r in rows if r["role"] == "check" and r["level"] == "model"]
     write_json(
         args.output,
         {
             "benchmark": "estimate_whole_models",
-            "goal": f"every check within {GOAL:.0%}",
+            "goal": f"every whole-model check within {GOAL:.0%}",
             "checks_within_goal": sum(r["within_goal"] for r in checks),
             "checks": len(checks),
             "figures": rows,

@@ -142,3 +142,20 @@ def test_cpu_segments_and_transitions():
     d = est.as_dict()
     assert [s["device"] for s in d["segments"]] == ["ane", "cpu", "ane"]
     assert d["total_ms"] == pytest.approx(est.total_ms)
+
+
+def test_a_planar_layer_fed_on_chip_runs_at_the_on_chip_rate():
+    # relu reading the program input comes in through memory: the single-program rate
+    t = targets.get("m5-pro")
+    r = Rates.of(t, CAL)
+    assert r.planar_onchip_elements_per_s > r.planar_elements_per_s
+    alone = estimate_graph(single_elementwise("sigmoid", (1, 64, 32, 32)), t).segments[0]
+    (lay,) = alone.layers
+    assert lay.compute_s == pytest.approx(64 * 32 * 32 / r.planar_elements_per_s)
+    # the same layer after a convolution reads the convolution's output from L2
+    b = EngineGraphBuilder("conv_then_sigmoid")
+    y = b.layer("sigmoid", [b.conv(b.input("x", (1, 64, 32, 32)), 64, name="conv")])
+    seg = estimate_graph(b.build([y]), t).segments[0]
+    planar = [c for c in seg.layers if c.unit == "planar"]
+    assert len(planar) == 1
+    assert planar[0].compute_s == pytest.approx(64 * 32 * 32 / r.planar_onchip_elements_per_s)

@@ -92,9 +92,7 @@ def parse_calibration(text: str, where: str = "calibration.json") -> Calibration
         return Calibration(
             mac_startup_flops=float(figures["mac_startup_flops"]["value"]),
             planar_elements_per_s=float(figures["planar_elements_per_s"]["value"]),
-            planar_onchip_elements_per_s=float(
-                figures["planar_onchip_elements_per_s"]["value"]
-            ),
+            planar_onchip_elements_per_s=float(figures["planar_onchip_elements_per_s"]["value"]),
             planar_reference_target=str(figures["planar_elements_per_s"]["reference_target"]),
             transition_bytes_per_element=float(figures["transition_bytes_per_element"]["value"]),
             cpu_bytes_per_element=float(figures["cpu_bytes_per_element"]["value"]),

@@ -113,7 +113,11 @@ def layer_cost(
         rate = rates.conv_flops_per_s if conv_like else rates.matmul_flops_per_s
         compute = (layer.flops + (rates.mac_startup_flops if startup else 0.0)) / rate
     elif layer.unit == "planar":
-        rate = rates.planar_onchip_elements_per_s if fed_on_chip(layer, sched) else rates.planar_elements_per_s
+        rate = (
+            rates.planar_onchip_elements_per_s
+            if fed_on_chip(layer, sched)
+            else rates.planar_elements_per_s
+        )
         compute = layer.flops / rate
     else:  # the DMA/transpose path moves every byte, on chip or not
         compute = 0.0
