@@ -159,6 +159,9 @@ FIGURES = (
      ANEFORGE_M2 + ": 'conv resnet-ish' 1.265 ms", ""),
     ("attention-vit-m2", "layers", attention, "m2", (0.589, 0.589), "check",
      ANEFORGE_M2 + ": 'attention vit' 0.589 ms", ""),
+    ("layer-norm-vit-m2", "layers", layer_norm, "m2", (0.283, 0.283), "check",
+     ANEFORGE_M2 + ": 'layer_norm vit' 0.283 ms",
+     "with the M5 Pro row, a check of planar_scaling (planar rate x peak / M5 Pro peak)"),
 )  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
