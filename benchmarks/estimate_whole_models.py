@@ -62,7 +62,14 @@ def vit_b16():
     return Wrap(model, ("pixel_values",)), (torch.randn(1, 3, 224, 224),), ["pixel_values"]
 
 
+class L2Normalise(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.normalize(x, dim=-1)
+
+
 def minilm():
+    """ANEForge's af.load encoder call: two programs, the 6-layer encoder on the sentence's
+    tokens (no padding) and, after the host's mean pooling, a [1, 384] L2 normaliser."""
     from tests.arch_zoo.transformers_tiny import Wrap
     from transformers import BertConfig, BertModel
 
@@ -70,11 +77,8 @@ def minilm():
         hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
     )
     ids = torch.arange(MINILM_TOKENS, dtype=torch.int64)[None] + 1000
-    return (
-        Wrap(BertModel(cfg, add_pooling_layer=False).eval(), ("input_ids",)),
-        (ids,),
-        ["input_ids"],
-    )
+    encoder = Wrap(BertModel(cfg, add_pooling_layer=False).eval(), ("input_ids",))
+    return [(encoder, (ids,), ["input_ids"]), (L2Normalise(), (torch.randn(1, 384),), ["v"])]
 
 
 def conv_stack():
@@ -132,7 +136,9 @@ FIGURES = (
      ANEFORGE_M5PRO + f": MiniLM encoder 0.525 ms for '{MINILM_SENTENCE}' (af.load; the call "
      "includes tokenising, mean pooling and L2 norm on the CPU)",
      f"all-MiniLM-L6-v2's architecture (BERT 384 wide, 6 layers, 12 heads) on {MINILM_TOKENS} "
-     "tokens (the sentence tokenised by hand); the CPU-side tokenising and pooling are not modelled"),
+     "tokens (the sentence tokenised by hand) and the second program ANEForge runs, the L2 "
+     "normaliser (aneforge/models.py: Encoder); tokenising and mean pooling on the host are "
+     "not modelled"),
     ("resnet50-mlperf-m5pro", "model", lambda: resnet([3, 4, 6, 3], "Bottleneck"), "m5-pro", (0.771, 0.776), "check",
      "[aneforge] bench/mlperf README and resnet50.py: torchvision ResNet-50 through ONNX, one program, "
      "fp16 [1,3,224,224] input, SingleStream p90 0.771 ms (LoadGen-shaped harness) and 0.773 / "
@@ -195,20 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     print("| figure | level | chip | published | estimate | error | role | bound |")
     print("|---|---|---|---|---|---|---|---|")
     for fid, level, build, chip, (low, high), role, source, note in FIGURES:
-        module, inputs, names = build()
-        graph = from_torch(module, inputs, names)
-        cm = compile_model(graph, chip)
-        est = estimate_compiled(cm)
-        err = error(est.total_ms, low, high)
+        built = build()
+        programs = built if isinstance(built, list) else [built]  # run one after another
+        compiled = [compile_model(from_torch(*p), chip) for p in programs]
+        ests = [estimate_compiled(cm) for cm in compiled]
+        total_ms = sum(e.total_ms for e in ests)
+        err = error(total_ms, low, high)
         rows.append(
-            {"id": fid, "level": level, "chip": chip, "published_ms": [low, high], "estimate_ms": est.total_ms,
-             "error": err, "within_goal": abs(err) <= GOAL, "role": role, "bound": est.bottleneck,
-             "engine_layers": cm.summary["engine_layers"], "cpu_ops": cm.summary["cpu_ops"],
-             "dispatches": est.dispatches, "source": source, "note": note}
+            {"id": fid, "level": level, "chip": chip, "published_ms": [low, high], "estimate_ms": total_ms,
+             "error": err, "within_goal": abs(err) <= GOAL, "role": role, "bound": ests[0].bottleneck,
+             "programs": len(compiled),
+             "engine_layers": sum(cm.summary["engine_layers"] for cm in compiled),
+             "cpu_ops": sum(cm.summary["cpu_ops"] for cm in compiled),
+             "dispatches": sum(e.dispatches for e in ests), "source": source, "note": note}
         )  # fmt: skip
         published = f"{low:g}" if low == high else f"{low:g}-{high:g}"
         print(
-            f"| {fid} | {level} | {chip} | {published} ms | {est.total_ms:.3g} ms | {err:+.0%} | {role} | {est.bottleneck} |",
+            f"| {fid} | {level} | {chip} | {published} ms | {total_ms:.3g} ms | {err:+.0%} | {role} | {ests[0].bottleneck} |",
             flush=True,
         )
     checks = [r for r in rows if r["role"] == "check" and r["level"] == "model"]
