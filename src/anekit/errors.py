@@ -109,3 +109,8 @@ class MemoryBudgetError(AnekitError):
         self.requested = requested
         self.limit = limit
         super().__init__(message, hint=hint, where=where)
+
+
+class DataError(AnekitError):
+    """Values an op cannot take (an index past the end of an axis), found while computing:
+    they come from the model's constants or from the feeds, never from anekit."""

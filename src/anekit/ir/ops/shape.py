@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anekit.errors import DataError
 from anekit.ir.ops._infer import (
     Attrs,
     Types,
@@ -182,7 +183,7 @@ def gather(x, indices, axis):
     axis = axis % x.ndim
     dim = x.shape[axis]
     if indices.size and (indices.min() < -dim or indices.max() >= dim):
-        raise IndexError(f"gather index out of range [-{dim}, {dim}) on axis {axis}")
+        raise DataError(f"gather index out of range [-{dim}, {dim}) on axis {axis}")
     return np.take(x, np.where(indices < 0, indices + dim, indices), axis=axis)
 
 
