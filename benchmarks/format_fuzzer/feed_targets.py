@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError
-from format_fuzzer.engine import Field, FuzzTarget, Prepared
+from format_fuzzer.engine import Field, FuzzTarget, Prepared, mutate_overwrite
 from format_fuzzer.sandbox import sandbox, zero_feeds
 
 DESCRS = ("<f4", "<f8", "<f2", "|O", "<i8", "|b1", "<c16", "|V8", ">f4", "<U3", "|S0", "<M8[s]",
@@ -191,8 +191,8 @@ def json_edit(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
     """One value of a JSON file replaced (the manifest's paths, sizes, shapes, names)."""
     try:
         doc = json.loads(fixture.data)
-    except ValueError:
-        return fixture.data, "not JSON"
+    except ValueError:  # a MIL or weight file of the bundle: a byte-level edit instead
+        return mutate_overwrite(rng, fixture)
     spots: list[tuple[Any, Any]] = []
 
     def walk(node: Any) -> None:
