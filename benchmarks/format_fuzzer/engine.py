@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import FormatError
+from anekit.errors import AnekitError, FormatError
 
 # Case costs are CPU seconds of this process (time.process_time), not wall time: on a loaded
 # machine a case can wait for a core far longer than it runs.
@@ -78,6 +78,22 @@ class FuzzTarget:
 
     def mutation_table(self) -> dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]]:
         return {**MUTATIONS, **self.mutations}
+
+
+def user_facing_target(
+    name: str,
+    fixtures: Callable[[], list[tuple[str, bytes]]],
+    decode: Callable[[bytes], Any],
+    fields: Callable[[bytes], list[Field]],
+    boundaries: Callable[[bytes], list[int]],
+    edit: Callable[[random.Random, Prepared], tuple[bytes, str]],
+    **extra: Any,
+) -> FuzzTarget:
+    """A target that imports, loads or runs what it decodes, as a command would: any
+    AnekitError (exit 2) is a clean refusal. Its structure-aware ``edit`` is drawn as often
+    as two byte-level mutations, so that cases get past the first checks."""
+    edits = {edit.__name__: edit, f"{edit.__name__}_2": edit}
+    return FuzzTarget(name, fixtures, decode, fields, boundaries, edits, (AnekitError,), **extra)
 
 
 @dataclass

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError
-from format_fuzzer.engine import Field, FuzzTarget, Prepared, mutate_overwrite
+from format_fuzzer.engine import Field, FuzzTarget, Prepared, mutate_overwrite, user_facing_target
 from format_fuzzer.sandbox import sandbox, zero_feeds
 
 DESCRS = ("<f4", "<f8", "<f2", "|O", "<i8", "|b1", "<c16", "|V8", ">f4", "<U3", "|S0", "<M8[s]",
@@ -95,15 +94,8 @@ def _read_case(name: str, data: bytes) -> Any:
 
 
 def npy_target() -> FuzzTarget:
-    return FuzzTarget(
-        name="npy",
-        fixtures=_npy_fixtures,
-        decode=lambda data: _read_case("x.npy", data),
-        fields=_npy_fields,
-        boundaries=_npy_boundaries,
-        mutations={"header_edit": npy_header_edit, "header_edit_2": npy_header_edit},
-        refusal=(AnekitError,),
-    )
+    return user_facing_target("npy", _npy_fixtures, lambda data: _read_case("x.npy", data),
+                              _npy_fields, _npy_boundaries, npy_header_edit)  # fmt: skip
 
 
 # ---- .npz -------------------------------------------------------------------------------
@@ -154,15 +146,8 @@ def npz_member_edit(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
 
 
 def npz_target() -> FuzzTarget:
-    return FuzzTarget(
-        name="npz",
-        fixtures=_npz_fixtures,
-        decode=lambda data: _read_case("x.npz", data),
-        fields=_npz_fields,
-        boundaries=_npz_boundaries,
-        mutations={"member_edit": npz_member_edit, "member_edit_2": npz_member_edit},
-        refusal=(AnekitError,),
-    )
+    return user_facing_target("npz", _npz_fixtures, lambda data: _read_case("x.npz", data),
+                              _npz_fields, _npz_boundaries, npz_member_edit)  # fmt: skip
 
 
 # ---- bundles ------------------------------------------------------------------------------
@@ -242,14 +227,8 @@ _NUMPY = {"fp32": "float32", "fp16": "float32", "int32": "int32", "int64": "int6
 
 
 def bundle_target() -> FuzzTarget:
-    return FuzzTarget(
-        name="bundle",
-        fixtures=_bundle_fixtures,
-        decode=lambda data: None,
-        fields=lambda data: [],
-        boundaries=lambda data: [0, len(data) // 2, len(data) - 1],
-        mutations={"json_edit": json_edit},
-        refusal=(AnekitError,),
-        slow_seconds=10.0,
-        decode_case=_bundle_case,
-    )
+    return user_facing_target(
+        "bundle", _bundle_fixtures, lambda data: None, lambda data: [],
+        lambda data: [0, len(data) // 2, len(data) - 1], json_edit,
+        slow_seconds=10.0, decode_case=_bundle_case,
+    )  # fmt: skip

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from anekit.errors import AnekitError
-from format_fuzzer.engine import Field, FuzzTarget, Prepared
+from format_fuzzer.engine import Field, FuzzTarget, Prepared, user_facing_target
 from format_fuzzer.sandbox import zero_feeds
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -283,16 +283,8 @@ def hostile_graph(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
 
 
 def onnx_target() -> FuzzTarget:
-    return FuzzTarget(
-        name="onnx",
-        fixtures=_onnx_fixtures,
-        decode=_onnx_decode,
-        fields=_onnx_fields,
-        boundaries=_onnx_boundaries,
-        mutations={"hostile_graph": hostile_graph, "hostile_graph_2": hostile_graph},
-        refusal=(AnekitError,),
-        slow_seconds=10.0,
-    )
+    return user_facing_target("onnx", _onnx_fixtures, _onnx_decode, _onnx_fields,
+                              _onnx_boundaries, hostile_graph, slow_seconds=10.0)  # fmt: skip
 
 
 # ---- MIL text ------------------------------------------------------------------------------
@@ -347,7 +339,7 @@ def _mil_lines(data: bytes) -> list[int]:
     return [i + 1 for i, c in enumerate(data) if c == 0x0A]
 
 
-def _mil_token_edit(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
+def mil_token_edit(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
     """A token-level edit that keeps the text text: a number made extreme, a dtype or an
     identifier swapped, a line repeated or dropped."""
     import re
@@ -378,13 +370,5 @@ def _mil_token_edit(rng: random.Random, fixture: Prepared) -> tuple[bytes, str]:
 
 
 def mil_target() -> FuzzTarget:
-    return FuzzTarget(
-        name="mil",
-        fixtures=_mil_fixtures,
-        decode=_mil_decode,
-        fields=_mil_numbers,
-        boundaries=_mil_lines,
-        mutations={"token_edit": _mil_token_edit, "token_edit_2": _mil_token_edit},
-        refusal=(AnekitError,),
-        slow_seconds=10.0,
-    )
+    return user_facing_target("mil", _mil_fixtures, _mil_decode, _mil_numbers, _mil_lines,
+                              mil_token_edit, slow_seconds=10.0)  # fmt: skip
