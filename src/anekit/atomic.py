@@ -56,19 +56,8 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
     then swap it in. An existing ``target`` is replaced only when ``check`` finds nothing
     wrong with it (or it is an empty folder); otherwise AnekitError, and nothing is touched.
     """
-    path = Path(os.path.abspath(os.fspath(target)))
-    if not path.name or path == path.parent:
-        raise AnekitError(f"cannot write {what} at '{target}': the path names no folder",
-                          hint="give a new path such as out/model.anekit")  # fmt: skip
+    path, existed = check_target(target, check, what)
     parent = path.parent
-    if not parent.is_dir():
-        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' does not exist",
-                          hint=f"create it first (mkdir -p '{parent}')")  # fmt: skip
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
-                          hint="choose an output path in a folder you can write to")  # fmt: skip
-    recover_stale(parent, path.name)
-    existed = _replaceable(path, check, what)
     tmp = parent / temp_name(path.name, "tmp")
     try:
         os.mkdir(tmp)
@@ -88,6 +77,26 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
         _remove(tmp)  # the new folder's remains on failure, the old folder after a swap
     checkpoint("removed the old folder")
     return path
+
+
+def check_target(target: str | os.PathLike[str], check: Check, what: str) -> tuple[Path, bool]:
+    """Whether :func:`replace_folder` may write ``target``, checked before any work (and by
+    it again): its absolute path, and whether a folder stands there (which ``check`` found
+    replaceable); AnekitError naming the path and what to do otherwise. Cleans up the
+    temporary folders of dead writers to the same place first."""
+    path = Path(os.path.abspath(os.fspath(target)))
+    if not path.name or path == path.parent:
+        raise AnekitError(f"cannot write {what} at '{target}': the path names no folder",
+                          hint="give a new path such as out/model.anekit")  # fmt: skip
+    parent = path.parent
+    if not parent.is_dir():
+        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' does not exist",
+                          hint=f"create it first (mkdir -p '{parent}')")  # fmt: skip
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
+                          hint="choose an output path in a folder you can write to")  # fmt: skip
+    recover_stale(parent, path.name)
+    return path, _replaceable(path, check, what)
 
 
 def _replaceable(path: Path, check: Check, what: str) -> bool:
