@@ -80,9 +80,9 @@ def test_compile_then_run(
         expected = program.run(feeds, "sim")
         np.testing.assert_array_equal(saved["y"], expected["y"])
         np.testing.assert_array_equal(saved["picked"], expected["picked"][...])
-    assert main(["run", str(out), *inputs, "--backend", "reference", "-o", str(npz)]) == 0
+    assert main(["run", str(out), *inputs, "--backend", "sim-fp32", "-o", str(npz)]) == 0
     with np.load(npz) as saved:
-        np.testing.assert_array_equal(saved["y"], program.run(feeds, "reference")["y"])
+        np.testing.assert_array_equal(saved["y"], program.run(feeds, "sim-fp32")["y"])
 
 
 def test_json_and_mlpackage(

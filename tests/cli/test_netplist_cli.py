@@ -97,13 +97,13 @@ def test_run_a_netplist_with_several_inputs_and_outputs(capsys, tmp_path):
     ("plist", "extra", "message"),
     [
         ("simple/gemm.plist", [], "weight file '/tmp/zero'"),
-        ("net.plist", ["--backend", "sim"], "backend 'sim' runs anekit bundles and MIL programs"),
+        ("net.plist", ["--backend", "sim"], "backend 'sim' runs compiled programs; a netplist is a graph"),
         ("net.plist", ["--shape", "image=1x3x1x1"], "input shapes are fixed by the file"),
         ("net.plist", [], "missing input(s) ['image']"),
         (
             "net.plist",
             ["-i", "image=WRONG"],
-            "has shape [1, 3, 2, 1], but the graph expects [1, 3, 1, 1]",
+            "has shape [1, 3, 2, 1], but the model expects [1, 3, 1, 1]",
         ),
     ],
 )

@@ -42,7 +42,7 @@ def test_run_a_mil_file_on_sim(capsys, program: Path, tmp_path: Path) -> None:
     code, out, err = cli(capsys, "run", str(program), "--input", f"x={tmp_path / 'x.npy'}",
                          "-o", str(out_file))  # fmt: skip
     assert code == 0 and err == ""
-    assert out.startswith("y  float16[1x32x1x16]") and "saved 1 output(s)" in out
+    assert out.startswith("y  float32[1x32x1x16]")  # fp16 values, handed over as float32 and "saved 1 output(s)" in out
     saved = np.load(out_file)["y"]
     np.testing.assert_array_equal(saved, SimProgram.load(program).run({"x": x})["y"])
     # and the numbers: relu(conv) by onnxruntime on the same fp16 values
@@ -56,11 +56,11 @@ def test_run_a_mil_file_on_sim(capsys, program: Path, tmp_path: Path) -> None:
     [
         (
             ["--backend", "reference"],
-            "backend 'reference' runs graphs; a MIL program runs on 'sim'",
+            "backend 'reference' runs graphs; a MIL program is a compiled program",
         ),
-        (["--shape", "x=1x64x1x16"], "a MIL program declares its input shapes"),
+        (["--shape", "x=1x64x1x16"], "a MIL program's input shapes are fixed when it is written"),
         ([], "missing input(s) ['x']"),
-        (["-i", "x=WRONG"], "input 'x' has shape [1, 64, 1, 8], but the function expects"),
+        (["-i", "x=WRONG"], "input 'x' has shape [1, 64, 1, 8], but the model expects"),
         (["-i", "x=INTS", "-i", "z=INTS"], "unknown input(s) ['z']"),
     ],
 )

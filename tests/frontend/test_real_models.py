@@ -5,6 +5,13 @@ on the same ONNX file, and the model's own source (torch's forward, or the outpu
 onnx ships with its light models). The light models' shipped outputs are softmaxes of
 constant weights (every class 0.001), so for them every intermediate float tensor is
 compared with onnxruntime as well.
+
+SqueezeNet's logits are about 9.5e9, where one fp32 step is 1024: a different (equally
+valid) summation order moves a logit by a step and its softmax from 0.001 to 0 or 0.25.
+Such a softmax is ill-conditioned, and comparing it between two implementations says
+nothing. For it the test checks what does mean something: the logits against
+onnxruntime (they are intermediates, compared like every other), and anekit's softmax of
+*its own* logits against onnxruntime's softmax of the same logits in float64.
 """
 
 from __future__ import annotations
@@ -47,6 +54,29 @@ def with_intermediates(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[st
     return model, added
 
 
+def _ill_conditioned_softmaxes(model: onnx.ModelProto, outputs: dict) -> dict[str, onnx.NodeProto]:
+    """Softmax outputs whose logits are so large that one fp32 step (ulp) is >= 1."""
+    found = {}
+    for node in model.graph.node:
+        if node.op_type == "Softmax" and node.input[0] in outputs:
+            logits = np.abs(outputs[node.input[0]]).max()
+            if np.spacing(np.float32(logits)) >= 1.0:
+                found[node.output[0]] = node
+    return found
+
+
+def _softmax_of(node: onnx.NodeProto, logits: np.ndarray, opset: int) -> np.ndarray:
+    """onnxruntime's float64 softmax (same node, same opset) of the given logits."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, logits.shape)
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, None)
+    one = onnx.helper.make_node("Softmax", ["x"], ["y"])
+    one.attribute.extend(node.attribute)
+    graph = onnx.helper.make_graph([one], "softmax", [x], [y])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": logits.astype(np.float64)})[0].astype(np.float32)
+
+
 def _check_all(name: str, actual: dict, reference: dict, oracle: str) -> None:
     assert list(actual) == list(reference), f"{name}: outputs differ from {oracle}'s"
     for key, ref in reference.items():
@@ -73,9 +103,13 @@ def test_light_model_matches_shipped_outputs_and_every_intermediate(name: str) -
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     reference = dict(zip(names, session.run(names, dict(case.feeds)), strict=True))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    ill_conditioned = _ill_conditioned_softmaxes(model, outputs)
+    for out, node in ill_conditioned.items():
+        reference[out] = _softmax_of(node, outputs[node.input[0]], opset)
     _check_all(name, outputs, reference, "onnxruntime")
-    shipped = {k: outputs[k] for k in case.expected}
-    _check_all(name, shipped, dict(case.expected), case.expected_source)
+    shipped = {k: outputs[k] for k in case.expected if k not in ill_conditioned}
+    _check_all(name, shipped, {k: case.expected[k] for k in shipped}, case.expected_source)
 
 
 def test_minilm_embeddings_are_unit_vectors_that_tell_sentences_apart() -> None:

@@ -1,4 +1,4 @@
-"""runtime.Program: bundles and MIL files loaded and run segment by segment on sim and reference."""
+"""runtime.Program: bundles and MIL files loaded and run segment by segment on sim and sim-fp32."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_segments_run_in_order_with_padding_stripped(bundle) -> None:  # noqa: A
     first = program.segments[0]
     assert {io.value: io.mil_shape for io in first.inputs} == {"x": (1, 16, 1, 16)}
     expected = g.run(feeds)
-    for backend in ("sim", "reference"):
+    for backend in ("sim", "sim-fp32"):
         got = program.run(feeds, backend)
         assert list(got) == list(expected)
         for name, want in expected.items():
@@ -72,8 +72,8 @@ def test_segments_run_in_order_with_padding_stripped(bundle) -> None:  # noqa: A
     )
 
 
-def test_reference_is_the_bundle_without_fp16_storage(bundle) -> None:  # noqa: ANN001
-    """reference = the same programs in fp32: equal to the graph with fp16-rounded weights."""
+def test_sim_fp32_is_the_bundle_without_fp16_storage(bundle) -> None:  # noqa: ANN001
+    """sim-fp32 = the same programs in fp32: equal to the graph with fp16-rounded weights."""
     path, g, feeds = bundle
     rounded = g.replace(
         constants={
@@ -82,7 +82,7 @@ def test_reference_is_the_bundle_without_fp16_storage(bundle) -> None:  # noqa: 
         }
     )
     expected = rounded.run(feeds)
-    got = load(path).run(feeds, "reference")
+    got = load(path).run(feeds, "sim-fp32")
     for name, want in expected.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
     sim = load(path).run(feeds, "sim")

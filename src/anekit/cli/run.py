@@ -19,75 +19,93 @@ from anekit.cli.common import (
 )
 from anekit.errors import AnekitError
 from anekit.files import regular_file
+from anekit.runtime import backends
+from anekit.runtime.backends import Backend
 
 # A runner takes (path, feeds, backend, shapes) and returns outputs keyed by name.
 Runner = Callable[
-    [Path, Mapping[str, np.ndarray], str, Mapping[str, tuple[int, ...]]], dict[str, np.ndarray]
+    [Path, Mapping[str, np.ndarray], Backend, Mapping[str, tuple[int, ...]]],
+    dict[str, np.ndarray],
 ]
 
 
-def _run_onnx(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
-    if backend != "reference":
+def _graph_backend(backend: Backend, path: Path, what: str) -> Backend:
+    if not backend.runs_graphs:
         raise AnekitError(
-            f"backend '{backend}' runs compiled programs; an ONNX model runs on 'reference'",
-            hint="compile it first: anekit compile MODEL -t m4 -o model.anekit",
-        )
-    return load_model_graph(str(path), shapes).run(feeds)
-
-
-def _run_netplist(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
-    if backend != "reference":
-        raise AnekitError(
-            f"backend '{backend}' runs anekit bundles and MIL programs; a netplist runs on "
-            "'reference'",
+            f"backend '{backend.name}' runs compiled programs; {what} is a graph",
             where=str(path),
-            hint="drop --backend, or compile the model into a bundle first",
+            hint=f"run it on {' or '.join(backends.graph_backends())}, or compile it first: "
+            "anekit compile MODEL -t m4 -o model.anekit",
         )
+    backend.check_available()
+    return backend
+
+
+def _program_backend(backend: Backend, path: Path, what: str) -> Backend:
+    if not backend.runs_segments:
+        raise AnekitError(
+            f"backend '{backend.name}' runs graphs; {what} is a compiled program",
+            where=str(path),
+            hint=f"run it on {' or '.join(backends.segment_backends())}",
+        )
+    return backend
+
+
+def _run_onnx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
+    backend = _graph_backend(backend, path, "an ONNX model")
+    return backend.run_graph(load_model_graph(str(path), shapes), feeds)
+
+
+def _run_netplist(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
+    backend = _graph_backend(backend, path, "a netplist")
     if shapes:
         raise AnekitError("a netplist's input shapes are fixed by the file; drop --shape")
     from anekit.formats import netplist
 
-    return netplist.read(path).run(feeds)
+    return backend.run_graph(netplist.read(path), feeds)
 
 
-def _run_mil(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
-    if backend != "sim":
-        raise AnekitError(
-            f"backend '{backend}' runs graphs; a MIL program runs on 'sim' (the fp16 simulator)",
-            where=str(path),
-            hint="drop --backend, or run the ONNX model itself on 'reference'",
-        )
+def _run_program(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
+    """A bundle directory or a MIL file, on a backend that runs compiled programs."""
+    what = "a bundle" if path.is_dir() else "a MIL program"
+    backend = _program_backend(backend, path, what)
     if shapes:
-        raise AnekitError("a MIL program declares its input shapes; drop --shape")
-    from anekit.runtime.sim import SimProgram
-
-    return SimProgram.load(path).run(feeds)
-
-
-def _run_bundle(path: Path, feeds, backend: str, shapes) -> dict[str, np.ndarray]:
-    if shapes:
-        raise AnekitError("a bundle's input shapes are fixed when it is compiled; drop --shape")
+        raise AnekitError(f"{what}'s input shapes are fixed when it is written; drop --shape")
     from anekit.runtime import load
 
-    return load(path).run(feeds, backend=backend)
+    return load(path).run(feeds, backend=backend.name)
+
+
+def _run_hwx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
+    """An Apple-format .hwx program on the engine emulator."""
+    if shapes:
+        raise AnekitError("a .hwx program's input shapes are fixed by the file; drop --shape")
+    return backend.run_hwx(path, feeds)
 
 
 def _runner_for(path: Path) -> Runner:
-    """Pick how to run ``path`` from what it is (later: bundles, MIL text, netplists)."""
+    """Pick how to run ``path`` from what it is."""
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
 
 
 # file suffix -> runner; ONNX is the default for anything else
-RUNNERS: dict[str, Runner] = {".onnx": _run_onnx, ".plist": _run_netplist, ".mil": _run_mil}
-RUNNERS[".anekit"] = _run_bundle  # a compiled bundle directory
+RUNNERS: dict[str, Runner] = {
+    ".onnx": _run_onnx,
+    ".plist": _run_netplist,
+    ".mil": _run_program,
+    ".anekit": _run_program,
+    ".hwx": _run_hwx,
+}
 # file suffix -> backend used when --backend is not given; "reference" otherwise
-DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim"}
-DEFAULT_BACKENDS[".anekit"] = "sim"
+DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim", ".anekit": "sim", ".hwx": "engine"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files")
-    p.add_argument("model", help="an ONNX model file, a MIL program (.mil) or a netplist (.plist)")
+    p.add_argument(
+        "model",
+        help="an ONNX model file, a MIL program (.mil), a netplist (.plist) or an H13 program (.hwx)",
+    )
     p.add_argument(
         "--input",
         "-i",
@@ -100,8 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         default=None,
-        choices=["reference", "sim"],
-        help="where to run (default: sim for MIL programs, reference otherwise)",
+        choices=backends.names(),
+        help="where to run (default: sim for bundles and MIL programs, reference otherwise); "
+        + "; ".join(f"{b.name}: {b.summary}" for b in map(backends.get, backends.names())),
     )
     add_shape_option(p)
     p.set_defaults(func=run)
@@ -115,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         check_npz_target(Path(args.output))  # before the work, not after it
     feeds = parse_inputs(args.input)
     backend = args.backend or DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
-    outputs = _runner_for(path)(path, feeds, backend, parse_shapes(args.shape))
+    outputs = _runner_for(path)(path, feeds, backends.get(backend), parse_shapes(args.shape))
     width = max((len(k) for k in outputs), default=0)
     for name, arr in outputs.items():
         print(f"{name:<{width}}  {describe_array(np.asarray(arr))}")

@@ -1,5 +1,5 @@
-"""Running compiled programs: `Program` (a loaded bundle or MIL file) and its backends."""
+"""Running compiled programs: `Program` (a loaded bundle or MIL file) and the backends it runs on."""
 
-from anekit.runtime.program import BACKENDS, Program, load
+from anekit.runtime.program import Program, load
 
-__all__ = ["BACKENDS", "Program", "load"]
+__all__ = ["Program", "load"]

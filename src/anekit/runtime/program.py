@@ -1,13 +1,8 @@
 """`Program`: a loaded bundle (or one MIL file) that runs its segments in order, many times.
 
-Backends:
-
-- ``sim`` (default): each segment's MIL on the fp16 simulator (fp16 storage between ops,
-  fp32 arithmetic inside an op); CPU segments are fp32 programs and run in fp32.
-- ``reference``: the same MIL programs with every fp16 type widened to fp32, so activations
-  are never rounded to fp16. It needs nothing but the bundle (not the original model); the
-  weights are the bundle's own, i.e. already rounded to fp16 for engine segments. Comparing
-  the two isolates what fp16 storage between ops costs.
+A program runs on any backend of `anekit.runtime.backends` that runs segments: ``sim``
+(default: fp16 storage between ops; CPU segments are fp32 programs and run in fp32) or
+``sim-fp32`` (the same MIL widened to fp32), and later the real engine.
 
 Values cross segment boundaries as the manifest wires them; engine I/O padding is added
 before a segment runs and stripped after, and every value is handed to callers in the
@@ -23,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
 from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
@@ -41,9 +36,9 @@ from anekit.formats.bundle import (
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
-from anekit.runtime.widen import inline_blobs, widen_program
+from anekit.runtime import backends
+from anekit.runtime.backends import SegmentRunner, SegmentSource
 
-BACKENDS = ("sim", "reference")
 # MIL dtype of a standalone program's I/O -> the dtype callers see
 _CALLER_DTYPE = {"fp16": "fp32", "fp32": "fp32", "int32": "int32", "int8": "int8",
                  "uint8": "uint8", "bool": "bool"}  # fmt: skip
@@ -53,7 +48,7 @@ class Program:
     """Segments of MIL with the manifest that wires them; see :func:`load`.
 
     ``programs[i]`` is segment i's parsed MIL; ``weights[i]`` its weight file (a path on
-    disk, bytes in memory, or None). Simulator programs are built on first use per backend.
+    disk, bytes in memory, or None). Each backend loads the segments on first use.
     """
 
     def __init__(
@@ -64,6 +59,8 @@ class Program:
         *,
         where: str = "program",
         base_dirs: Sequence[Path | None] | None = None,
+        root: Path | None = None,
+        weight_map: Path | bytes | None = None,
     ):
         if not (len(programs) == len(weights) == len(manifest.segments)):
             raise AnekitError("a program needs one MIL program and weight source per segment")
@@ -72,7 +69,10 @@ class Program:
         self.weights = tuple(weights)
         self.where = where
         self._base_dirs = tuple(base_dirs) if base_dirs is not None else (None,) * len(programs)
-        self._loaded: dict[str, list[Any]] = {}
+        self._loaded: dict[str, list[SegmentRunner]] = {}
+        self.root = root  # the bundle directory, for a bundle on disk
+        self._weight_map_source = weight_map
+        self._weight_map: Any = None
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -109,9 +109,9 @@ class Program:
         env: dict[tuple, np.ndarray] = {
             ("input", n): a for n, a in self._check_feeds(feeds).items()
         }
-        for segment, sim in zip(self.segments, programs, strict=True):
+        for segment, runner in zip(self.segments, programs, strict=True):
             args = {io.mil_name: _to_program(env[_key(io.source)], io) for io in segment.inputs}
-            results = sim.run(args, fp32_outputs=True)
+            results = runner.run(args)
             for io in segment.outputs:
                 env[(segment.index, io.value)] = _from_program(results[io.mil_name], io)
         return {p.name: env[_key(p.source)] for p in self.outputs}
@@ -128,36 +128,83 @@ class Program:
             for n, p in expected.items()
         }
 
-    def _programs(self, backend: str) -> list[Any]:
-        if backend not in BACKENDS:
-            raise AnekitError(
-                f"unknown backend '{backend}'", hint=f"choose one of: {', '.join(BACKENDS)}"
-            )
+    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+        """A `anekit.runtime.session.Session`: this program loaded once on ``backend``, run
+        step after step; ``state`` maps inputs to the outputs fed back into them."""
+        from anekit.runtime.session import Session
+
+        return Session(self, backend, state)
+
+    def runners(self, backend: str) -> list[SegmentRunner]:
+        """Each segment loaded on ``backend`` (loaded once, then shared by every run)."""
+        return self._programs(backend)
+
+    def _programs(self, backend: str) -> list[SegmentRunner]:
+        """Every segment loaded on ``backend`` (once per backend)."""
         found = self._loaded.get(backend)
         if found is None:
+            chosen = backends.get(backend)
+            chosen.check_available()
             found = self._loaded[backend] = [
-                self._load_segment(i, backend) for i in range(len(self.programs))
+                chosen.prepare(self.segment_source(i)) for i in range(len(self.programs))
             ]
         return found
 
-    def _load_segment(self, i: int, backend: str) -> Any:
-        from anekit.runtime.sim.program import SimProgram
+    def segment_source(self, i: int) -> SegmentSource:
+        """What a backend needs to load segment ``i``."""
+        return SegmentSource(
+            self.programs[i],
+            self.weights[i],
+            self._base_dirs[i],
+            self.segments[i],
+            f"{self.where}: segment {i}",
+        )
 
-        program, weights = self.programs[i], self.weights[i]
-        where = f"{self.where}: segment {i}"
-        base = self._base_dirs[i]
-        if backend == "sim" and base is not None:
-            # on disk: the simulator resolves BLOBFILE inside the segment's own directory
-            return SimProgram(program, base, where=where)
-        reader = _reader(weights)
-        try:
-            program = inline_blobs(program, reader)
-        finally:
-            if reader is not None:
-                reader.close()
-        if backend == "reference":
-            program = widen_program(program)
-        return SimProgram(program, None, where=where)
+    def loaded_runners(self) -> dict[str, list[SegmentRunner]]:
+        """backend name -> its loaded segments, for every backend used so far."""
+        return dict(self._loaded)
+
+    # --- weights -------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        """A digest of every segment's MIL text and weight keys (seed 001 section 5.1): a
+        weight update leaves it unchanged."""
+        from anekit.runtime.weight_map import identity
+
+        return identity(self)
+
+    def weight_map(self) -> Any:
+        """Where each source weight lies in the weight files (`anekit.runtime.weight_map`)."""
+        from anekit.runtime.weight_map import read
+
+        if self._weight_map is None:
+            self._weight_map = read(self._weight_map_source, self.where, len(self.segments))
+        return self._weight_map
+
+    def weight_names(self) -> list[str]:
+        """The source model's weights (ONNX initializer or builder constant names) that
+        :meth:`update_weights` can change without recompiling."""
+        return list(self.weight_map().weights)
+
+    def update_weights(self, updates: Mapping[str, Any], *, verify: bool = True) -> Any:
+        """Write new values of source weights into the weight files (atomically, digests
+        updated, MIL untouched) and reload them where loaded; returns an `UpdateReport`."""
+        from anekit.runtime.weight_update import update_weights
+
+        return update_weights(self, updates, verify=verify)
+
+    def replace_weights(
+        self, manifest: Manifest, weights: Sequence[Path | bytes | None], changed: Sequence[int]
+    ) -> None:
+        """Take new weight files for the segments ``changed`` and reload them on every
+        loaded backend (sessions pick the new runners up on their next step)."""
+        self.manifest = manifest
+        self.weights = tuple(weights)
+        for name, runners in self._loaded.items():
+            chosen = backends.get(name)
+            for i in changed:
+                runners[i] = chosen.prepare(self.segment_source(i))
 
     # --- export --------------------------------------------------------------------------
 
@@ -180,8 +227,12 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     A bundle is read as untrusted input: schema, paths, sizes, sha256 digests (``verify``)
     and every BLOBFILE are checked before anything runs.
     """
-    p = Path(path)
+    p = path_argument(path, "the program to load")
     if p.is_dir():
+        from anekit.runtime.weight_update import recover
+
+        if (p / "manifest.json").is_file():
+            recover(p)  # finish (or clear away) a weight update a killed process left
         return _load_bundle(read_bundle(p, verify=verify))
     regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
     return _load_mil_file(p)
@@ -195,7 +246,12 @@ def _load_bundle(bundle: Bundle) -> Program:
         check_blobfiles(bundle, segment, program)
         programs.append(program)
         weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
-    return Program(bundle.manifest, programs, weights, where=str(bundle.root))
+    from anekit.runtime.weight_map import WEIGHT_MAP
+
+    return Program(
+        bundle.manifest, programs, weights, where=str(bundle.root), root=bundle.root,
+        weight_map=bundle.read(WEIGHT_MAP) if WEIGHT_MAP in bundle.manifest.files else None,
+    )  # fmt: skip
 
 
 def _load_mil_file(path: Path) -> Program:
@@ -292,7 +348,8 @@ def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     array = np.asarray(array)
     if io.padded:
         array = array[tuple(slice(0, s) for s in io.shape)]
-    return np.ascontiguousarray(array, dtype=to_dtype(io.dtype).numpy)
+    # np.asarray keeps a scalar's rank 0 (np.ascontiguousarray makes it shape [1])
+    return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
 
 
 def _reader(weights: Path | bytes | None) -> BlobReader | None:
@@ -303,4 +360,8 @@ def from_contents(contents: Any, *, where: str = "compiled model") -> Program:
     """A Program over a bundle built in memory (`anekit.codegen.bundle.BundleContents`)."""
     manifest: Manifest = contents.manifest
     weights = [None if s.weights is None else contents.files[s.weights] for s in manifest.segments]
-    return Program(manifest, contents.programs, weights, where=where)
+    from anekit.runtime.weight_map import WEIGHT_MAP
+
+    files = contents.files
+    raw = files[WEIGHT_MAP] if WEIGHT_MAP in files else None
+    return Program(manifest, contents.programs, weights, where=where, weight_map=raw)

@@ -11,6 +11,7 @@ from onnx import AttributeProto
 
 from anekit import budget
 from anekit.errors import ModelError
+from anekit.frontend.onnx.loader import tensor_to_array
 from anekit.ir.registry import REQUIRED, TensorType
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if t == AttributeProto.TENSOR:
-        return onnx.numpy_helper.to_array(attr.t)
+        return tensor_to_array(attr.t, None)  # checked like an initializer
     if t == AttributeProto.FLOATS:
         return tuple(attr.floats)
     if t == AttributeProto.INTS:

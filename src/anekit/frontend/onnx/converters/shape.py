@@ -142,13 +142,33 @@ def slice_(cx: NodeContext):
     return cx.emit("slice", [cx.input(0)], attrs, final=True)
 
 
+def _check_constant_indices(cx: NodeContext) -> None:
+    """Constant indices must lie in [-dim, dim) of the data's axis (onnxruntime refuses the
+    model otherwise); checked here, where the message can name the user's node."""
+    indices = cx.const(1)
+    rank = len(cx.shape(0))
+    axis = cx.attr("axis", 0)
+    if indices is None or indices.size == 0 or not -rank <= axis < rank:
+        return  # data-dependent, empty, or a bad axis (inference reports that)
+    dim = cx.shape(0)[axis]
+    low, high = int(indices.min()), int(indices.max())
+    if low < -dim or high >= dim:
+        bad = low if low < -dim else high
+        raise ModelError(
+            f"index {bad} is out of range for axis {axis} of size {dim} "
+            f"(indices must lie in [{-dim}, {dim - 1}])"
+        )
+
+
 @converter("Gather")
 def gather(cx: NodeContext):
+    _check_constant_indices(cx)
     return cx.emit("gather", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)}, final=True)
 
 
 @converter("GatherElements")
 def gather_elements(cx: NodeContext):
+    _check_constant_indices(cx)
     return cx.emit(
         "gather_elements", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)}, final=True
     )

@@ -1,0 +1,157 @@
+"""The engine's binding rules for a program's I/O surfaces (seed 001, Orion constraints #2-#4
+and #18-#20), checked on a bundle and modelled byte for byte by :class:`Surfaces`.
+
+- all input surfaces of a program have one allocation size, and so do all output surfaces
+  (#18, #2): a session allocates every surface of an engine segment at one size;
+- surfaces are bound to the program's inputs (and outputs) in alphabetical order of their
+  MIL names (#19, #3): a program that declares them in another order would be fed the
+  wrong data by a runtime that passes surfaces in declaration order, so it is refused;
+- the engine reads a surface as packed data from byte 0, whatever its size (#20): values
+  are written and read at the start of the surface;
+- no surface is smaller than the minimum (#4, ``limits.min_io_bytes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from anekit import targets
+from anekit.errors import FormatError, TargetError
+from anekit.formats import mil
+from anekit.formats.bundle import SegmentEntry, SegmentIO
+
+# bytes of one element of each MIL dtype as the engine stores it
+ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
+# how an element of each MIL dtype lies in a surface
+SURFACE_DTYPE = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4"), "int32": np.dtype("<i4"),
+                 "int8": np.dtype("i1"), "uint8": np.dtype("u1"), "bool": np.dtype("?")}  # fmt: skip
+
+
+def port_bytes(io: SegmentIO) -> int:
+    """The packed size of a port's value in the program's shape and dtype."""
+    return int(np.prod(io.mil_shape, dtype=np.int64)) * ITEMSIZE[io.mil_dtype]
+
+
+def min_surface_bytes(target_name: str) -> int:
+    """The target's minimum surface; for a program of unknown target the largest any chip
+    needs (a surface that large is accepted everywhere)."""
+    try:
+        return targets.get(target_name).limits.min_io_bytes
+    except TargetError:
+        return max(targets.get(n).limits.min_io_bytes for n in targets.names())
+
+
+def check_engine_segment(
+    segment: SegmentEntry, program: mil.Program, min_bytes: int, where: str
+) -> int:
+    """Refuse an engine segment whose I/O breaks a binding rule; returns the one size every
+    surface of the segment gets (its input and output allocations' maximum)."""
+    function = program.function(segment.function)
+    at = f"{where}: segment {segment.index}"
+    for kind, names, rule in (
+        ("inputs", [b.name for b in function.inputs], "#19"),
+        ("outputs", list(function.outputs), "#3"),
+    ):
+        if names != sorted(names):
+            raise FormatError(
+                f"the program declares its {kind} in the order {names}; the engine binds "
+                f"surfaces in alphabetical order of their names (Orion {rule}), so they would "
+                "receive each other's data",
+                where=at,
+                hint="declare inputs and return outputs sorted by name (anekit compile does)",
+            )
+    sizes = []
+    for kind, ports, alloc, rule in (
+        ("input", segment.inputs, segment.input_alloc_bytes, "#18"),
+        ("output", segment.outputs, segment.output_alloc_bytes, "#2"),
+    ):
+        if not ports:
+            continue
+        if alloc is None:
+            raise FormatError(
+                f"an engine segment without an {kind} allocation size: the engine needs every "
+                f"{kind} surface of a program allocated at one size (Orion {rule})",
+                where=at,
+            )
+        if alloc < min_bytes:
+            raise FormatError(
+                f"{kind} surfaces of {alloc} bytes are below the engine's minimum surface of "
+                f"{min_bytes} bytes (Orion #4)",
+                where=at,
+                hint="pad the last axis to at least 16 (anekit compile does)",
+            )
+        for io in ports:
+            if port_bytes(io) > alloc:
+                raise FormatError(
+                    f"{kind} '{io.mil_name}' needs {port_bytes(io)} bytes, more than the "
+                    f"{alloc}-byte allocation every {kind} surface shares (Orion {rule})",
+                    where=at,
+                )
+        sizes.append(alloc)
+    return max(sizes, default=min_bytes)
+
+
+class Surfaces:
+    """The I/O surfaces of one engine program: one byte buffer per port, all of one size,
+    bound in alphabetical order of the ports' MIL names.
+
+    Values are written packed from byte 0 and read back the same way. ``alias`` binds an
+    input port to an output port's surface (seed 004's output-to-input aliasing): what a
+    step writes there, the next step reads, without leaving the surface.
+    """
+
+    def __init__(self, inputs: Sequence[SegmentIO], outputs: Sequence[SegmentIO], size: int):
+        self.size = size
+        self.inputs = {io.mil_name: io for io in sorted(inputs, key=lambda io: io.mil_name)}
+        self.outputs = {io.mil_name: io for io in sorted(outputs, key=lambda io: io.mil_name)}
+        self._in = {n: np.zeros(size, np.uint8) for n in self.inputs}
+        self._out = {n: np.zeros(size, np.uint8) for n in self.outputs}
+
+        self._fixed: set[str] = set()  # inputs not written per step: aliased or pinned
+
+    def alias(self, input_name: str, output_name: str) -> None:
+        self._in[input_name] = self._out[output_name]
+        self._fixed.add(input_name)
+
+    def pin(self, input_name: str, array: np.ndarray) -> None:
+        """Write an input that stays the same from step to step (an adapter) once."""
+        self.write_input(input_name, array)
+        self._fixed.add(input_name)
+
+    def fixed(self, input_name: str) -> bool:
+        """The input's surface is filled outside the steps (aliased state, pinned input)."""
+        return input_name in self._fixed
+
+    def write_input(self, name: str, array: np.ndarray) -> None:
+        _write(self._in[name], array, self.inputs[name])
+
+    def write_output(self, name: str, array: np.ndarray) -> None:
+        _write(self._out[name], array, self.outputs[name])
+
+    def read_input(self, name: str) -> np.ndarray:
+        return _read(self._in[name], self.inputs[name])
+
+    def read_output(self, name: str) -> np.ndarray:
+        return _read(self._out[name], self.outputs[name])
+
+    def read_inputs(self) -> Mapping[str, np.ndarray]:
+        """What the engine sees: each input read packed from byte 0 of its surface."""
+        return {name: self.read_input(name) for name in self.inputs}
+
+
+def _write(surface: np.ndarray, array: np.ndarray, io: SegmentIO) -> None:
+    dtype = SURFACE_DTYPE[io.mil_dtype]
+    data = np.asarray(array)
+    if data.shape != io.mil_shape:
+        raise FormatError(
+            f"port '{io.mil_name}' takes {io.mil_dtype}{list(io.mil_shape)}, "
+            f"was given {list(data.shape)}"
+        )
+    n = port_bytes(io)
+    surface[:n].view(dtype).reshape(io.mil_shape)[...] = data  # cast in place, no temporary
+
+
+def _read(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
+    return surface[: port_bytes(io)].view(SURFACE_DTYPE[io.mil_dtype]).reshape(io.mil_shape)

@@ -1,0 +1,302 @@
+"""`Session`: a program loaded once on a backend, with state that stays between steps.
+
+``state`` binds model inputs to the model outputs that feed them back (seed 004 section
+2.5.1, output-to-input aliasing): after every step the output's value becomes the input's.
+On ``sim`` an engine segment's I/O lives in surfaces modelled byte for byte on the engine's
+binding rules (:mod:`anekit.runtime.binding`); a state whose input and output are ports of
+the same engine segment has its input bound to the output's surface, so it stays there in
+the engine's fp16 form from step to step and is read back only when asked. Other state
+(crossing segments, or on a CPU segment) is handed from step to step in the producing
+program's storage form, never converted to the caller's dtype or stripped of padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anekit import lora
+from anekit.errors import AnekitError, InputError, check_input_names
+from anekit.formats.bundle import SegmentIO, Source
+from anekit.ir.dtypes import to_dtype
+from anekit.ir.graph import Value
+from anekit.ir.interpret import coerce_feed
+from anekit.runtime.binding import Surfaces, check_engine_segment, min_surface_bytes
+from anekit.runtime.program import _from_program, _key, _to_program
+from anekit.runtime.sim.fp16 import round_to_fp16, widen_fp16
+from anekit.runtime.sim.values import STORAGE
+
+if TYPE_CHECKING:
+    from anekit.runtime.program import Program
+
+# a value between segments: an array in its producer's storage form with that producer's
+# port, or a caller's array (port None)
+Held = tuple[np.ndarray, SegmentIO | None]
+
+
+class Session:
+    """Run a program step after step with resident state; see :meth:`Program.session`."""
+
+    def __init__(self, program: Program, backend: str, state: Mapping[str, str] | None = None):
+        self.program = program
+        self.backend = backend
+        self.state = dict(state or {})
+        self._check_state()
+        program.runners(backend)  # loaded now: errors surface here, not at the first step
+        self._surfaces: list[Surfaces | None] = [None] * len(program.segments)
+        if backend == "sim":  # the simulator models the engine's surfaces
+            min_bytes = min_surface_bytes(program.target.name)
+            for seg, mil_program in zip(program.segments, program.programs, strict=True):
+                if seg.device == "ane":
+                    size = check_engine_segment(seg, mil_program, min_bytes, program.where)
+                    self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
+        self._resident: dict[str, tuple[int, SegmentIO]] = {}  # state -> its aliased surface
+        self._held: dict[str, Held] = {}
+        self._bind_state()
+        ports = {p.name: p for p in program.inputs}
+        self.seed({n: np.zeros(ports[n].shape, to_dtype(ports[n].dtype).numpy) for n in self.state})
+        targets = set(self.state.values())
+        self._outputs = [p for p in program.outputs if p.name not in targets]
+        # adapter inputs (anekit.lora) are bound by set_adapter, not fed each step
+        self._adapter_ports = {
+            n: ports[n] for pair in lora.adapter_inputs(list(ports)).values() for n in pair
+        }
+        self._bound: dict[str, Held] = {}
+        self.set_adapter(None)
+        self._feed_ports = {
+            p.name: p
+            for p in program.inputs
+            if p.name not in self.state and p.name not in self._adapter_ports
+        }
+
+    # --- state ---------------------------------------------------------------------------
+
+    def _check_state(self) -> None:
+        ins = {p.name: p for p in self.program.inputs}
+        outs = {p.name: p for p in self.program.outputs}
+        for name, target in self.state.items():
+            if name not in ins:
+                raise AnekitError(
+                    f"state '{name}' is not an input of the program",
+                    hint=f"inputs: {', '.join(ins)}",
+                )
+            if target not in outs:
+                raise AnekitError(
+                    f"state '{name}' is fed back from '{target}', which is not an output",
+                    hint=f"outputs: {', '.join(outs)}",
+                )
+            a, b = ins[name], outs[target]
+            if (a.shape, a.dtype) != (b.shape, b.dtype):
+                raise AnekitError(
+                    f"state '{name}' is {a.dtype}{list(a.shape)} but '{target}', which feeds "
+                    f"it back, is {b.dtype}{list(b.shape)}"
+                )
+        if len(set(self.state.values())) != len(self.state):
+            raise AnekitError("two states are fed back from the same output")
+
+    def _bind_state(self) -> None:
+        """Alias each state's input port to its output's surface where both are ports of
+        one engine segment in the same form."""
+        outs = {p.name: p.source for p in self.program.outputs}
+        for name, target in self.state.items():
+            src = outs[target]
+            assert src is not None
+            if src.segment is None:
+                continue
+            consumers = [
+                (seg.index, io)
+                for seg in self.program.segments
+                for io in seg.inputs
+                if io.source == Source(input=name)
+            ]
+            surfaces = self._surfaces[src.segment]
+            producer = next(
+                io for io in self.program.segments[src.segment].outputs if io.value == src.value
+            )
+            if (
+                surfaces is not None
+                and len(consumers) == 1
+                and consumers[0][0] == src.segment
+                and _same_form(consumers[0][1], producer)
+            ):
+                surfaces.alias(consumers[0][1].mil_name, producer.mil_name)
+                self._resident[name] = (src.segment, consumers[0][1])
+
+    @property
+    def resident(self) -> tuple[str, ...]:
+        """The states that stay on their engine surface between steps."""
+        return tuple(self._resident)
+
+    def seed(self, values: Mapping[str, Any]) -> None:
+        """Set the value of some states (a new session's states start at zero)."""
+        unknown = sorted(set(values) - set(self.state))
+        if unknown:
+            raise InputError(
+                f"{unknown} are not states of this session",
+                hint=f"states: {', '.join(self.state) or 'none'}",
+            )
+        ports = {p.name: p for p in self.program.inputs}
+        for name, value in values.items():
+            p = ports[name]
+            array = coerce_feed(Value(name, p.shape, to_dtype(p.dtype)), value)
+            found = self._resident.get(name)
+            if found is None:
+                self._held[name] = (array, None)
+            else:
+                index, io = found
+                surfaces = self._surfaces[index]
+                assert surfaces is not None
+                surfaces.write_input(io.mil_name, _store(io, array))
+
+    def read(self, name: str) -> np.ndarray:
+        """The current value of state ``name`` (read from its surface only now)."""
+        if name not in self.state:
+            raise InputError(
+                f"'{name}' is not a state of this session",
+                hint=f"states: {', '.join(self.state) or 'none'}",
+            )
+        found = self._resident.get(name)
+        if found is not None:
+            index, io = found
+            surfaces = self._surfaces[index]
+            assert surfaces is not None
+            return _from_program(_from_surface(surfaces.read_input(io.mil_name), io), io)
+        array, io = self._held[name]
+        return _held_to_caller((array, io))
+
+    # --- adapters ------------------------------------------------------------------------
+
+    def set_adapter(self, adapter: lora.Adapter | None) -> None:
+        """Bind a LoRA adapter's matrices (None: all zero, the base model); they stay bound
+        for every step until the next call, written once to their engine surfaces."""
+        if not self._adapter_ports:
+            if adapter is None:
+                return
+            raise InputError(
+                "this program takes no adapter", hint="compile it with lora=anekit.LoRA(...)"
+            )
+        if adapter is None:
+            feeds = {n: np.zeros(p.shape, np.float32) for n, p in self._adapter_ports.items()}
+        else:
+            feeds = lora.bind(adapter, self._adapter_ports)
+        for name, value in feeds.items():
+            p = self._adapter_ports[name]
+            array = coerce_feed(Value(name, p.shape, to_dtype(p.dtype)), value)
+            self._bound[name] = (array, None)
+            for seg in self.program.segments:
+                surfaces = self._surfaces[seg.index]
+                for io in seg.inputs:
+                    if surfaces is not None and io.source == Source(input=name):
+                        surfaces.pin(io.mil_name, _store(io, array))
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """One step: returns the outputs that are not state."""
+        return self._step(self._coerce(feeds or {}))
+
+    def run_steps(
+        self, k: int, feeds: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``k`` steps in one call; ``feeds`` is one mapping for every step or a sequence of
+        ``k``. Returns each non-state output stacked over the steps (shape ``(k, ...)``)."""
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise InputError(f"run_steps needs a step count of at least 1, not {k!r}")
+        if feeds is None or isinstance(feeds, Mapping):
+            once = self._coerce(feeds or {})
+            per_step: Sequence[Mapping[str, np.ndarray]] = [once] * int(k)
+        else:
+            if len(feeds) != k:
+                raise InputError(
+                    f"run_steps({k}) was given {len(feeds)} feed mappings",
+                    hint="pass one mapping for every step, or a sequence of exactly k",
+                )
+            per_step = [self._coerce(f) for f in feeds]
+        results = [self._step(f) for f in per_step]
+        return {p.name: np.stack([r[p.name] for r in results]) for p in self._outputs}
+
+    def _coerce(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        ports = self._feed_ports
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ports.values())
+        check_input_names(ports, feeds, f"each step takes ({sig}); state comes from the session")
+        return {
+            n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n]) for n, p in ports.items()
+        }
+
+    def _step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[tuple, Held] = {("input", n): (a, None) for n, a in feeds.items()}
+        for name, held in (*self._held.items(), *self._bound.items()):
+            env[("input", name)] = held
+        # fetched each step: a weight update swaps in reloaded runners
+        runners = self.program.runners(self.backend)
+        for seg, runner, surfaces in zip(
+            self.program.segments, runners, self._surfaces, strict=True
+        ):
+            # a runner that takes storage-form inputs as they are skips a rounding pass
+            run = getattr(runner, "run_stored", runner.run)
+            i = seg.index
+            args = {
+                io.mil_name: _feed(io, env[_key(io.source)])
+                for io in seg.inputs
+                if surfaces is None or not surfaces.fixed(io.mil_name)
+            }
+            if surfaces is None:
+                results = run(args)
+            else:
+                for name, array in args.items():
+                    surfaces.write_input(name, array)
+                seen = {
+                    n: _from_surface(a, surfaces.inputs[n])
+                    for n, a in surfaces.read_inputs().items()
+                }
+                results = run(seen)
+                for io in seg.outputs:
+                    surfaces.write_output(io.mil_name, results[io.mil_name])
+            for io in seg.outputs:
+                env[(i, io.value)] = (results[io.mil_name], io)
+        outs = {p.name: p.source for p in self.program.outputs}
+        for name, target in self.state.items():
+            if name not in self._resident:
+                self._held[name] = env[_key(outs[target])]
+        return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
+
+    def __repr__(self) -> str:
+        return (
+            f"Session({self.program.manifest.model!r}, backend={self.backend!r}, "
+            f"state={self.state}, resident={list(self._resident)})"
+        )
+
+
+def _same_form(a: SegmentIO, b: SegmentIO) -> bool:
+    form = ("mil_dtype", "mil_shape", "shape", "dtype")
+    return all(getattr(a, f) == getattr(b, f) for f in form)
+
+
+def _feed(io: SegmentIO, held: Held) -> np.ndarray:
+    """A held value in the storage form of the port ``io``."""
+    array, src = held
+    if src is not None and _same_form(src, io):
+        return array  # already in this port's form: no conversion
+    return _store(io, array if src is None else _from_program(array, src))
+
+
+def _store(io: SegmentIO, caller: np.ndarray) -> np.ndarray:
+    """A caller's value (checked by coerce_feed) in the port's storage form, fp16 rounded."""
+    array = _to_program(caller, io)
+    if io.mil_dtype == "fp16":
+        return round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
+    return np.ascontiguousarray(array, dtype=STORAGE[io.mil_dtype])
+
+
+def _from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+    """A value read off a surface in the simulator's storage form (fp16 widened exactly)."""
+    if io.mil_dtype == "fp16":
+        return widen_fp16(array)
+    return np.array(array, dtype=STORAGE[io.mil_dtype])
+
+
+def _held_to_caller(held: Held) -> np.ndarray:
+    array, io = held
+    return array.copy() if io is None else _from_program(array, io)
