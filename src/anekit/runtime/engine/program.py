@@ -114,7 +114,7 @@ class EngineProgram:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run every pass in chain order; outputs are float32 arrays of the declared shapes."""
         names = [t.name for t in self.inputs]
-        check_input_names(names, list(feeds), f"the program takes {names}")
+        check_input_names(names, feeds, f"the program takes {names}")
         space = AddressSpace(self.hwx, self.data, self.where)
         l2 = L2Memory(L2_BYTES)
         for tensor in self.inputs:

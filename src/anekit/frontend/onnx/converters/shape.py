@@ -13,6 +13,12 @@ def resolve_reshape(
     in_shape: tuple[int, ...], target: tuple[int, ...], allowzero: bool
 ) -> tuple[int, ...]:
     """ONNX Reshape semantics: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    for i, d in enumerate(target):
+        if d < -1 or (d == 0 and not allowzero and i >= len(in_shape)):
+            raise ModelError(
+                f"reshape target {list(target)}: dimension {i} ({d}) is neither a size, -1, nor "
+                f"a 0 copying one of the input's {len(in_shape)} dimensions"
+            )
     out = [in_shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise ModelError(f"reshape target {list(target)} has more than one -1")
