@@ -9,7 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import add_shape_option, existing_model_file, parse_shapes, print_json
+from anekit.cli.common import (
+    add_shape_option,
+    compression_line,
+    compression_summary,
+    existing_model_file,
+    parse_shapes,
+    print_json,
+)
+from anekit.codegen.compress import SCHEMES
 from anekit.errors import AnekitError
 
 MAX_CPU_ROWS = 10
@@ -31,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="fp16",
         help="how CPU segments store float weights (engine segments always use fp16)",
     )
+    p.add_argument(
+        "--compress",
+        choices=SCHEMES,
+        default=None,
+        help="store the engine's convolution weights compressed (MIL constexpr ops)",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
     p.set_defaults(func=run)
@@ -51,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
-        compiled = compile_model(path, target, input_shapes=shapes)
+        compiled = compile_model(path, target, input_shapes=shapes, compress=args.compress)
         step("emitting MIL", len(compiled.segments))
         written = save(
             compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
@@ -81,6 +95,7 @@ def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
             for s in manifest.segments
         ],
         "bytes": sum(f.size for f in manifest.files.values()),
+        "compression": compression_summary(compiled.compression_report),
     }
 
 
@@ -94,6 +109,9 @@ def _print_summary(compiled: Any, bundle: Path, package: Path | None) -> None:
     if package is not None:
         print(f"wrote {package}")
     print(compiled.summary_line())
+    report = compression_summary(compiled.compression_report)
+    if report:
+        print(compression_line(report))
     cpu = [r for r in compiled.report["ops"] if r["placement"] == "cpu"]
     for row in cpu[:MAX_CPU_ROWS]:
         print(f"  cpu: {row['node']} ({row['op']}): {row['reason']}")
