@@ -32,12 +32,11 @@ from anekit.formats.mil import (
     Var,
     string,
 )
-from anekit.ir.dtypes import DType
+from anekit.ir.dtypes import FP16_MAX, DType
 
 WEIGHT_PATH = "@model_path/weights/weight.bin"
 # coremltools moves consts of 10 or more elements to the weight file; we do the same.
 BLOB_MIN_ELEMENTS = 10
-FP16_MAX = 65504.0
 
 # IR dtype -> MIL dtype, apart from floats (which follow the program's precision).
 _INT_DTYPES = {

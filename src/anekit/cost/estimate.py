@@ -16,6 +16,7 @@ from anekit.cost.model import (
     bottleneck,
     layer_cost,
     partition_costs,
+    pays_startup,
 )
 from anekit.ir.graph import Graph, Node
 from anekit.schedule import (
@@ -267,7 +268,11 @@ def _ane_segment(
     layers = layers_of(graph, seg, weight_bytes)  # type: ignore[arg-type]
     sched = schedule_layers(layers, target, options)
     partner = {a: b for a, b in sched.coissue} | {b: a for a, b in sched.coissue}
-    costs = {lay.name: layer_cost(lay, sched, rates, partner.get(lay.name)) for lay in layers}
+    starts = pays_startup(sched)
+    costs = {
+        lay.name: layer_cost(lay, sched, rates, partner.get(lay.name), startup=lay.name in starts)
+        for lay in layers
+    }
     parts = partition_costs(sched, costs)
     return SegmentCost(
         index=seg.index,

@@ -97,7 +97,7 @@ def link_layers(layers: Iterable[LayerInfo]) -> tuple[LayerInfo, ...]:
     layers = list(layers)
     seen: dict[str, int] = {}
     outputs: dict[str, str] = {}
-    readers: dict[str, list[str]] = {lay.name: [] for lay in layers}
+    readers: dict[str, dict[str, None]] = {lay.name: {} for lay in layers}  # ordered sets
     for i, lay in enumerate(layers):
         if lay.name in seen:
             raise InternalError(f"layer name '{lay.name}' is used twice")
@@ -114,8 +114,7 @@ def link_layers(layers: Iterable[LayerInfo]) -> tuple[LayerInfo, ...]:
                     f"layer '{lay.name}': '{op.producer}' writes '{outputs[op.producer]}', "
                     f"not '{op.tensor}'"
                 )
-            if lay.name not in readers[op.producer]:
-                readers[op.producer].append(lay.name)
+            readers[op.producer][lay.name] = None
         seen[lay.name] = i
         outputs[lay.name] = lay.output
     return tuple(replace(lay, consumers=tuple(readers[lay.name])) for lay in layers)
