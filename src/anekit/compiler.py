@@ -18,7 +18,7 @@ from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
 from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
-from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
+from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
 from anekit.targets import Target
 
 # Issue 5's cost model plugs in here: ``anekit.cost.report_estimate(compiled) -> dict``.
@@ -34,17 +34,17 @@ class CompiledModel:
     are the ANE and CPU programs in execution order (one dispatch per ANE segment).
     """
 
-    def __init__(self, source: Graph, graph: Graph, target: Target, ctx: PassContext):
+    def __init__(self, source: Graph, result: PipelineResult, target: Target, ctx: PassContext):
         self.source = source
-        self.graph = graph
+        self.graph = result.graph
         self.target = target
         self.options = ctx.options
-        self.placement: Mapping[str, Placement] = MappingProxyType(dict(ctx.placement))
-        self.segments: tuple[Segment, ...] = tuple(ctx.segments)
+        self.placement: Mapping[str, Placement] = MappingProxyType(dict(result.placement))
+        self.segments: tuple[Segment, ...] = tuple(result.segments)
         self.diagnostics: tuple[Diagnostic, ...] = tuple(ctx.diagnostics)
         self.pass_log: tuple[PassRecord, ...] = tuple(ctx.records)
-        self._ops = tuple(explain(source, graph, ctx))
-        self._summary = MappingProxyType(summarize(source, graph, ctx))
+        self._ops = tuple(explain(source, result, ctx))
+        self._summary = MappingProxyType(summarize(source, result))
 
     @property
     def ops(self) -> tuple[OpReport, ...]:
@@ -179,5 +179,10 @@ def compile(  # noqa: A001 - the public name the API promises
     chip = targets.get(target)
     source = load_graph(model, input_shapes)
     ctx = PassContext(chip, PassOptions(**options))
-    graph = run_pipeline(stamp_origins(source), ctx, passes)
-    return CompiledModel(source, graph, chip, ctx)
+    if "segment" not in passes:
+        raise AnekitError(
+            "a compile pipeline must place the nodes: it ends with the segment pass",
+            hint=f"the default pipeline: {', '.join(DEFAULT_PIPELINE)}",
+        )
+    result = run_pipeline(stamp_origins(source), ctx, passes)
+    return CompiledModel(source, result, chip, ctx)

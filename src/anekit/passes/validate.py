@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph, Node
 from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
-from anekit.passes.results import Diagnostic
+from anekit.passes.results import Diagnostic, Verdict
 from anekit.targets import Target
 
 FP16_BYTES = 2
@@ -283,13 +284,15 @@ def unlowerable(node: Node) -> Reject | None:
     return None
 
 
-def validate(graph: Graph, ctx: PassContext) -> Graph:
+def validate(graph: Graph, ctx: PassContext) -> tuple[Graph, dict[str, Any]]:
     """Record a verdict for every node: None (the engine accepts it) or the rejection. A node
-    code generation cannot emit at all is an error: `check` must not place what `save` fails on."""
+    code generation cannot emit at all is an error: `check` must not place what `save` fails on.
+    Provides ``verdicts``."""
+    verdicts: dict[str, Verdict] = {}
     for node in graph.nodes:
         missing = unlowerable(node)
         if missing is not None:
-            ctx.verdicts[node.name] = (missing.code, missing.message)
+            verdicts[node.name] = (missing.code, missing.message)
             ctx.count(f"rejected: {missing.code}")
             hint = "the model cannot be saved as a bundle for any target until the op is lowered"
             ctx.diagnose(Diagnostic("error", missing.code, node.name, missing.message, hint))
@@ -300,12 +303,12 @@ def validate(graph: Graph, ctx: PassContext) -> Graph:
         else:
             found = no_engine_form(node, graph)
             severity = "info"
-        ctx.verdicts[node.name] = None if found is None else (found.code, found.message)
+        verdicts[node.name] = None if found is None else (found.code, found.message)
         if found is not None:
             ctx.count(f"rejected: {found.code}")
             ctx.diagnose(
                 Diagnostic(severity, found.code, node.name, found.message, "it runs on the CPU")
             )
-    accepted = sum(1 for v in ctx.verdicts.values() if v is None)
+    accepted = sum(1 for v in verdicts.values() if v is None)
     ctx.note(f"{accepted} layer(s) accepted by the {ctx.target.name} validators")
-    return graph
+    return graph, {"verdicts": MappingProxyType(verdicts)}
