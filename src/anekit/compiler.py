@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -21,8 +20,6 @@ from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
 from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
 from anekit.targets import Target
 
-# Issue 5's cost model plugs in here: ``anekit.cost.report_estimate(compiled) -> dict``.
-ESTIMATE_HOOK = ("anekit.cost", "report_estimate")
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
 
 
@@ -129,16 +126,10 @@ class CompiledModel:
 
 
 def _estimate(cm: CompiledModel) -> Any:
-    """The cost model's estimate for the report, or None while `anekit.cost` does not exist."""
-    module_name, attr = ESTIMATE_HOOK
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    fn = getattr(module, attr, None)
-    return fn(cm) if fn is not None else None
+    """The cost model's estimate for the report (imported here: most compiles never ask)."""
+    from anekit.cost import report_estimate
+
+    return report_estimate(cm)
 
 
 def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
