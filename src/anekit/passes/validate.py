@@ -27,7 +27,9 @@ class Reject:
     message: str
 
 
-# IR op (main op or epilogue activation) -> (feature gate, code, Apple-style message)
+# IR op (main op or epilogue activation) -> (feature gate, code, Apple-style message). Only
+# ops with an engine layer form are gated here (tests/passes/test_validate.py checks it): an
+# op without one never reaches a layer validator, it runs on the CPU with no-engine-form.
 FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
     {
         "softmax": (
@@ -41,36 +43,8 @@ FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
             "Instance norm is not supported by this ANE architecture",
         ),
         "resize": ("resize", "resize-unsupported", "resize is not supported on this architecture"),
-        "grid_sample": (
-            "affine",
-            "affine-unsupported",
-            "affine transform is not supported on this architecture",
-        ),
-        "affine": (
-            "affine",
-            "affine-unsupported",
-            "affine transform is not supported on this architecture",
-        ),
-        "dropout": (
-            "dropout",
-            "dropout-unsupported",
-            "Dropout layer is not supported on this architecture.",
-        ),
-        "random_normal": (
-            "random",
-            "random-unsupported",
-            "Random layer is not supported on this architecture.",
-        ),
-        "random_uniform": (
-            "random",
-            "random-unsupported",
-            "Random layer is not supported on this architecture.",
-        ),
         "sin": ("sin_cos", "sin-cos-unsupported", "sin is not supported on this architecture"),
         "cos": ("sin_cos", "sin-cos-unsupported", "cos is not supported on this architecture"),
-        "topk": ("topk", "topk-unsupported", "TopK layer is not supported on this architecture"),
-        "sort": ("sort", "sort-unsupported", "Sort layer is not supported on this architecture"),
-        "argsort": ("sort", "sort-unsupported", "Sort layer is not supported on this architecture"),
         "attention": ("sdpa", "sdpa-unsupported", "SDPA is not supported on this architecture"),
         "concat": ("concat", "concat-unsupported", "Concat is not supported on this architecture"),
     }
