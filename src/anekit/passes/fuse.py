@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from anekit.ir.engine import (
-    ACTIVATIONS,
-    LAYER_TYPES,
     EpilogueStep,
     Slot,
+    has_engine_form,
+    is_activation,
     layer_attrs,
     layer_type_of,
 )
@@ -43,7 +43,7 @@ def engine_capable(rw: Rewriter, node: Node) -> bool:
     """The op has an engine layer form and all its tensors are floating point."""
     if node.op == "ane_layer" or len(node.outputs) != 1:
         return False
-    if node.op not in LAYER_TYPES and node.op not in ACTIVATIONS:
+    if not has_engine_form(node.op):
         return False
     present = [bool(i) for i in node.inputs]
     if False in present and True in present[present.index(False) :]:
@@ -176,7 +176,7 @@ def _absorb(rw: Rewriter, layer: _Layer, c: Node) -> Slot | None:
             return None
         target.origin += list(c.origin)
         return Slot.GOC
-    if c.op in ACTIVATIONS and len(c.inputs) == 1:
+    if is_activation(c.op) and len(c.inputs) == 1:
         slot = layer.activation_slot()
         if slot is not None:
             layer.steps[slot] = (c.op, dict(c.attrs), list(c.origin))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anekit.ir.engine import ACTIVATIONS
+from anekit.ir.engine import is_activation
 from anekit.ir.graph import Graph, Node
 from anekit.passes.context import PassContext
 from anekit.passes.rewrite import Rewriter
@@ -178,7 +178,7 @@ class _Layout:
             kind = "seq"
         form = Form(kind, out.shape)
         attrs = dict(node.attrs)
-        if node.op in ACTIVATIONS and len(node.inputs) == 1:
+        if is_activation(node.op) and len(node.inputs) == 1:
             ins = [self.twin(node.inputs[0], kind, out.rank, node)]
         elif node.op in _BINARY:
             if not self.operands_fit(list(node.inputs), out.shape, kind):

@@ -22,8 +22,10 @@ def check_params(x: TensorType, scale: TensorType, zp: TensorType | None, attrs:
     per_tensor = scale.numel == 1 and scale.rank <= 1
     # onnxruntime's quantize_static writes bias dequantizers with a [1] scale and a scalar zero
     # point: any one-element pair of rank <= 1 is per tensor
-    if zp is not None and zp.shape != scale.shape and not (
-        per_tensor and zp.numel == 1 and zp.rank <= 1
+    if (
+        zp is not None
+        and zp.shape != scale.shape
+        and not (per_tensor and zp.numel == 1 and zp.rank <= 1)
     ):
         raise InferError(f"zero point {list(zp.shape)} and scale {list(scale.shape)} differ")
     if per_tensor:
@@ -76,7 +78,6 @@ def _quantize_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale", "zero_point?"),
     attrs=(*_QUANT_ATTRS, Attr("dtype", "dtype", DType.UINT8)),
     infer=_quantize_infer,
-    kind="quant",
 )
 def quantize_linear(x, scale, zero_point, axis, block_size, dtype):
     """saturate(round_half_even(x / scale) + zero_point) to int8 or uint8"""
@@ -104,7 +105,6 @@ def _dequantize_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale", "zero_point?"),
     attrs=_QUANT_ATTRS,
     infer=_dequantize_infer,
-    kind="quant",
 )
 def dequantize_linear(x, scale, zero_point, axis, block_size):
     """(x - zero_point) * scale, in the scale's float type"""
