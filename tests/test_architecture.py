@@ -23,8 +23,16 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"errors", "ir", "targets", "schedule"},
     "codegen": {"errors", "ir", "formats"},
     "formats": {"errors"},
-    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules)
-    "runtime": {"errors", "ir", "formats", "codegen", "targets"},
+    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
+    # its minimum surface) and binds LoRA adapter inputs (issue 12)
+    "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora"},
+    # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
+    "lora": {"errors", "ir"},
+    # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
+    "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
+              "formats", "runtime", "compiler"},
+    # issue 14: language models drive the whole toolchain (build graphs, compile, run, estimate)
+    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost", "codegen"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
 # (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh
@@ -38,7 +46,8 @@ ALLOWED = {
     "atomic": {"errors"},
     "naming": set(),
 }
-DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report"}
+# numerics (issue 16) drives the compiler and the simulator over one model, like the CLI
+DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report", "numerics"}
 # Exceptions, each with its reason (also in the issue notes):
 EXCEPTIONS: dict[str, set[str]] = {
     # issue 6: netplist.read() returns an ir.Graph, so the netplist reader builds one

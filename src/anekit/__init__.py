@@ -5,10 +5,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from anekit.budget import max_memory
 from anekit.errors import (
     AnekitError,
     FormatError,
     InputError,
+    MemoryBudgetError,
     ModelError,
     ShapeError,
     TargetError,
@@ -17,7 +19,7 @@ from anekit.errors import (
 
 if TYPE_CHECKING:
     from anekit.compiler import CompiledModel
-    from anekit.frontend.builder import Tensor, constant, graph, input, ops
+    from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
     from anekit.ir import DType, Graph, Node, Value
 
 __version__ = "0.1.0"
@@ -30,11 +32,13 @@ _LAZY = {
     "graph": "anekit.frontend.builder",
     "input": "anekit.frontend.builder",
     "ops": "anekit.frontend.builder",
+    "parameter": "anekit.frontend.builder",
     "DType": "anekit.ir",
     "Graph": "anekit.ir",
     "Node": "anekit.ir",
     "Value": "anekit.ir",
     "CompiledModel": "anekit.compiler",  # the compiler pulls in every pass
+    "LoRA": "anekit.lora",
 }
 
 
@@ -61,8 +65,18 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
     return _compile(model, target, **options)
 
 
+def load_or_compile(model: Any, target: Any = "m4", **options: Any) -> Any:
+    """The compiled program of ``model`` from the program cache, compiling it on a miss
+    (`anekit.compiler.load_or_compile`; ``ANEKIT_CACHE_DIR``)."""
+    from anekit.compiler import load_or_compile as _load_or_compile
+
+    return _load_or_compile(model, target, **options)
+
+
 def __getattr__(name: str) -> Any:
     """The builder, IR and compiler names, imported on first use (see _LAZY)."""
+    if name in ("lora", "train", "llm"):  # subpackages named as attributes
+        return import_module(f"anekit.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'anekit' has no attribute '{name}'")
@@ -85,6 +99,8 @@ __all__ = [
     "FormatError",
     "Graph",
     "InputError",
+    "MemoryBudgetError",
+    "LoRA",
     "ModelError",
     "Node",
     "ShapeError",
@@ -100,5 +116,8 @@ __all__ = [
     "graph",
     "input",
     "load",
+    "max_memory",
+    "load_or_compile",
     "ops",
+    "parameter",
 ]

@@ -153,6 +153,7 @@ def build_bundle(
     report: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     weights: str = "fp16",
+    compressed: Mapping[str, Any] | None = None,
 ) -> BundleContents:
     """Emit every segment of ``graph`` and assemble the bundle's files and manifest.
 
@@ -174,7 +175,8 @@ def build_bundle(
         weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
-                graph, segment, target, weights=weights, executor=pool, conversions=conversions
+                graph, segment, target, weights=weights, executor=pool, conversions=conversions,
+                compressed=compressed,
             )
             if s.weight_file is not None:
                 digest = hashers.submit(s.weight_file.sha256)

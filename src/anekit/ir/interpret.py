@@ -17,19 +17,29 @@ from anekit.errors import (
 )
 from anekit.ir.dtypes import DType
 from anekit.ir.graph import Graph, Node, Value
+from anekit.ir.registry import KernelError
 
 # (node, input arrays, output arrays) -> None; lets tools observe every intermediate.
 Observer = Callable[[Node, list[np.ndarray | None], list[np.ndarray]], None]
 
 
 def coerce_feed(value: Value, array: Any) -> np.ndarray:
-    """Check a user feed against a graph input; convert dtype within the same kind."""
-    arr = np.asarray(array)
+    """Check a user feed against a graph input; convert dtype within the same kind, refusing
+    values the graph's dtype cannot hold (a float64 beyond fp32's range, an int64 beyond
+    int32's) rather than letting them become inf or wrap around."""
+    want = value.dtype
+    convert = f"numpy.asarray(array, dtype=numpy.{want.numpy.name})"
+    try:
+        arr = np.asarray(array)
+    except (ValueError, TypeError) as exc:  # a ragged nested list, an unconvertible object
+        raise InputError(
+            f"input '{value.name}' is not an array ({exc})",
+            hint=f"pass a numpy array of shape {list(value.shape)}, e.g. {convert}",
+        ) from None
     if tuple(arr.shape) != value.shape:
         raise InputError(
             f"input '{value.name}' has shape {list(arr.shape)}, but the model expects {list(value.shape)}"
         )
-    want = value.dtype
     kind = arr.dtype.kind
     ok = (
         (want.is_float and kind in "fiu")
@@ -39,9 +49,29 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
     if not ok:
         raise InputError(
             f"input '{value.name}' has dtype {arr.dtype}, but the model expects {want}",
-            hint="convert the array, e.g. array.astype(numpy.float32)",
+            hint=f"convert the array, e.g. array.astype(numpy.{want.numpy.name})",
         )
+    _check_range(value.name, arr, want)
     return np.asarray(arr, dtype=want.numpy, order="C")
+
+
+def _check_range(name: str, arr: np.ndarray, want: DType) -> None:
+    """Every value of ``arr`` is representable in ``want`` (nan and inf stay what they are)."""
+    if arr.size == 0 or want is DType.BOOL or arr.dtype == want.numpy:
+        return
+    info = np.finfo(want.numpy) if want.is_float else np.iinfo(want.numpy)
+    if arr.dtype.kind == "f":
+        finite = arr[np.isfinite(arr)]
+        low, high = (finite.min(), finite.max()) if finite.size else (0, 0)
+    else:
+        low, high = arr.min(), arr.max()
+    if low < info.min or high > info.max:
+        bad = (low if low < info.min else high).item()
+        raise InputError(
+            f"input '{name}' holds {bad}, outside the range of {want} "
+            f"[{info.min}, {info.max}] that the graph expects",
+            hint="scale or clip the values, or feed them in the graph's dtype",
+        )
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -139,6 +169,10 @@ def run_graph(
                 outs = run_node(node, args, [graph.values[o] for o in node.outputs])
             except (InternalError, AnekitError):
                 raise
+            except KernelError as exc:  # the values break the op's rules (as in onnxruntime)
+                raise InputError(
+                    f"node '{node.name}' ({node.op}) cannot compute on these values: {exc}"
+                ) from None
             except MemoryError:
                 raise MemoryBudgetError(
                     f"node '{node.name}' ({node.op}) ran out of memory",

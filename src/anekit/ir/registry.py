@@ -30,6 +30,12 @@ class InferError(Exception):
     """Raised by an inference function; the caller adds the node and op names."""
 
 
+class KernelError(Exception):
+    """A kernel refused the values it was given (an index out of range, an integer division
+    by zero): the fault of whoever supplied them, the model's constants or the caller's
+    feeds. The caller adds the node and says which."""
+
+
 @dataclass(frozen=True)
 class TensorType:
     """The static type of a tensor: its shape and element type."""

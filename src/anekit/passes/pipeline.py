@@ -13,15 +13,20 @@ from anekit.ir.graph import Graph
 from anekit.passes.canonicalize import canonicalize
 from anekit.passes.context import PassContext
 from anekit.passes.decompose import decompose
-from anekit.passes.fold_reshapes import fold_reshapes
 from anekit.passes.fuse import fuse_epilogues
 from anekit.passes.layout import layout
 from anekit.passes.legalize import legalize
+from anekit.passes.legalize_forms import engine_forms
 from anekit.passes.legalize_kernels import split_kernels
+from anekit.passes.legalize_reshapes import fold_reshapes
 from anekit.passes.matmul_to_conv import matmul_to_conv
 from anekit.passes.results import PipelineResult
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
+
+# The passes issue 16 added to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
+# "before" of benchmarks/cpu_fallback_zoo.py.
+LEGALISING_PASSES = ("engine_forms", "split_kernels", "fold_reshapes")
 
 # (pass name, graph before, graph after): lets tests check every step
 Observer = Callable[[str, Graph, Graph], None]
@@ -44,6 +49,7 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
     {
         "canonicalize": Pass(canonicalize),
         "decompose": Pass(decompose),
+        "engine_forms": Pass(engine_forms),
         "layout": Pass(layout),
         "split_kernels": Pass(split_kernels),
         "matmul_to_conv": Pass(matmul_to_conv),
@@ -60,6 +66,7 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "canonicalize",
     "decompose",
+    "engine_forms",
     "canonicalize",
     "layout",
     "split_kernels",

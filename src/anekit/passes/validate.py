@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from anekit.ir.engine import LayerView
+from anekit.ir.dtypes import DType
+from anekit.ir.engine import UNITS, LayerView
 from anekit.ir.graph import Graph, Node
 from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
@@ -52,9 +53,42 @@ FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
 _KERNEL_AXES = {1: ("width",), 2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
+# Integer types whose values, cast to float, can exceed fp16's largest value (65504).
+_WIDE_INTEGERS = frozenset({DType.INT32, DType.INT64})
+_MAX_MOVES = 64  # how far back through data-movement layers a value's origin is traced
+
+
+def beyond_fp16(graph: Graph, name: str) -> bool:
+    """True when ``name`` holds int32/int64 numbers cast to float (an integer matmul's
+    accumulator before its dequantization scale), moved but not yet rescaled: in fp16 they
+    would overflow to inf, so the layer that reads them computes in fp32 on the CPU."""
+    for _ in range(_MAX_MOVES):
+        p = graph.producer(name)
+        if p is None:
+            return False
+        if p.op == "cast":
+            return graph.values[p.inputs[0]].dtype in _WIDE_INTEGERS
+        moves = p.op in ("reshape", "transpose") or (
+            p.op == "ane_layer"
+            and UNITS[LayerView(p).layer_type] == "dma"
+            and not LayerView(p).epilogue
+            and len(LayerView(p).main_inputs) == 1
+        )
+        if not moves:
+            return False
+        name = p.inputs[0]
+    return False
+
+
 def _common(view: LayerView, graph: Graph, t: Target) -> Reject | None:
-    """Rank, dtype and extent limits every layer shares."""
+    """Rank, dtype, range and extent limits every layer shares."""
     lim = t.limits
+    for name in view.node.inputs:
+        if name and name not in graph.constants and beyond_fp16(graph, name):
+            return Reject(
+                "fp16-range",
+                f"'{name}' holds int32 values cast to float, which may exceed fp16's range (65504)",
+            )
     for name in (*view.node.inputs, view.node.output):
         if not name or name in graph.constants:
             continue

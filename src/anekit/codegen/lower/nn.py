@@ -56,7 +56,7 @@ def _conv(lo: Lowering) -> str:
     strides, pads, dilations = conv_geometry(sp, lo.attrs)
     inputs = {
         "x": lo.x(0),
-        "weight": lo.x(1),
+        "weight": lo.weight(1),
         "strides": lo.p("strides", list(strides)),
         "pad_type": lo.p("pad_type", "custom", "string"),
         "pad": lo.p("pad", interleave_pads(pads)),

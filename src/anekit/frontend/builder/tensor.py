@@ -31,7 +31,7 @@ class Tensor:
     Arithmetic operators record ops: ``x + y``, ``x * 2.0``, ``x @ w``, ``-x``.
     """
 
-    __slots__ = ("type", "_call", "_index", "_name", "_array")
+    __slots__ = ("type", "_call", "_index", "_name", "_array", "_trainable")
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class Tensor:
         self._index = index
         self._name = name
         self._array = array
+        self._trainable = False
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -142,6 +143,16 @@ def constant(value: Any, *, name: str | None = None, dtype: str | DType | None =
         raise ModelError(f"constant {name or ''}: {exc}") from None
     # a private copy: graphs mark their constants read-only, which must not touch the caller's array
     return Tensor(TensorType(arr.shape, dt), name=name, array=np.array(arr, order="C", copy=True))
+
+
+def parameter(value: Any, *, name: str, dtype: str | DType | None = None) -> Tensor:
+    """A trainable constant: ``graph()`` lists it in ``metadata["parameters"]`` (what
+    anekit.train trains; other constants stay fixed)."""
+    t = constant(value, name=name, dtype=dtype)
+    if not t.dtype.is_float:
+        raise ModelError(f"parameter '{name}' must be a float tensor, got {t.dtype}")
+    t._trainable = True
+    return t
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
@@ -291,6 +302,7 @@ def graph(
     def out_name(t: Tensor) -> str:
         return names[id(t)] if t._call is None else value_of[(id(t._call), t._index)]
 
+    trainable = tuple(names[id(t)] for t in consts if t._trainable)
     return Graph(
         inputs=[values[names[id(t)]] for t in graph_inputs],
         outputs=[values[out_name(t)] for t in outs],
@@ -298,4 +310,5 @@ def graph(
         values=values,
         constants=constants,
         name=name,
+        metadata={"parameters": trainable} if trainable else None,
     )

@@ -53,8 +53,17 @@ def load_model(
         return model, None
     if isinstance(model, bytes | bytearray):
         return _parse(bytes(model), "<bytes>"), None
+    if not isinstance(model, str | os.PathLike):
+        raise ModelError(
+            f"cannot read an ONNX model from a {type(model).__name__}",
+            hint="pass a file path, the model's bytes or an onnx.ModelProto",
+        )
     path = Path(model)
-    data = read_file(path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError)
+    data = read_file(
+        path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError,
+        too_large_hint="protobuf caps an .onnx file below 2 GiB; save larger weights as "
+        "external data (onnx.save_model(..., save_as_external_data=True))",
+    )  # fmt: skip
     return _parse(data, str(path)), path.resolve().parent
 
 
@@ -161,10 +170,45 @@ def tensor_to_array(
             f"initializer '{tensor.name}' has element type {onnx_type_name(tensor.data_type)}, "
             "which anekit does not support"
         )
+    _check_embedded(tensor)
     try:
         return onnx.numpy_helper.to_array(tensor)
     except Exception as exc:  # noqa: BLE001 - malformed tensor payloads
         raise FormatError(f"initializer '{tensor.name}' is malformed: {exc}") from None
+
+
+# TensorProto's typed field for each element type (onnx.helper's table), for the count check
+_TYPED_FIELDS = {
+    TensorProto.FLOAT: "float_data", TensorProto.DOUBLE: "double_data",
+    TensorProto.INT64: "int64_data", TensorProto.UINT32: "uint64_data",
+    TensorProto.UINT64: "uint64_data",
+}  # fmt: skip
+
+
+def _check_embedded(tensor: TensorProto) -> None:
+    """The tensor's dims are sizes and its data holds exactly that many elements (the rule
+    onnxruntime applies: a short raw_data or a dim of -1 is refused, not reinterpreted)."""
+    name = tensor.name or "a tensor"
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise FormatError(
+            f"'{name}' has dims {dims}; a dimension is a size, never negative",
+            hint="fix the exporter that wrote the model",
+        )
+    count = math.prod(dims)
+    dtype = ONNX_TO_NUMPY[tensor.data_type]
+    if tensor.HasField("raw_data"):
+        have, want = len(tensor.raw_data), count * dtype.itemsize
+        unit = "bytes"
+    else:
+        field = _TYPED_FIELDS.get(tensor.data_type, "int32_data")
+        have, want, unit = len(getattr(tensor, field)), count, "values"
+    if have != want:
+        raise FormatError(
+            f"'{name}' has {have} {unit} of data, but its dims {dims} of "
+            f"{onnx_type_name(tensor.data_type)} need {want}",
+            hint="the tensor is truncated or its dims are wrong; re-export the model",
+        )
 
 
 def _locate(

@@ -47,6 +47,8 @@ def _float_operands(ins: Types) -> tuple[TensorType, TensorType, TensorType | No
     b = ins[2] if len(ins) > 2 else None
     if x.rank < 3 or w.rank != x.rank:
         raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
+    if any(k < 1 for k in w.shape[2:]):  # onnxruntime's rule too: no empty kernel
+        raise InferError(f"the kernel {list(w.shape[2:])} must only contain positive sizes")
     return x, w, b, x.rank - 2
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, numel
-from anekit.ir.registry import Attr, InferError, TensorType, declare
+from anekit.ir.registry import Attr, InferError, KernelError, TensorType, declare
 
 POOL_ATTRS = (
     Attr("kernel", "ints", doc="window size per spatial axis"),
@@ -280,6 +280,6 @@ def max_unpool(x, indices, output_shape):
     out = np.zeros(numel(output_shape), dtype=x.dtype)
     flat = indices.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= out.size):
-        raise IndexError(f"max_unpool index out of range [0, {out.size})")
+        raise KernelError(f"max_unpool index out of range [0, {out.size})")
     out[flat] = x.reshape(-1)
     return out.reshape(output_shape)

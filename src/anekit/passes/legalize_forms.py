@@ -18,9 +18,10 @@ import math
 
 import numpy as np
 
-from anekit.ir.graph import Node
+from anekit.ir.graph import Graph, Node
+from anekit.passes.context import PassContext
 from anekit.passes.decompose.emit import Emit
-from anekit.passes.rewrite import Rewriter, rule, scalar_value
+from anekit.passes.rewrite import Rewriter, apply_rules, rule, scalar_value
 
 # A cumsum longer than this keeps its CPU form: the triangular matrix grows as L^2.
 MAX_SCAN_LENGTH = 2048
@@ -240,3 +241,8 @@ ENGINE_FORM_RULES = (
     fractional_pow,
     conv_transpose_1d_as_2d,
 )
+
+
+def engine_forms(graph: Graph, ctx: PassContext) -> Graph:
+    """Rewrite ops with no engine layer into exact engine forms (the list in this module's doc)."""
+    return apply_rules(graph, ctx, ENGINE_FORM_RULES)
