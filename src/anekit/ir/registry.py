@@ -144,7 +144,8 @@ class OpDef:
     and the input count. ``layer_type`` is the engine layer the op becomes as a layer's main
     op ("" when it has none; ir/engine.py's UNITS says which unit runs each type);
     ``activation`` marks the ops the engine's neuron unit applies, as a layer of their own
-    or in an activation slot of another layer's epilogue.
+    or in an activation slot of another layer's epilogue. ``affine`` marks the binary ops
+    that fold into the gain/offset unit when one operand is a constant (x*g+o).
     """
 
     name: str
@@ -160,6 +161,7 @@ class OpDef:
     no_lowering: str = ""
     layer_type: str = ""
     activation: bool = False
+    affine: bool = False
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -253,6 +255,7 @@ def declare(
     no_lowering: str = "",
     layer_type: str = "",
     activation: bool = False,
+    affine: bool = False,
 ) -> Callable[[KernelFn], KernelFn]:
     """Decorator declaring an op whose fp32 numpy reference kernel is the decorated function.
 
@@ -274,6 +277,7 @@ def declare(
                 no_lowering=no_lowering,
                 layer_type=layer_type,
                 activation=activation,
+                affine=affine,
             )
         )
         return kernel

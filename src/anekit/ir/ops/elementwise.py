@@ -279,7 +279,8 @@ BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], str]] = 
 }
 
 for _name, (_fn, _doc) in BINARY.items():
-    declare(_name, inputs=("a", "b"), infer=broadcast(), doc=_doc, layer_type="elementwise")(
+    declare(_name, inputs=("a", "b"), infer=broadcast(), doc=_doc, layer_type="elementwise",
+            affine=_name in ("add", "sub", "mul", "div"))(  # a constant operand fits a GOC
         (lambda fn: lambda a, b: fn(a, b))(_fn)
     )
 
