@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "anekit.cli.inspect",
     "anekit.cli.targets",
     "anekit.cli.cache",
+    "anekit.cli.doctor",
     "anekit.cli.generate",
 )
 
