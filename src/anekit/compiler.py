@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -18,11 +17,9 @@ from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
 from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
-from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
+from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
 from anekit.targets import Target
 
-# Issue 5's cost model plugs in here: ``anekit.cost.report_estimate(compiled) -> dict``.
-ESTIMATE_HOOK = ("anekit.cost", "report_estimate")
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
 
 
@@ -35,15 +32,16 @@ class CompiledModel:
     """
 
     def __init__(
-        self, source: Graph, graph: Graph, target: Target, ctx: PassContext,
+        self, source: Graph, result: PipelineResult, target: Target, ctx: PassContext,
         compress: str | None = None,
     ):  # fmt: skip
+        graph = result.graph
         self.source = source
-        self.graph = graph
+        self.graph = result.graph
         self.target = target
         self.options = ctx.options
-        self.placement: Mapping[str, Placement] = MappingProxyType(dict(ctx.placement))
-        self.segments: tuple[Segment, ...] = tuple(ctx.segments)
+        self.placement: Mapping[str, Placement] = MappingProxyType(dict(result.placement))
+        self.segments: tuple[Segment, ...] = tuple(result.segments)
         self.diagnostics: tuple[Diagnostic, ...] = tuple(ctx.diagnostics)
         self.pass_log: tuple[PassRecord, ...] = tuple(ctx.records)
         # weight compression (`anekit.codegen.compress`): each compressed convolution weight
@@ -57,8 +55,8 @@ class CompiledModel:
         self.weight_bytes: Mapping[str, int] = MappingProxyType(
             {name: c.nbytes for name, c in self.compressed.items()}
         )
-        self._ops = tuple(explain(source, graph, ctx))
-        self._summary = MappingProxyType(summarize(source, graph, ctx))
+        self._ops = tuple(explain(source, result, ctx))
+        self._summary = MappingProxyType(summarize(source, result))
 
     @property
     def ops(self) -> tuple[OpReport, ...]:
@@ -153,16 +151,10 @@ class CompiledModel:
 
 
 def _estimate(cm: CompiledModel) -> Any:
-    """The cost model's estimate for the report, or None while `anekit.cost` does not exist."""
-    module_name, attr = ESTIMATE_HOOK
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    fn = getattr(module, attr, None)
-    return fn(cm) if fn is not None else None
+    """The cost model's estimate for the report (imported here: most compiles never ask)."""
+    from anekit.cost import report_estimate
+
+    return report_estimate(cm)
 
 
 def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -217,9 +209,14 @@ def compile(  # noqa: A001 - the public name the API promises
 
         source = adapters.apply(source, lora)
     ctx = PassContext(chip, PassOptions(**options))
-    graph = run_pipeline(stamp_origins(source), ctx, passes)
-    check_tensor_sizes(graph)
-    return CompiledModel(source, graph, chip, ctx, compress)
+    if "segment" not in passes:
+        raise AnekitError(
+            "a compile pipeline must place the nodes: it ends with the segment pass",
+            hint=f"the default pipeline: {', '.join(DEFAULT_PIPELINE)}",
+        )
+    result = run_pipeline(stamp_origins(source), ctx, passes)
+    check_tensor_sizes(result.graph)
+    return CompiledModel(source, result, chip, ctx, compress)
 
 
 def check_tensor_sizes(graph: Graph) -> None:

@@ -166,7 +166,7 @@ def build_bundle(
     # once (a tied embedding serves both segments that read it); each weight file is hashed
     # on a thread of its own as soon as its segment is emitted, chunk by chunk as the
     # conversions finish (separate pools: hashing waits for conversions, never the reverse).
-    # The pools outlive this call: the contents are returned while they work.
+    # Both pools are joined before the call returns: no thread outlives it.
     pool = ThreadPoolExecutor(workers, thread_name_prefix="anekit-convert")
     hashers = ThreadPoolExecutor(workers, thread_name_prefix="anekit-sha256")
     failed = True
@@ -187,9 +187,9 @@ def build_bundle(
             if progress is not None:
                 progress(k + 1, len(segments))
         failed = False
-    finally:  # queued work goes on (unless emission failed); the threads end when it is done
-        pool.shutdown(wait=False, cancel_futures=failed)
-        hashers.shutdown(wait=False, cancel_futures=failed)
+    finally:  # conversions first (the hashes wait for them); a failure cancels what is queued
+        pool.shutdown(wait=True, cancel_futures=failed)
+        hashers.shutdown(wait=True, cancel_futures=failed)
     files: dict[str, FileData] = {}
     entries: list[SegmentEntry] = []
     produced: dict[str, tuple[int, str]] = {}
