@@ -179,6 +179,7 @@ def compile(  # noqa: A001 - the public name the API promises
     chip = targets.get(target)
     source = load_graph(model, input_shapes)
     ctx = PassContext(chip, PassOptions(**options))
+    check_tensor_sizes(source)  # before any pass builds on an impossible size
     graph = run_pipeline(stamp_origins(source), ctx, passes)
     check_tensor_sizes(graph)
     return CompiledModel(source, graph, chip, ctx)
