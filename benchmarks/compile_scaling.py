@@ -46,7 +46,6 @@ FAMILIES = ("chain", "ladder")
 def build(family: str, nodes: int) -> bytes:
     """The model's bytes: ``nodes`` Add nodes in the given family's pattern."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     made, inits, prev = [], [], "x"
@@ -89,8 +88,12 @@ def measure(family: str, nodes: int) -> dict:
         "nodes": nodes,
         "engine_layers": compiled.summary.get("engine_layers"),
         "segments": len(compiled.segments),
-        "seconds": {"import_and_passes": round(t1 - t0, 3), "report_and_schedule": round(t2 - t1, 3),
-                    "write_bundle": round(t3 - t2, 3), "total": round(t3 - t0, 3)},  # fmt: skip
+        "seconds": {
+            "import_and_passes": round(t1 - t0, 3),
+            "report_and_schedule": round(t2 - t1, 3),
+            "write_bundle": round(t3 - t2, 3),
+            "total": round(t3 - t0, 3),
+        },  # fmt: skip
     }
 
 
@@ -127,8 +130,12 @@ def main() -> int:
             runs.append(run)
             print(f"{family:6s} {n:6d} nodes: {run['seconds']}  (load {load[0]})", flush=True)
     fits = {
-        f: round(growth_exponent([(r["nodes"], r["seconds"]["total"]) for r in runs
-                                  if r["family"] == f]), 3)  # fmt: skip
+        f: round(
+            growth_exponent(
+                [(r["nodes"], r["seconds"]["total"]) for r in runs if r["family"] == f]
+            ),
+            3,
+        )  # fmt: skip
         for f in FAMILIES
     }
     goal = [r for r in runs if r["nodes"] == GOAL_NODES]

@@ -13,9 +13,9 @@ from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, infer_types
 
-
 # The head and tail of the node order's linked list (never a node name: names are not empty).
 _ENDS = ""
+
 
 class GraphEditor:
     """A mutable working copy of a Graph. Nothing changes the source graph.
