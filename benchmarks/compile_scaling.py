@@ -16,7 +16,8 @@ How it measures:
   estimate), and writing the bundle (MIL emission, weights, the atomic folder write);
 - the growth exponent k of ``seconds ~ nodes**k`` is the least-squares slope of
   log(seconds) on log(nodes) over the sizes, per family;
-- the machine is shared: the 1-minute load average before each run is recorded.
+- the machine is shared: the 1-minute load average before each run is recorded, and the
+  process's CPU time next to the wall time (waiting for a core shows in the wall time only).
 
     python benchmarks/compile_scaling.py [--sizes 1000,5000,20000,50000]
 """
@@ -76,13 +77,13 @@ def measure(family: str, nodes: int) -> dict:
     anekit.compile(build(family, 30), "m4").save(Path(tempfile.mkdtemp()) / "warm.anekit")
     data = build(family, nodes)
     with tempfile.TemporaryDirectory() as folder:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         compiled = anekit.compile(data, "m4")
         t1 = time.perf_counter()
         _ = compiled.report
         t2 = time.perf_counter()
         compiled.save(Path(folder) / "model.anekit")
-        t3 = time.perf_counter()
+        c3, t3 = time.process_time(), time.perf_counter()
     return {
         "family": family,
         "nodes": nodes,
@@ -93,7 +94,8 @@ def measure(family: str, nodes: int) -> dict:
             "report_and_schedule": round(t2 - t1, 3),
             "write_bundle": round(t3 - t2, 3),
             "total": round(t3 - t0, 3),
-        },  # fmt: skip
+            "total_cpu": round(c3 - c0, 3),
+        },
     }
 
 
@@ -130,13 +132,12 @@ def main() -> int:
             runs.append(run)
             print(f"{family:6s} {n:6d} nodes: {run['seconds']}  (load {load[0]})", flush=True)
     fits = {
-        f: round(
-            growth_exponent(
-                [(r["nodes"], r["seconds"]["total"]) for r in runs if r["family"] == f]
-            ),
+        f"{f} ({clock})": round(
+            growth_exponent([(r["nodes"], r["seconds"][key]) for r in runs if r["family"] == f]),
             3,
-        )  # fmt: skip
+        )
         for f in FAMILIES
+        for clock, key in (("wall", "total"), ("cpu", "total_cpu"))
     }
     goal = [r for r in runs if r["nodes"] == GOAL_NODES]
     doc = {
@@ -144,13 +145,15 @@ def main() -> int:
         "goal": f"{GOAL_NODES} nodes compile (import, passes, schedule, bundle written) in "
         f"under {GOAL_SECONDS} s; growth near-linear",
         "growth_exponent": fits,
-        "goal_met": bool(goal) and all(r["seconds"]["total"] < GOAL_SECONDS for r in goal),
+        "goal_met_wall": bool(goal) and all(r["seconds"]["total"] < GOAL_SECONDS for r in goal),
+        "goal_met_cpu": bool(goal) and all(r["seconds"]["total_cpu"] < GOAL_SECONDS for r in goal),
         "runs": runs,
         "machine": {
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "note": "shared by several sessions: see each run's load_average_before",
+            "note": "shared by several sessions: see each run's load_average_before; the CPU "
+            "time of the compiling process (total_cpu) is what contention changes least",
         },
         "versions": {p: metadata.version(p) for p in ("anekit", "numpy", "onnx")},
     }
