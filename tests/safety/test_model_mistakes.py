@@ -169,3 +169,16 @@ def test_memory_error_is_reported_as_the_users(monkeypatch, relu_file, capsys) -
     monkeypatch.setattr(importer.Importer, "run", exhausted)
     status, err = cli(capsys, "compile", relu_file, "-o", relu_file.with_suffix(".anekit"))
     assert_user_error(status, err, "out of memory")
+
+
+def test_simulator_feeds_are_checked_the_same_way() -> None:
+    """A MIL program run directly on the simulator: its own dtype named, ragged lists refused."""
+    from anekit.runtime.sim import SimProgram
+
+    proto = model([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)],
+                  [value("x", [4], onnx.TensorProto.INT64)], [value("y", [4])])  # fmt: skip
+    program = SimProgram(anekit.compile(proto).bundle.programs[0], None)
+    with pytest.raises(InputError, match=r"astype\(numpy.int32\)"):
+        program.run({"x": np.ones(4, np.float32)})
+    with pytest.raises(InputError, match="is not an array"):
+        program.run({"x": [[1, 2], [3]]})
