@@ -9,6 +9,8 @@ than the time limit) is a finding, recorded with its case seed so it can be repl
 
     python benchmarks/fuzz_formats.py                  # 12,000 cases per target, seed 6
     python benchmarks/fuzz_formats.py --targets hwx    # only the .hwx reader
+    python benchmarks/fuzz_formats.py --targets hwx.engine --out benchmarks/results/fuzz_engine.json
+                                                       # mutated .hwx run on the engine emulator
     python benchmarks/fuzz_formats.py --targets netplist netplist.weights
     python benchmarks/fuzz_formats.py --replay hwx:h13_relu:6:417
 

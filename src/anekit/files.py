@@ -113,6 +113,7 @@ def read_file(
     *,
     sniff: Sniff | None = None,
     max_bytes: int | None = None,
+    too_large_hint: str | None = None,
     error: type[AnekitError] = AnekitError,
 ) -> bytes:
     """The whole regular file ``path``, read once: refused before reading when it is larger
@@ -122,17 +123,18 @@ def read_file(
     try:
         size = os.fstat(fd).st_size
         where = str(path)
-        if max_bytes is not None and size > max_bytes:
-            raise FormatError(
-                f"{what} is {budget.describe(size)}, more than the {budget.describe(max_bytes)} "
-                "such a file can be",
-                where=where,
-            )
-        budget.check(size, f"reading {what}", where=where)
-        if sniff is not None:
+        if sniff is not None:  # the wrong kind of file is the better message: first
             problem = sniff(os.pread(fd, min(size, HEAD_BYTES), 0))
             if problem is not None:
                 raise FormatError(problem, where=where)
+        if max_bytes is not None and size > max_bytes:
+            raise FormatError(
+                f"{what} is {budget.describe(size)}, more than the {budget.describe(max_bytes)} "
+                "such a file can hold",
+                where=where,
+                hint=too_large_hint,
+            )
+        budget.check(size, f"reading {what}", where=where)
         return read_fd(fd, size)
     finally:
         os.close(fd)

@@ -19,8 +19,12 @@ COMMAND_MODULES = (
     "anekit.cli.check",
     "anekit.cli.compile",
     "anekit.cli.estimate",
+    "anekit.cli.report",
     "anekit.cli.inspect",
     "anekit.cli.targets",
+    "anekit.cli.cache",
+    "anekit.cli.doctor",
+    "anekit.cli.generate",
 )
 
 EXIT_OK = 0

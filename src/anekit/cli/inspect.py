@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.inspect_kinds import bundle, hwx, mil_text, netplist, onnx_model, weight_bin
+from anekit.cli.inspect_kinds import (
+    bundle,
+    dispatch,
+    hwx,
+    mil_text,
+    netplist,
+    onnx_model,
+    weight_bin,
+)
 from anekit.cli.inspect_kinds.base import Kind, Node
 from anekit.errors import AnekitError, FormatError
 from anekit.files import open_regular
@@ -18,9 +26,19 @@ HEAD_BYTES = 4096
 
 
 # Magic-byte detectors are tried first, in this order; then file extensions.
-KINDS: tuple[Kind, ...] = (hwx.KIND, weight_bin.KIND, netplist.KIND, mil_text.KIND, onnx_model.KIND)
+KINDS: tuple[Kind, ...] = (
+    hwx.KIND,
+    weight_bin.KIND,
+    netplist.KIND,
+    mil_text.KIND,
+    onnx_model.KIND,
+    dispatch.KIND,
+)
 BUNDLE = bundle.KIND
-KNOWN = "a .hwx container, weight.bin, MIL text, a netplist, an anekit bundle or an ONNX model"
+KNOWN = (
+    "a .hwx container, weight.bin, MIL text, a netplist, an anekit bundle, an ONNX model or a "
+    "dispatch descriptor (.e5)"
+)
 
 
 def detect(path: Path) -> Kind:

@@ -40,6 +40,7 @@ from anekit.formats.bundle import (
 )
 from anekit.formats.mil import Program
 from anekit.ir.graph import Graph, Node, Value
+from anekit.naming import fresh_name
 
 if TYPE_CHECKING:
     from anekit.targets import Target
@@ -152,6 +153,7 @@ def build_bundle(
     report: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     weights: str = "fp16",
+    compressed: Mapping[str, Any] | None = None,
 ) -> BundleContents:
     """Emit every segment of ``graph`` and assemble the bundle's files and manifest.
 
@@ -173,7 +175,8 @@ def build_bundle(
         weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
-                graph, segment, target, weights=weights, executor=pool, conversions=conversions
+                graph, segment, target, weights=weights, executor=pool, conversions=conversions,
+                compressed=compressed,
             )
             if s.weight_file is not None:
                 digest = hashers.submit(s.weight_file.sha256)
@@ -324,9 +327,6 @@ def _with_constant_outputs(
 
 
 def _fresh(hint: str, taken: set[str]) -> str:
-    name, i = hint, 0
-    while name in taken:
-        i += 1
-        name = f"{hint}_{i}"
+    name = fresh_name(hint, taken)
     taken.add(name)
     return name

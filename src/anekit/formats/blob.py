@@ -414,6 +414,12 @@ def _encode(array: np.ndarray, dtype: BlobDType) -> tuple[bytes, int]:
     return values.astype(np.dtype(dtype.numpy)).tobytes(), 0
 
 
+def encode(array: np.ndarray, dtype: str) -> tuple[bytes, int]:
+    """``array`` stored as the weight.bin type named ``dtype`` (range-checked, sub-byte
+    types packed): its bytes and the padding bits of its last byte."""
+    return _encode(array, DTYPES_BY_NAME[dtype])
+
+
 class BlobWriter:
     """Builds a weight.bin in memory: :meth:`add` arrays, then :meth:`write` or :meth:`to_bytes`.
 

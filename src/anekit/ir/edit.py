@@ -12,6 +12,7 @@ from anekit.errors import ModelError, ShapeError
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, infer_types
+from anekit.naming import fresh_name
 
 # The head and tail of the node order's linked list (never a node name: names are not empty).
 _ENDS = ""
@@ -58,15 +59,8 @@ class GraphEditor:
 
     def fresh(self, hint: str) -> str:
         """A name not yet used by any value or node, derived from ``hint``."""
-        hint = hint or "v"
-        if hint not in self._taken:
-            self._taken.add(hint)
-            return hint
-        i = self._next_suffix.get(hint, 1)  # many names share a hint: do not rescan them
-        while f"{hint}_{i}" in self._taken:
-            i += 1
-        self._next_suffix[hint] = i + 1
-        name = f"{hint}_{i}"
+        # many names share a hint: the counters keep each search from rescanning them
+        name = fresh_name(hint or "v", self._taken, counters=self._next_suffix)
         self._taken.add(name)
         return name
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from anekit.ir.dtypes import DType
 from anekit.ir.engine import UNITS, LayerView
 from anekit.ir.graph import Graph, Node
+from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
 from anekit.passes.results import Diagnostic
 from anekit.targets import Target
@@ -303,9 +304,30 @@ _NO_FORM: Mapping[str, str] = MappingProxyType(
 )
 
 
+def unlowerable(node: Node) -> Reject | None:
+    """Why code generation cannot emit this node (its op record says it has no MIL lowering)."""
+    ops = (node.op,)
+    if node.op == "ane_layer":
+        view = LayerView(node)
+        ops = (view.main, *(s.op for s in view.epilogue))
+    for op in ops:
+        reason = get_op(op).no_lowering
+        if reason:
+            return Reject("no-mil-lowering", f"{op} cannot be written as MIL: {reason}")
+    return None
+
+
 def validate(graph: Graph, ctx: PassContext) -> Graph:
-    """Record a verdict for every node: None (the engine accepts it) or the rejection."""
+    """Record a verdict for every node: None (the engine accepts it) or the rejection. A node
+    code generation cannot emit at all is an error: `check` must not place what `save` fails on."""
     for node in graph.nodes:
+        missing = unlowerable(node)
+        if missing is not None:
+            ctx.verdicts[node.name] = (missing.code, missing.message)
+            ctx.count(f"rejected: {missing.code}")
+            hint = "the model cannot be saved as a bundle for any target until the op is lowered"
+            ctx.diagnose(Diagnostic("error", missing.code, node.name, missing.message, hint))
+            continue
         if node.op == "ane_layer":
             found = validate_layer(LayerView(node), graph, ctx.target)
             severity = "warning"

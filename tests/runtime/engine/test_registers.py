@@ -23,8 +23,8 @@ def test_unnamed_bit_is_an_error_naming_the_register():
 
 
 def test_named_field_it_does_not_act_on_must_be_zero():
-    data = with_register("conv", 0xC804, lambda w: w | 1 << 4)  # NE.MACCfg.BiasMode
-    with pytest.raises(FormatError, match=r"NE\.MACCfg\.BiasMode = 0x1 is not understood"):
+    data = with_register("conv", 0xC804, lambda w: w | 1 << 6)  # NE.MACCfg.MatrixBiasEn
+    with pytest.raises(FormatError, match=r"NE\.MACCfg\.MatrixBiasEn = 0x1 is not understood"):
         EngineProgram(data)
 
 
@@ -71,3 +71,32 @@ def test_cli_refuses_a_graph_backend_for_an_hwx(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "does not run .hwx programs" in err and "engine" in err
+
+
+def test_the_reader_shows_unknown_bits_raw_and_inferred_fields_by_name():
+    from anekit.formats import hwx
+
+    td = hwx.parse(with_register("relu", 0x4820, lambda w: w | 1 << 31)).task_descriptors[0]
+    assert dict(td.unknown) == {0x4820: 0x80000000}
+    doc = hwx.parse(with_register("relu", 0x4820, lambda w: w | 1 << 31)).as_dict()
+    assert doc["task_descriptors"][0]["unknown_bits"] == {"0x04820": 0x80000000}
+    plain = hwx.read(HWX / "h13_sum.hwx").task_descriptors[0]
+    assert not plain.unknown  # every bit Apple's programs set is named (mapped or inferred)
+    assert plain.inferred["Planar.Cfg.SecSrc"] == 2 and plain.inferred["Common.ChCfg.Src2En"] == 1
+
+
+def test_l2_buffers_that_overlap_or_cannot_hold_the_tensor_are_refused():
+    # relu: source at L2 0 with 10 units per row; a result base of 5 units overlaps it
+    data = with_register("relu", 0x4834, lambda w: 5 << 4)
+    with pytest.raises(FormatError, match="L2 result and source buffers overlap"):
+        EngineProgram(data)
+    # a channel stride of 9 units cannot hold 77 fp16 (10 units)
+    data = with_register("relu", 0x480C, lambda w: 9 << 4)
+    with pytest.raises(FormatError, match="cannot hold 1 channels of 77 fp16"):
+        EngineProgram(data)
+
+
+def test_a_result_moved_elsewhere_in_l2_gives_the_same_values():
+    plain = EngineProgram.load(HWX / "h13_relu.hwx").run(_relu_feed())["probs"]
+    moved = EngineProgram(with_register("relu", 0x4834, lambda w: 0x400 << 4)).run(_relu_feed())
+    np.testing.assert_array_equal(moved["probs"], plain)

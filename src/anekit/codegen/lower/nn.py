@@ -10,11 +10,11 @@ from types import MappingProxyType
 import numpy as np
 
 from anekit.codegen.lower.context import Lowering
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.ops.conv import conv_geometry
 from anekit.ir.ops.reduce import reduced_axes
 
 LowerFn = Callable[[Lowering], str]
-FP16_MAX = 65504.0
 
 
 def saturated(lo: Lowering, var: str, shape: tuple[int, ...]) -> str:
@@ -56,7 +56,7 @@ def _conv(lo: Lowering) -> str:
     strides, pads, dilations = conv_geometry(sp, lo.attrs)
     inputs = {
         "x": lo.x(0),
-        "weight": lo.x(1),
+        "weight": lo.weight(1),
         "strides": lo.p("strides", list(strides)),
         "pad_type": lo.p("pad_type", "custom", "string"),
         "pad": lo.p("pad", interleave_pads(pads)),

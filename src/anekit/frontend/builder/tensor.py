@@ -12,6 +12,7 @@ from anekit.errors import ModelError, ShapeError
 from anekit.ir.dtypes import DType, dtype_of_array, to_dtype
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, TensorType, infer_types
+from anekit.naming import fresh_name
 
 
 @dataclass(eq=False)
@@ -30,7 +31,7 @@ class Tensor:
     Arithmetic operators record ops: ``x + y``, ``x * 2.0``, ``x @ w``, ``-x``.
     """
 
-    __slots__ = ("type", "_call", "_index", "_name", "_array")
+    __slots__ = ("type", "_call", "_index", "_name", "_array", "_trainable")
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class Tensor:
         self._index = index
         self._name = name
         self._array = array
+        self._trainable = False
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -143,6 +145,16 @@ def constant(value: Any, *, name: str | None = None, dtype: str | DType | None =
     return Tensor(TensorType(arr.shape, dt), name=name, array=np.array(arr, order="C", copy=True))
 
 
+def parameter(value: Any, *, name: str, dtype: str | DType | None = None) -> Tensor:
+    """A trainable constant: ``graph()`` lists it in ``metadata["parameters"]`` (what
+    anekit.train trains; other constants stay fixed)."""
+    t = constant(value, name=name, dtype=dtype)
+    if not t.dtype.is_float:
+        raise ModelError(f"parameter '{name}' must be a float tensor, got {t.dtype}")
+    t._trainable = True
+    return t
+
+
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
     """Tensors pass through; numbers and arrays become constants (numbers take like's dtype)."""
     if isinstance(value, Tensor):
@@ -228,10 +240,7 @@ def graph(
     taken: set[str] = set()
 
     def claim(hint: str) -> str:
-        name, k = hint, 0
-        while name in taken:
-            k += 1
-            name = f"{hint}_{k}"
+        name = fresh_name(hint, taken)
         taken.add(name)
         return name
 
@@ -242,12 +251,9 @@ def graph(
     counters: dict[str, int] = {}
 
     def auto(prefix: str) -> str:
-        while True:
-            counters[prefix] = counters.get(prefix, -1) + 1
-            cand = f"{prefix}_{counters[prefix]}"
-            if cand not in taken:
-                taken.add(cand)
-                return cand
+        name = fresh_name(prefix, taken, bare=False, start=0, counters=counters)
+        taken.add(name)
+        return name
 
     for t in consts:
         names[id(t)] = claim(t.name) if t.name else auto("const")
@@ -296,6 +302,7 @@ def graph(
     def out_name(t: Tensor) -> str:
         return names[id(t)] if t._call is None else value_of[(id(t._call), t._index)]
 
+    trainable = tuple(names[id(t)] for t in consts if t._trainable)
     return Graph(
         inputs=[values[names[id(t)]] for t in graph_inputs],
         outputs=[values[out_name(t)] for t in outs],
@@ -303,4 +310,5 @@ def graph(
         values=values,
         constants=constants,
         name=name,
+        metadata={"parameters": trainable} if trainable else None,
     )

@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelError
+from anekit import budget
+from anekit.errors import (
+    AnekitError,
+    MemoryBudgetError,
+    ModelError,
+    ShapeError,
+    UnsupportedModelError,
+)
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
@@ -26,6 +33,7 @@ from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.interpret import run_node
 from anekit.ir.registry import InferError, KernelError, infer_types
+from anekit.naming import fresh_name
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -208,10 +216,7 @@ class Importer:
     # --- names and values ---------------------------------------------------------------
 
     def fresh(self, hint: str) -> str:
-        name, k = hint, 0
-        while name in self._taken:
-            k += 1
-            name = f"{hint}_{k}"
+        name = fresh_name(hint, self._taken)
         self._taken.add(name)
         return name
 
@@ -373,12 +378,7 @@ class Importer:
         return value
 
     def _convert(self, node: onnx.NodeProto, index: int) -> None:
-        base = node.name or f"{node.op_type}_{index}"
-        name = base
-        k = 0
-        while name in self._node_names:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(node.name or f"{node.op_type}_{index}", self._node_names)
         self._node_names.add(name)
         ctx = NodeContext(self, node, name, self.opset)
         try:
@@ -388,6 +388,12 @@ class Importer:
             raise
         except InferError as exc:
             raise ShapeError(str(exc), where=f"ONNX node '{name}' ({node.op_type})") from None
+        except MemoryError:  # what the budget allowed, the machine did not have free
+            raise MemoryBudgetError(
+                "ran out of memory", requested=0, limit=budget.limit(),
+                where=f"ONNX node '{name}' ({node.op_type})",
+                hint=f"lower {budget.ENV} below the machine's free memory",
+            ) from None
         outs = (result,) if isinstance(result, str) else tuple(result)
         for onnx_name, ir_name in zip(node.output, outs, strict=False):
             if onnx_name:
@@ -449,10 +455,7 @@ class Importer:
     def _ir_node_name(self, onnx_name: str, op: str) -> str:
         """The first IR node of an ONNX node takes its name; the rest '<name>/<op>[_k]'."""
         name = onnx_name if onnx_name not in self._ir_nodes else f"{onnx_name}/{op}"
-        base, k = name, 0
-        while name in self._ir_nodes:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(name, self._ir_nodes)
         self._ir_nodes.add(name)
         return name
 

@@ -59,7 +59,11 @@ def load_model(
             hint="pass a file path, the model's bytes or an onnx.ModelProto",
         )
     path = Path(model)
-    data = read_file(path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError)
+    data = read_file(
+        path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError,
+        too_large_hint="protobuf caps an .onnx file below 2 GiB; save larger weights as "
+        "external data (onnx.save_model(..., save_as_external_data=True))",
+    )  # fmt: skip
     return _parse(data, str(path)), path.resolve().parent
 
 

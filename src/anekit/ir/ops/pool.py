@@ -275,6 +275,7 @@ def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     attrs=(Attr("output_shape", "ints"),),
     infer=_max_unpool_infer,
     kind="pool",
+    no_lowering="not lowered yet: MIL has no unpooling (a scatter by the pooling indices)",
 )
 def max_unpool(x, indices, output_shape):
     """zeros of output_shape with x written at the flat indices (max_pool's indices output)"""

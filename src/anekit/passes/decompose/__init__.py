@@ -22,7 +22,6 @@ from anekit.passes.decompose.activations import (
     decompose_activation,
 )
 from anekit.passes.decompose.attention import decompose_attention, finite_mask
-from anekit.passes.decompose.engine_forms import ENGINE_FORM_RULES
 from anekit.passes.decompose.norms import (
     LRN_MAX_CHANNELS,
     decompose_batch_norm,
@@ -77,7 +76,6 @@ DECOMPOSITIONS: tuple[Decomposition, ...] = (
     Decomposition(finite_mask),
     Decomposition(expand_as_broadcast),
     Decomposition(decompose_lrn),
-    *(Decomposition(rule) for rule in ENGINE_FORM_RULES),
 )
 DECOMPOSE_RULES = tuple(d.rule for d in DECOMPOSITIONS)
 

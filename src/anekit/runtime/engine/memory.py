@@ -102,15 +102,40 @@ def _strided(space: AddressSpace, window: Window, what: str, write: bool) -> np.
     region, start = space.region(window.address, window.extent, what, write=write)
     if start % 2 or window.row_stride % 2 or window.plane_stride % 2:
         raise FormatError(f"{what} is not 2-byte aligned", where=space.where)
+    return fp16_view(region.data, start, window, write)
+
+
+def fp16_view(data: np.ndarray, start: int, window: Window, write: bool) -> np.ndarray:
+    """[C, H, W] fp16 elements of `data` (bytes) from `start` with the window's strides
+    (the caller has checked that they lie inside `data` and are 2-byte aligned)."""
     if window.extent == 0:
         return np.zeros((window.channels, window.height, window.width), np.float16)
-    halves = region.data[start : start + window.extent + (window.extent % 2)].view(np.float16)
+    halves = data[start : start + window.extent + (window.extent % 2)].view(np.float16)
     return np.lib.stride_tricks.as_strided(
         halves,
         shape=(window.channels, window.height, window.width),
         strides=(window.plane_stride, window.row_stride, 2),
         writeable=write,
     )
+
+
+class L2Memory:
+    """The engine's 2 MiB on-chip buffer: every pass stages its sources and its result here."""
+
+    def __init__(self, size: int):
+        self.data = np.zeros(size, np.uint8)
+
+    def _view(self, buffer, write: bool) -> np.ndarray:
+        # buffer: an L2Buffer whose bounds decode_pass has checked against the L2 size
+        window = Window(0, buffer.channels, buffer.height, buffer.width, buffer.row_stride,
+                        buffer.channel_stride)  # fmt: skip
+        return fp16_view(self.data, buffer.start, window, write)
+
+    def store(self, buffer, values: np.ndarray) -> None:
+        self._view(buffer, True)[...] = values
+
+    def load(self, buffer) -> np.ndarray:
+        return np.array(self._view(buffer, False))
 
 
 def load_tensor(space: AddressSpace, window: Window, what: str) -> np.ndarray:

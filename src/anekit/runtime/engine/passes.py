@@ -60,6 +60,7 @@ class EnginePass:
     kernel_format: str | None
     kernel_base: int | None
     tiles: tuple[KernelTile, ...]
+    bias: bool  # NE.MACCfg.BiasMode: each lane's tile starts with its channels' fp16 biases
     nonlinear: str  # "none", "relu", "lut"
     input_relu: bool
     src1: Dma
@@ -67,7 +68,7 @@ class EnginePass:
     dst: Dma
     planar_bias: int  # fp16 bits
     planar_relu: bool
-    l2_regions: tuple[tuple[str, int, int], ...]  # (name, start, size) inside L2
+    l2: tuple[L2Buffer, ...]  # source, [source 2,] result
     skip: bool
 
 
@@ -89,40 +90,64 @@ _DST = ("BaseAddr.Addr", "RowStride.RowStride", "PlaneStride.PlaneStride",
         "DepthStride.DepthStride", "GroupStride.GroupStride")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class L2Buffer:
+    """A tensor [C, H, W] fp16 in the on-chip L2, at a byte offset with byte strides."""
+
+    name: str
+    start: int
+    channel_stride: int
+    row_stride: int
+    channels: int
+    height: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return self.row_stride * self.height
+
+
 def _l2_regions(
     index: int,
     f: dict[str, int],
     shape: tuple[int, int, int, int, int, int],
     two: bool,
     where: str | None,
-) -> tuple[tuple[str, int, int], ...]:
-    """The L2 buffers of one pass as (name, byte start, byte size).
+) -> tuple[L2Buffer, ...]:
+    """The L2 buffers of one pass (sources, then the result).
 
-    Inferred layout (every fixture agrees): a row of a C-channel tensor holds ceil(W/8)
-    chunks of C x 16 bytes, so a row stride below that would overlap rows. Buffers must lie
-    inside the 2 MiB L2 and must not overlap each other.
+    Inferred layout (every fixture agrees): an L2 row holds each channel's row in turn, a
+    channel's row being ceil(W/8) units of 16 bytes (8 fp16); a channel stride or row
+    stride below that would overlap. (A pass-through or planar pass leaves the result
+    strides 0: its result is laid out as its source.) Buffers must lie inside the 2 MiB L2
+    and must not overlap each other.
     """
     cin, hin, win, cout, hout, wout = shape
-    source_row = f.get("L2.SourceRowStride.Stride", 0)
-    result_row = f.get("L2.ConvResultRowStride.Stride", 0) or source_row
-    wanted = [("source", f.get("L2.SourceBase.Addr", 0), source_row, hin, cin, win)]
+    source = (f.get("L2.SourceChannelStride.Stride", 0), f.get("L2.SourceRowStride.Stride", 0))
+    result = (f.get("L2.ConvResultChannelStride.Stride", 0),
+              f.get("L2.ConvResultRowStride.Stride", 0))  # fmt: skip
+    wanted = [("source", f.get("L2.SourceBase.Addr", 0), source, hin, cin, win)]
     if two:
-        wanted.append(("source 2", f.get("L2.Source2Base.Addr", 0),
-                       f.get("L2.Source2RowStride.Stride", 0), hin, cin, win))  # fmt: skip
-    wanted.append(("result", f.get("L2.ResultBase.Addr", 0), result_row, hout, cout, wout))
-    regions = []
-    for name, base, row, rows, channels, width in wanted:
-        start, row_bytes = base * L2_UNIT, row * L2_UNIT
-        need = -(-width // 8) * channels * L2_UNIT
-        _need(row_bytes >= need, index, f"the L2 {name} row stride ({row_bytes} bytes) cannot "
-              f"hold a row of {channels} channels x {width} ({need} bytes)", where)  # fmt: skip
-        size = row_bytes * rows
-        _need(start + size <= L2_BYTES, index, f"the L2 {name} buffer [0x{start:x}, "
-              f"0x{start + size:x}) lies outside the 2 MiB L2", where)  # fmt: skip
-        for other, other_start, other_size in regions:
-            _need(start >= other_start + other_size or other_start >= start + size, index,
-                  f"the L2 {name} and {other} buffers overlap", where)  # fmt: skip
-        regions.append((name, start, size))
+        second = (f.get("L2.Source2ChannelStride.Stride", 0),
+                  f.get("L2.Source2RowStride.Stride", 0))  # fmt: skip
+        wanted.append(("source 2", f.get("L2.Source2Base.Addr", 0), second, hin, cin, win))
+    wanted.append(("result", f.get("L2.ResultBase.Addr", 0), result if any(result) else source,
+                   hout, cout, wout))  # fmt: skip
+    regions: list[L2Buffer] = []
+    for name, base, (channel, row), rows, channels, width in wanted:
+        chunk = -(-width // 8)
+        _need(channel >= chunk and row >= channel * channels, index, f"the L2 {name} strides "
+              f"(channel {channel}, row {row} units of 16 bytes) cannot hold {channels} "
+              f"channels of {width} fp16 ({chunk} units each)", where)  # fmt: skip
+        buffer = L2Buffer(name, base * L2_UNIT, channel * L2_UNIT, row * L2_UNIT, channels,
+                          rows, width)  # fmt: skip
+        end = buffer.start + buffer.size
+        _need(end <= L2_BYTES, index, f"the L2 {name} buffer [0x{buffer.start:x}, 0x{end:x}) "
+              "lies outside the 2 MiB L2", where)  # fmt: skip
+        for other in regions:
+            _need(buffer.start >= other.start + other.size or other.start >= end, index,
+                  f"the L2 {name} and {other.name} buffers overlap", where)  # fmt: skip
+        regions.append(buffer)
     return tuple(regions)
 
 
@@ -194,6 +219,8 @@ def decode_pass(index: int, f: dict[str, int], where: str | None) -> EnginePass:
                 where=where,
             )
         _need(not two, index, "a neural-engine pass with a second source is not understood", where)
+        _need(op == "conv" or not f.get("NE.MACCfg.BiasMode", 0), index,
+              "NE.MACCfg.BiasMode on a pass without kernel tiles", where)  # fmt: skip
         _need(nonlinear != "lut" or bool(tiles), index,
               "a lookup-table activation needs its table in kernel tile 0", where)  # fmt: skip
     else:
@@ -217,7 +244,7 @@ def decode_pass(index: int, f: dict[str, int], where: str | None) -> EnginePass:
     return EnginePass(
         index, unit, cin, cout, hin, win, hout, wout, kh, kw, sy, sx, py, px, groups,
         1 << f.get("Common.ConvCfg.OCGSize", 0), op, kernel_format, kernel_base, tiles,
-        nonlinear, bool(f.get("L2.L2Cfg.InputReLU", 0)), src1, src2, dst, planar_bias,
+        bool(f.get("NE.MACCfg.BiasMode", 0)), nonlinear, bool(f.get("L2.L2Cfg.InputReLU", 0)), src1, src2, dst, planar_bias,
         planar_relu, regions, bool(f.get("Header.Word6.TDSkip", 0)),
     )  # fmt: skip
 

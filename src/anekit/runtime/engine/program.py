@@ -10,10 +10,15 @@ import numpy as np
 
 from anekit.errors import FormatError, InputError, check_input_names
 from anekit.formats import hwx
-from anekit.formats.hwx.registers import generation_layout
 from anekit.runtime.engine import arithmetic
-from anekit.runtime.engine.memory import AddressSpace, Window, load_tensor, store_tensor
-from anekit.runtime.engine.passes import Dma, EnginePass, decode_pass
+from anekit.runtime.engine.memory import (
+    AddressSpace,
+    L2Memory,
+    Window,
+    load_tensor,
+    store_tensor,
+)
+from anekit.runtime.engine.passes import L2_BYTES, Dma, EnginePass, decode_pass
 from anekit.runtime.engine.registers import decode
 
 BASE_FLAVOR = 1  # the LC_THREAD flavor whose state words are the base-address table
@@ -40,11 +45,9 @@ class EngineProgram:
             )
         if not self.hwx.task_descriptors:
             raise FormatError("the program has no task descriptors to run", where=where)
-        self.layout = generation_layout("h13")
         self.bases = self._base_table()
         self.passes = tuple(
-            decode_pass(td.index, decode(self.layout, td, where), where)
-            for td in self.hwx.task_descriptors
+            decode_pass(td.index, decode(td, where), where) for td in self.hwx.task_descriptors
         )
         self._kernel_relocations = self._relocated_tiles()
         for engine_pass in self.passes:
@@ -75,19 +78,19 @@ class EngineProgram:
         return tuple(words[2 * i] | (words[2 * i + 1] << 32) for i in range(BASE_REGISTERS))
 
     def _relocated_tiles(self) -> dict[tuple[int, int], int]:
-        """(descriptor, lane) -> the weight tile's address as the loader would patch it."""
-        text = self.hwx.section("__TEXT", "__text")
+        """(descriptor, lane) -> the weight tile's address as the loader would patch it into
+        KernelDMASrc.CoeffBaseAddr[lane] (the reader located each relocation's register)."""
+        prefix = "KernelDMASrc.CoeffBaseAddr["
         found = {}
         for relocation in self.hwx.relocations:
             register = relocation.register or ""
-            if relocation.descriptor is None or not register.startswith(
-                "KernelDMASrc.CoeffBaseAddr["
+            if (
+                relocation.descriptor is not None
+                and relocation.target_address is not None
+                and register.startswith(prefix)
             ):
-                continue
-            lane = int(register[len("KernelDMASrc.CoeffBaseAddr[") : -1])
-            if relocation.target_address is None or text is None:
-                continue
-            found[(relocation.descriptor, lane)] = relocation.target_address
+                lane = int(register[len(prefix) : -1])
+                found[(relocation.descriptor, lane)] = relocation.target_address
         return found
 
     def _check_work(self, p: EnginePass) -> None:
@@ -111,8 +114,9 @@ class EngineProgram:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run every pass in chain order; outputs are float32 arrays of the declared shapes."""
         names = [t.name for t in self.inputs]
-        check_input_names(names, list(feeds), f"the program takes {names}")
+        check_input_names(names, feeds, f"the program takes {names}")
         space = AddressSpace(self.hwx, self.data, self.where)
+        l2 = L2Memory(L2_BYTES)
         for tensor in self.inputs:
             values = np.asarray(feeds[tensor.name], dtype=np.float32)
             if values.shape != tensor.shape and values.size == int(np.prod(tensor.shape)):
@@ -125,7 +129,7 @@ class EngineProgram:
             self._write_io(space, tensor, values.astype(np.float16))
         for engine_pass in self.passes:
             if not engine_pass.skip:
-                self._execute(space, engine_pass)
+                self._execute(space, l2, engine_pass)
         return {
             _public_name(t.name): self._read_io(space, t).astype(np.float32) for t in self.outputs
         }
@@ -158,21 +162,28 @@ class EngineProgram:
             ]
         )
 
-    def _execute(self, space: AddressSpace, p: EnginePass) -> None:
+    def _execute(self, space: AddressSpace, l2: L2Memory, p: EnginePass) -> None:
+        """DRAM -(tile DMA)-> L2 source buffer(s) -> engine -> L2 result -(tile DMA)-> DRAM."""
         what = f"task descriptor {p.index}"
-        x = load_tensor(space, self._window(p.src1, p.cin, p.hin, p.win),
-                        f"{what}'s tile DMA source")  # fmt: skip
+        source, *second, result = p.l2
+        l2.store(source, load_tensor(space, self._window(p.src1, p.cin, p.hin, p.win),
+                                     f"{what}'s tile DMA source"))  # fmt: skip
+        if p.src2 is not None:
+            l2.store(second[0], load_tensor(space, self._window(p.src2, p.cin, p.hin, p.win),
+                                            f"{what}'s second tile DMA source"))  # fmt: skip
+        x = l2.load(source)
         if p.input_relu:
             x = np.maximum(x, np.float16(0))
         if p.op == "conv":
-            acc = arithmetic.conv(x, self._weights(space, p), (p.sy, p.sx), (p.py, p.px),
+            weights, bias = self._weights(space, p)
+            acc = arithmetic.conv(x, weights, (p.sy, p.sx), (p.py, p.px),
                                   p.groups, (p.hout, p.wout))  # fmt: skip
+            if bias is not None:
+                acc += bias.astype(np.float32)[:, None, None]
         elif p.op == "pass":
             acc = x.astype(np.float32)
         else:
-            assert p.src2 is not None
-            y = load_tensor(space, self._window(p.src2, p.cin, p.hin, p.win),
-                            f"{what}'s second tile DMA source").astype(np.float32)  # fmt: skip
+            y = l2.load(second[0]).astype(np.float32)
             acc = x.astype(np.float32) + y if p.op == "add" else x.astype(np.float32) * y
             acc = acc + np.float32(np.uint16(p.planar_bias).view(np.float16))
             if p.planar_relu:
@@ -181,8 +192,9 @@ class EngineProgram:
             acc = np.maximum(acc, 0.0)
         elif p.nonlinear == "lut":
             acc = arithmetic.lookup(acc, self._lut(space, p))
-        store_tensor(space, self._window(p.dst, p.cout, p.hout, p.wout),
-                     arithmetic.to_fp16(acc), f"{what}'s tile DMA destination")  # fmt: skip
+        l2.store(result, arithmetic.to_fp16(acc))
+        store_tensor(space, self._window(p.dst, p.cout, p.hout, p.wout), l2.load(result),
+                     f"{what}'s tile DMA destination")  # fmt: skip
 
     def _window(self, dma: Dma, channels: int, height: int, width: int) -> Window:
         base = self.bases[dma.base]
@@ -202,9 +214,10 @@ class EngineProgram:
             )
         return space.read(address, size, f"task descriptor {p.index}'s kernel tile {lane}")
 
-    def _weights(self, space: AddressSpace, p: EnginePass) -> np.ndarray:
-        """Gather [Cout, Cin/groups, Kh, Kw] from the lanes: lane l holds output channels
-        l*G .. l*G+G-1 laid out [cin][kh][kw][g] (g innermost)."""
+    def _weights(self, space: AddressSpace, p: EnginePass) -> tuple[np.ndarray, np.ndarray | None]:
+        """Gather [Cout, Cin/groups, Kh, Kw] (and [Cout] biases) from the lanes: lane l holds
+        output channels l*G .. l*G+G-1, its G biases first when BiasMode is set, then the
+        weights laid out [cin][kh][kw][g] (g innermost)."""
         per_lane = p.lanes_per_group
         lanes = -(-p.cout // per_lane)
         if lanes > len(p.tiles):
@@ -214,13 +227,16 @@ class EngineProgram:
                 where=self.where,
             )
         cin_g = p.cin // p.groups
-        count = cin_g * p.kh * p.kw * per_lane
-        blocks = []
+        lead = per_lane if p.bias else 0
+        count = lead + cin_g * p.kh * p.kw * per_lane
+        blocks, biases = [], []
         for lane in range(lanes):
-            raw = self._tile_bytes(space, p, lane, 2 * count)
-            block = raw.view(np.float16).reshape(cin_g, p.kh, p.kw, per_lane)
+            values = self._tile_bytes(space, p, lane, 2 * count).view(np.float16)
+            biases.append(values[:lead])
+            block = values[lead:].reshape(cin_g, p.kh, p.kw, per_lane)
             blocks.append(block.transpose(3, 0, 1, 2))
-        return np.concatenate(blocks)[: p.cout]
+        bias = np.concatenate(biases)[: p.cout] if p.bias else None
+        return np.concatenate(blocks)[: p.cout], bias
 
     def _lut(self, space: AddressSpace, p: EnginePass) -> np.ndarray:
         return self._tile_bytes(space, p, 0, 2 * arithmetic.LUT_ENTRIES).view(np.float16)

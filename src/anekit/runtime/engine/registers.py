@@ -8,83 +8,17 @@ Every bit a task descriptor writes falls into one of three classes:
 - everything else, which must be zero. A set bit there is an error naming the register.
 
 The shipped map (tinygrad's aneregs.json, `anekit.formats.hwx.regs/h13.json`) names most
-fields. `INFERRED` names the others the emulator relies on; each was inferred from the
-fixtures in tests/data/apple (the values Apple's compiler writes for add/mul against
-conv/relu) and is labelled as inferred in docs/engine.md.
+fields; `anekit.formats.hwx.inferred.INFERRED` names the others (labelled as inferred in
+docs/engine.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from anekit.errors import FormatError
 from anekit.formats.hwx import TaskDescriptor
-from anekit.formats.hwx.registers import GenerationLayout
-
-
-@dataclass(frozen=True)
-class InferredField:
-    """A field outside the shipped map: name, register address, first bit, width."""
-
-    name: str
-    address: int
-    bit: int
-    width: int
-
-    def extract(self, word: int) -> int:
-        return (word >> self.bit) & ((1 << self.width) - 1)
-
-
-INFERRED: tuple[InferredField, ...] = (
-    # Common: words every Apple program writes the same value to (depth dimensions, a
-    # configuration constant); the emulator accepts only those values.
-    InferredField("Common.InDepth.Din", 0x4, 0, 32),
-    InferredField("Common.OutDepth.Dout", 0x18, 0, 32),
-    InferredField("Common.Word8.Const", 0x20, 0, 32),
-    InferredField("Common.ChCfg.Src2En", 0x8, 3, 1),
-    InferredField("Common.PECfg.Mode", 0x2C, 0, 32),
-    InferredField("Common.Cfg.TaskKind", 0x34, 0, 2),
-    InferredField("Common.Cfg.PEKind", 0x34, 4, 2),
-    # Tile DMA source 2: the second operand of a planar-engine pass (add/mul)
-    InferredField("TileDMASrc.Src2DMAConfig.Cfg", 0x13804, 0, 32),
-    InferredField("TileDMASrc.Src2BaseAddr.Addr", 0x1381C, 6, 26),
-    InferredField("TileDMASrc.Src2RowStride.Stride", 0x13820, 6, 26),
-    InferredField("TileDMASrc.Src2PlaneStride.Stride", 0x13824, 6, 26),
-    InferredField("TileDMASrc.Src2DepthStride.Stride", 0x13828, 6, 26),
-    InferredField("TileDMASrc.Src2GroupStride.Stride", 0x1382C, 6, 26),
-    InferredField("TileDMASrc.Src2Fmt.Fmt", 0x1383C, 0, 32),
-    InferredField("TileDMASrc.Word0x40.Const", 0x13840, 0, 32),
-    # L2: the second source and the spare stride words
-    InferredField("L2.SourceCfg.Src2En", 0x4804, 24, 1),
-    InferredField("L2.SourceDepthStride.Stride", 0x4814, 4, 17),
-    InferredField("L2.SourceGroupStride.Stride", 0x4818, 4, 17),
-    InferredField("L2.Source2Base.Addr", 0x481C, 4, 17),
-    InferredField("L2.Source2ChannelStride.Stride", 0x4820, 4, 17),
-    InferredField("L2.Source2RowStride.Stride", 0x4824, 4, 17),
-    InferredField("L2.Source2DepthStride.Stride", 0x4828, 4, 17),
-    InferredField("L2.Source2GroupStride.Stride", 0x482C, 4, 17),
-    InferredField("L2.ResultDepthStride.Stride", 0x4840, 4, 17),
-    InferredField("L2.ResultGroupStride.Stride", 0x4844, 4, 17),
-    # Planar engine (allbilly/ane's M1 map names these words)
-    InferredField("Planar.Cfg.En", 0x8800, 1, 1),
-    InferredField("Planar.Cfg.OpMode", 0x8800, 2, 3),
-    InferredField("Planar.Cfg.ReluEn", 0x8800, 5, 1),
-    InferredField("Planar.Cfg.Cond", 0x8800, 6, 1),
-    InferredField("Planar.Cfg.FirstSrc", 0x8800, 16, 1),
-    InferredField("Planar.Cfg.SecSrc", 0x8800, 18, 2),
-    InferredField("Planar.BiasScale.Bias", 0x8804, 0, 16),
-    InferredField("Planar.BiasScale.Scale", 0x8804, 16, 16),
-    InferredField("Planar.PreScale.PreScale", 0x8808, 16, 16),
-    InferredField("Planar.FinalScale.FinalScale", 0x880C, 0, 32),
-    # NE: a bit zin sets in every MACCfg
-    InferredField("NE.MACCfg.Bit20", 0xC804, 20, 1),
-    # Kernel DMA: words zin fills with constants (cache and prefetch hints by position)
-    InferredField("KernelDMASrc.Pad0.Const", 0x1F800, 0, 32),
-    *(InferredField(f"KernelDMASrc.Hint[{i}].Const", 0x1F8C8 + 4 * i, 0, 32) for i in range(4)),
-    *(InferredField(f"KernelDMASrc.Hint2[{i}].Const", 0x1F8E8 + 4 * i, 0, 32) for i in range(4)),
-)
 
 _ANY = None
 _FP16_ONE = 0x3C00
@@ -273,6 +207,7 @@ USED: frozenset[str] = frozenset(
         "NE.MACCfg.OpMode",
         "NE.MACCfg.KernelMode",
         "NE.MACCfg.NonlinearMode",
+        "NE.MACCfg.BiasMode",
         "Planar.Cfg.En",
         "Planar.Cfg.OpMode",
         "Planar.Cfg.ReluEn",
@@ -284,21 +219,9 @@ USED: frozenset[str] = frozenset(
 )
 
 
-def register_words(descriptor: TaskDescriptor) -> dict[int, int]:
-    """Register address -> the word this descriptor writes there."""
-    words: dict[int, int] = {}
-    for stream in descriptor.streams:
-        for i, word in enumerate(stream.words):
-            words[stream.address + 4 * i] = word
-    return words
-
-
-def decode(
-    layout: GenerationLayout, descriptor: TaskDescriptor, where: str | None
-) -> dict[str, int]:
+def decode(descriptor: TaskDescriptor, where: str | None) -> dict[str, int]:
     """Every field (mapped and inferred) of one descriptor, after checking that no bit the
     emulator does not understand is set. Raises FormatError naming the register."""
-    words = register_words(descriptor)
     for stream in descriptor.streams:
         if stream.name is None:
             raise FormatError(
@@ -306,28 +229,15 @@ def decode(
                 "a block the engine emulator does not know",
                 where=where,
             )
-    fields = dict(descriptor.fields)
-    covered: dict[int, int] = {}
-    for spec in layout.fields:
-        if spec.address is not None:
-            covered[spec.address] = covered.get(spec.address, 0) | (
-                ((1 << spec.width) - 1) << spec.bit
-            )
-    for extra in INFERRED:
-        if extra.address in words:
-            fields[extra.name] = extra.extract(words[extra.address])
-            covered[extra.address] = covered.get(extra.address, 0) | (
-                ((1 << extra.width) - 1) << extra.bit
-            )
-    for address, word in words.items():
-        stray = word & ~covered.get(address, 0) & 0xFFFFFFFF
-        if stray:
-            raise FormatError(
-                f"task descriptor {descriptor.index}: register 0x{address:05x} sets bits "
-                f"0x{stray:08x} that no known field covers; the engine emulator does not know "
-                "what they do",
-                where=where,
-            )
+    if descriptor.unknown:
+        address, stray = next(iter(descriptor.unknown.items()))
+        raise FormatError(
+            f"task descriptor {descriptor.index}: register 0x{address:05x} sets bits "
+            f"0x{stray:08x} that no known field covers; the engine emulator does not know "
+            "what they do",
+            where=where,
+        )
+    fields = {**descriptor.fields, **descriptor.inferred}
     for name, value in fields.items():
         if value == 0 or name in USED:
             continue

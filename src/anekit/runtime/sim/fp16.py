@@ -39,7 +39,6 @@ except ImportError:  # pragma: no cover - depends on the install
 
 ACCELERATED = _native is not None  # True when the C rounding loop is in use
 
-FP16_MAX = 65504.0
 _ABS = np.uint32(0x7FFFFFFF)
 _SIGN = np.uint32(0x80000000)
 _EXPONENT = np.uint32(0x7F800000)

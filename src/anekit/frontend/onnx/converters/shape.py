@@ -259,6 +259,7 @@ def constant_of_shape(cx: NodeContext):
     fill = np.zeros(1, dtype=np.float32) if value is None else np.asarray(value).reshape(-1)
     if fill.dtype == np.float64:
         fill = fill.astype(np.float32)
+    cx.reserve(dims, fill.dtype, "the filled constant")
     return cx.constant(np.full(dims, fill[0], dtype=fill.dtype), "filled")
 
 
@@ -270,5 +271,6 @@ def range_(cx: NodeContext):
     if float(delta) == 0:
         raise ModelError("Range delta is 0")
     n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    cx.reserve((n,), start.dtype, "the range")
     values = (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
     return cx.constant(values, "range")

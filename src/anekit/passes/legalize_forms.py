@@ -18,9 +18,10 @@ import math
 
 import numpy as np
 
-from anekit.ir.graph import Node
+from anekit.ir.graph import Graph, Node
+from anekit.passes.context import PassContext
 from anekit.passes.decompose.emit import Emit
-from anekit.passes.rewrite import Rewriter, rule, scalar_value
+from anekit.passes.rewrite import Rewriter, apply_rules, rule, scalar_value
 
 # A cumsum longer than this keeps its CPU form: the triangular matrix grows as L^2.
 MAX_SCAN_LENGTH = 2048
@@ -148,10 +149,17 @@ def shuffle_as_conv(rw: Rewriter, node: Node) -> bool:
 # --- tile, cumsum, pow, 1-D transposed conv ---------------------------------------------
 
 
+# One concat input per copy: past this many copies on an axis the rewrite would build a graph
+# as large as the repeat count (a hostile Tile asks for 1e9), so such a tile stays as it is.
+MAX_TILE_COPIES = 64
+
+
 @rule("tile")
 def tile_as_concat(rw: Rewriter, node: Node) -> bool:
     x = node.inputs[0]
     if not _is_float(rw, node) or rw.is_const(x):
+        return False
+    if max(node.attrs["repeats"], default=1) > MAX_TILE_COPIES:
         return False
     e = Emit(rw, node)
     y = x
@@ -240,3 +248,8 @@ ENGINE_FORM_RULES = (
     fractional_pow,
     conv_transpose_1d_as_2d,
 )
+
+
+def engine_forms(graph: Graph, ctx: PassContext) -> Graph:
+    """Rewrite ops with no engine layer into exact engine forms (the list in this module's doc)."""
+    return apply_rules(graph, ctx, ENGINE_FORM_RULES)

@@ -1,0 +1,145 @@
+"""Fashion-MNIST trained on the simulator in fp16 against the same model in torch fp32.
+
+Both start from the same weights, see the batches in the same order (the trainer's
+generator draws one permutation per epoch; the torch run replays it) and use the same
+hyperparameters (Adam, lr 1e-3, batch 128, the last partial batch dropped). The data is
+Debian's dataset-fashion-mnist (60000 training and 10000 test images; `make
+fashion-mnist` installs it). Epochs are few because the machine is shared: the JSON says
+how many and how long each run took, with the load average.
+
+    python benchmarks/train_fashion_mnist.py [--epochs-mlp 3] [--epochs-cnn 2] [--train-rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json  # noqa: E402
+
+from anekit.train import Adam, Trainer  # noqa: E402
+from anekit.train.data import fashion_mnist  # noqa: E402
+from anekit.train.models import cnn, cnn_weights, mlp, mlp_weights  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "train_fashion_mnist.json"
+BATCH, LR, SEED = 128, 1e-3, 0
+
+
+def torch_model(kind: str, w: dict):
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.ParameterDict(
+                {k: torch.nn.Parameter(torch.tensor(v)) for k, v in w.items()}
+            )
+
+        def forward(self, x):
+            F = torch.nn.functional
+            if kind == "mlp":
+                h = x.reshape(len(x), -1)
+                h = torch.relu(h @ self.p["w0"] + self.p["b0"])
+                return h @ self.p["w1"] + self.p["b1"]
+            h = x
+            for i in range(2):
+                h = F.max_pool2d(
+                    torch.relu(F.conv2d(h, self.p[f"c{i}"], self.p[f"cb{i}"], padding=1)), 2
+                )
+            return h.reshape(len(x), -1) @ self.p["fc"] + self.p["fcb"]
+
+    return Net()
+
+
+def train_torch(kind: str, w: dict, train: dict, test: dict, epochs: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    net = torch_model(kind, w)
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    rng = np.random.Generator(np.random.PCG64(SEED))  # the trainer's generator, replayed
+    n = len(train["target"])
+    start = time.perf_counter()
+    steps = 0
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        for i in range(n // BATCH):
+            idx = order[i * BATCH : (i + 1) * BATCH]
+            loss = torch.nn.functional.cross_entropy(
+                net(torch.tensor(train["x"][idx])), torch.tensor(train["target"][idx])
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            steps += 1
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        logits = torch.cat(
+            [net(torch.tensor(test["x"][i : i + 1000])) for i in range(0, len(test["x"]), 1000)]
+        )
+    acc = float((logits.argmax(-1).numpy() == test["target"]).mean())
+    return {
+        "accuracy": acc,
+        "steps": steps,
+        "seconds": round(seconds, 1),
+        "ms_per_step": round(1000 * seconds / steps, 2),
+    }
+
+
+def train_sim(kind: str, w: dict, train: dict, test: dict, epochs: int) -> dict:
+    model = mlp(BATCH, w, (1, 28, 28)) if kind == "mlp" else cnn(BATCH, w)
+    trainer = Trainer(model, "cross_entropy", Adam(lr=LR), backend="sim", seed=SEED)
+    start = time.perf_counter()
+    losses = trainer.fit(train, epochs=epochs, batch_size=BATCH, progress=False)
+    seconds = time.perf_counter() - start
+    result = trainer.evaluate(test)
+    return {"accuracy": result["accuracy"], "test_loss": round(result["loss"], 4),
+            "steps": len(losses), "skipped_steps": trainer.skipped,
+            "nonfinite_free": trainer.skipped == 0 and bool(np.isfinite(losses).all()),
+            "loss_first": round(losses[0], 4), "loss_last_100_mean": round(float(np.mean(losses[-100:])), 4),
+            "final_loss_scale": trainer.loss_scale, "seconds": round(seconds, 1),
+            "ms_per_step": round(1000 * seconds / len(losses), 2)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs-mlp", type=int, default=3)
+    ap.add_argument("--epochs-cnn", type=int, default=2)
+    ap.add_argument("--train-rows", type=int, default=60000)
+    ap.add_argument("--only", choices=["mlp", "cnn"])
+    args = ap.parse_args()
+    data = fashion_mnist()
+    train = {k: v[: args.train_rows] for k, v in data["train"].items()}
+    test = data["test"]
+    doc = {"benchmark": "Fashion-MNIST: anekit sim (fp16) vs torch CPU fp32, same init, order, hyperparameters",
+           "data": "Debian dataset-fashion-mnist", "train_rows": len(train["target"]),
+           "test_rows": len(test["target"]), "batch": BATCH, "optimizer": f"Adam lr={LR}",
+           "load_average_start": os.getloadavg(), "models": {}}  # fmt: skip
+    if RESULTS.exists():
+        import json
+
+        doc["models"] = json.loads(RESULTS.read_text()).get("models", {})
+    kinds = [args.only] if args.only else ["mlp", "cnn"]
+    for kind in kinds:
+        epochs = args.epochs_mlp if kind == "mlp" else args.epochs_cnn
+        w = mlp_weights((784, 256, 10), SEED) if kind == "mlp" else cnn_weights(seed=SEED)
+        entry = {"epochs": epochs, "torch_fp32": train_torch(kind, w, train, test, epochs),
+                 "anekit_sim_fp16": train_sim(kind, w, train, test, epochs)}  # fmt: skip
+        entry["accuracy_gap_points"] = round(
+            100 * (entry["torch_fp32"]["accuracy"] - entry["anekit_sim_fp16"]["accuracy"]), 2
+        )
+        entry["target"] = ">= 88%" if kind == "mlp" else ">= 90%"
+        doc["models"][kind] = entry
+        print(kind, entry)
+    doc["load_average_end"] = os.getloadavg()
+    write_json(RESULTS, doc)
+
+
+if __name__ == "__main__":
+    main()

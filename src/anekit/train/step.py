@@ -1,0 +1,174 @@
+"""The training step as one graph: forward, loss, backward, gradient hygiene, update.
+
+Inputs: the model's data inputs, ``target``, dropout masks, the per-step scalars
+(learning rate, bias corrections, loss scale) and the state (parameters, optimizer slots,
+running statistics). Outputs: ``loss``, ``nonfinite`` (how many gradient elements were NaN
+or infinite), ``grad_norm`` and, for every state input ``s``, its next value ``s.next``.
+A session aliases each ``s.next`` onto ``s`` (seed 004 section 2.5.1), so the state stays
+resident and the host feeds only the batch and the scalars.
+
+Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale before
+differentiation and the gradients divided by it after; NaN gradient elements become 0 and
+infinities +-65504, and are counted; a step with any such element leaves every state value
+unchanged (the host then halves the loss scale). Optional clipping by global norm follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from anekit.errors import ModelError
+from anekit.ir.graph import Graph, Value
+from anekit.train.autograd import backprop
+from anekit.train.emit import Emitter
+from anekit.train.losses import FP16_MAX
+from anekit.train.modes import batch_statistics, clamp_for_fp16, convs_as_matmuls, dropout_rate
+from anekit.train.optim import Optimizer
+
+TARGET = "target"
+LOSS, NONFINITE, GRAD_NORM = "loss", "nonfinite", "grad_norm"
+
+
+def next_name(state: str) -> str:
+    return f"{state}.next"
+
+
+def slot_name(param: str, slot: str) -> str:
+    return f"{param}.{slot}"
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    graph: Graph
+    params: tuple[str, ...]
+    state: Mapping[str, str]  # state input -> the output that becomes its next value
+    buffers: tuple[str, ...]  # running statistics (state, not trained)
+    data_inputs: tuple[str, ...]  # model inputs, the target, dropout masks
+    scalars: tuple[str, ...]
+
+    def initial_state(self, model: Graph, optimizer: Optimizer) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self.state:
+            if name in model.constants:
+                out[name] = np.array(model.constants[name], dtype=np.float32)
+            else:  # an optimizer slot starts at zero
+                out[name] = np.zeros(self.graph.values[name].shape, np.float32)
+        return out
+
+
+def build_step(
+    model: Graph,
+    loss_fn: Callable[[Emitter, str, str], str],
+    optimizer: Optimizer,
+    params: Sequence[str],
+    target: Value,
+    *,
+    max_grad_norm: float | None = None,
+    fp16: bool = False,
+) -> StepGraph:
+    if len(model.outputs) != 1:
+        raise ModelError(
+            f"the model has {len(model.outputs)} outputs; the built-in losses need exactly one",
+            hint="pass a loss callable, or a model with one output",
+        )
+    model, buffer_updates = batch_statistics(convs_as_matmuls(clamp_for_fp16(model), params))
+    output = model.output_names[0]
+    ed = model.edit()
+    e = Emitter(ed, prefix="step")
+    data_inputs = [v.name for v in model.inputs]
+    state_inputs = [*params, *buffer_updates]
+    for name in state_inputs:  # constants become state inputs
+        del ed.constants[name]
+        ed.inputs.append(ed.values[name])
+    ed.declare_value(TARGET, target.shape, target.dtype)
+    ed.inputs.append(ed.values[TARGET])
+    data_inputs.append(TARGET)
+    scalar_names = ["loss_scale", "inv_loss_scale", *optimizer.scalars(1)]
+    scalars = {}
+    for s in scalar_names:
+        ed.declare_value(s, (1,), "fp32")  # rank 1: scalars cross segment boundaries as [1]
+        ed.inputs.append(ed.values[s])
+        scalars[s] = s
+    loss = loss_fn(e, output, TARGET)
+    if ed.values[loss].numel != 1:
+        raise ModelError(f"the loss must be a scalar, got shape {list(ed.values[loss].shape)}")
+    loss = e.reshape(loss, (1,))
+    scaled = e.mul(loss, scalars["loss_scale"])
+    grads = backprop(e, ed.nodes, scaled, params)
+
+    counts, clean = [], {}
+    for p in params:
+        g = grads.get(p)
+        if g is None:
+            raise ModelError(f"the loss does not depend on the parameter '{p}'",
+                             hint="freeze it (freeze= name patterns)")  # fmt: skip
+        bad = e("or", e("isnan", g), e("isinf", g))
+        counts.append(e.reshape(e("reduce_sum", e("cast", bad, to="fp32"), keepdims=False), (1,)))
+        finite = e(
+            "where", e("isnan", g), e.scalar(0.0, g), e("clip", g, min=-FP16_MAX, max=FP16_MAX)
+        )
+        clean[p] = e.mul(finite, scalars["inv_loss_scale"])
+    nonfinite = e.accumulate(counts)
+    # 1 when every gradient element was finite, else 0 (a blend weight, not a boolean:
+    # the engine has no booleans, and every blended value is finite after sanitising)
+    keep = e.sub(e.scalar(1.0, nonfinite), e.step(nonfinite))
+    norm = _global_norm(e, list(clean.values()))
+    if max_grad_norm is not None:
+        factor = e("minimum", e.scalar(1.0, norm),
+                   e.div(e.scalar(max_grad_norm, norm), e.add(norm, e.scalar(1e-6, norm))))  # fmt: skip
+        clean = {p: e.mul(g, factor) for p, g in clean.items()}
+
+    next_values: dict[str, str] = {}
+    for p in params:
+        slots = {s: slot_name(p, s) for s in optimizer.slots_for(fp16)}
+        for s in slots.values():
+            ed.declare_value(s, ed.values[p].shape, ed.values[p].dtype)
+            ed.inputs.append(ed.values[s])
+        new_p, new_slots = optimizer.update(e, p, clean[p], slots, scalars, fp16)
+        next_values[p] = _blend(e, keep, new_p, p)
+        for s, v in new_slots.items():
+            next_values[slots[s]] = _blend(e, keep, v, slots[s])
+    for stat, update in buffer_updates.items():
+        next_values[stat] = _blend(e, keep, update, stat)
+
+    outs = {LOSS: loss, NONFINITE: nonfinite, GRAD_NORM: norm}
+    outs.update({next_name(s): v for s, v in next_values.items()})
+    named = []
+    for out_name, value in outs.items():
+        (o,) = ed.add("identity", [value], outputs=[out_name], name=f"out/{out_name}")
+        named.append(o)
+    ed.output_names = named
+    ed.name_outputs(named)
+    graph = ed.build()
+    return StepGraph(
+        graph=graph,
+        params=tuple(params),
+        state={s: next_name(s) for s in next_values},
+        buffers=tuple(buffer_updates),
+        data_inputs=tuple(data_inputs),
+        scalars=tuple(scalar_names),
+    )
+
+
+def _blend(e: Emitter, keep: str, new: str, old: str) -> str:
+    """new when keep is 1, old when it is 0, exactly (x * 1 + y * 0 = x in any precision)."""
+    return e.add(e.mul(new, keep), e.mul(old, e.sub(e.scalar(1.0, keep), keep)))
+
+
+def _global_norm(e: Emitter, grads: list[str]) -> str:
+    """sqrt(sum of squares) over all gradients, scaled by the largest per-tensor norm so
+    that no square overflows fp16."""
+    norms = [e.reshape(e("reduce_l2", g, keepdims=False), (1,)) for g in grads]
+    top = norms[0]
+    for n in norms[1:]:
+        top = e("maximum", top, n)
+    top = e.add(top, e.scalar(1e-12, top))
+    total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
+    return e.mul(top, e("sqrt", total))
+
+
+def is_dropout_mask(name: str) -> bool:
+    return dropout_rate(name) is not None

@@ -1,0 +1,336 @@
+"""`Trainer`: compile the training step once per batch shape, keep parameters and optimizer
+state resident in a session, and checkpoint so that a resumed run is bit-identical."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import InputError, ModelError
+from anekit.ir.graph import Graph, Value
+from anekit.train import checkpoint, graphio
+from anekit.train.losses import LOSSES, resolve
+from anekit.train.modes import dropout_mask, dropout_rate
+from anekit.train.optim import Adam, Optimizer, from_config
+from anekit.train.runner import open_session
+from anekit.train.step import LOSS, NONFINITE, TARGET, StepGraph, build_step, next_name
+
+GROWTH_INTERVAL = 200  # steps without overflow before the loss scale doubles (as torch's)
+MAX_LOSS_SCALE = 2.0**15
+
+
+def select_parameters(graph: Graph, freeze: Sequence[str] = ()) -> list[str]:
+    """Trainable values: declared parameters, else float constants of rank >= 1 (ONNX
+    initializers), minus those matching a ``freeze`` name pattern (fnmatch)."""
+    declared = graph.metadata.get("parameters")
+    names = list(declared) if declared else [
+        n for n, a in graph.constants.items() if a.dtype.kind == "f" and a.ndim >= 1
+    ]  # fmt: skip
+    return [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in freeze)]
+
+
+def _as_graph(model: Any) -> tuple[Graph, Any]:
+    """(graph, ONNX ModelProto if the model came as ONNX)."""
+    if isinstance(model, Graph):
+        return model, None
+    import onnx
+
+    from anekit.frontend.onnx import from_onnx
+
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    return from_onnx(proto), proto
+
+
+class Trainer:
+    """Train ``model`` (a Graph, an ONNX path or ModelProto) on batches of named arrays.
+
+    A batch maps each model input (and ``"target"``) to an array whose first axis is the
+    batch. ``backend`` is ``"sim"`` (fp16 engine segments), ``"sim-fp32"`` or
+    ``"reference"`` (the IR graph in fp32, matching torch operation for operation).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        loss: str | Callable = "cross_entropy",
+        optimizer: Optimizer | None = None,
+        *,
+        target: str = "m4",
+        backend: str = "sim",
+        resident_state: bool = True,
+        freeze: Sequence[str] = (),
+        max_grad_norm: float | None = None,
+        loss_scale: float | None = None,
+        seed: int = 0,
+    ):
+        self.model, self._onnx = _as_graph(model)
+        self.loss = loss
+        self._loss_fn = resolve(loss)
+        self.optimizer = optimizer or Adam()
+        self.chip = target
+        self.backend = backend
+        self.resident_state = resident_state
+        self.freeze = tuple(freeze)
+        self.params = select_parameters(self.model, self.freeze)
+        if not self.params:
+            raise ModelError("the model has no trainable parameters",
+                             hint="check the freeze= patterns")  # fmt: skip
+        self.max_grad_norm = max_grad_norm
+        self.fp16 = backend == "sim"
+        self.dynamic_scale = loss_scale is None and self.fp16
+        self.loss_scale = float(
+            loss_scale if loss_scale is not None else 2.0**10 if self.fp16 else 1.0
+        )
+        self.good_steps = 0
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.step_count = 0
+        self.skipped = 0
+        self.epoch = 0
+        self.order: np.ndarray | None = None
+        self.position = 0
+        self.history: list[float] = []
+        self._state: dict[str, np.ndarray] | None = None
+        self._programs: dict[tuple, tuple[StepGraph, Any, Any]] = {}
+        self._active: tuple | None = None
+
+    # --- the step ------------------------------------------------------------------------
+
+    def _signature(self, batch: Mapping[str, np.ndarray]) -> tuple:
+        return tuple(
+            (k, tuple(np.shape(v)), str(np.asarray(v).dtype)) for k, v in sorted(batch.items())
+        )
+
+    def _program(self, batch: Mapping[str, np.ndarray]) -> tuple[StepGraph, Any]:
+        sig = self._signature(batch)
+        if sig not in self._programs:
+            t = np.asarray(batch[TARGET])
+            tdtype = "fp32" if t.dtype.kind == "f" else "int32"
+            sg = build_step(self.model, self._loss_fn, self.optimizer, self.params,
+                            Value(TARGET, t.shape, tdtype), max_grad_norm=self.max_grad_norm,
+                            fp16=self.fp16)  # fmt: skip
+            session, compiled = open_session(sg.graph, sg.state, self.backend, self.chip,
+                                             self.resident_state)  # fmt: skip
+            self._programs[sig] = (sg, session, compiled)
+        sg, session, _ = self._programs[sig]
+        if self._active != sig:
+            # the state moves to this program's session (deferred: seeded from the current
+            # values, never from the model the program was compiled with; seed 001 7.1)
+            self._state = self.state_values()
+            session.seed(self._state)
+            self._active = sig
+        return sg, session
+
+    def state_values(self) -> dict[str, np.ndarray]:
+        """Every state value now (parameters, optimizer slots, running statistics)."""
+        if self._active is not None:
+            sg, session, _ = self._programs[self._active]
+            return {s: np.array(session.read(s), np.float32) for s in sg.state}
+        if self._state is None:
+            return self._initial_state()
+        return dict(self._state)
+
+    def _initial_state(self) -> dict[str, np.ndarray]:
+        out = {p: np.array(self.model.constants[p], np.float32) for p in self.params}
+        for n, a in self.model.constants.items():  # running statistics of batch_norm
+            if any(node.op == "batch_norm" and n in node.inputs[3:] for node in self.model.nodes):
+                out[n] = np.array(a, np.float32)
+        for p in self.params:
+            for s in self.optimizer.slots_for(self.fp16):
+                out[f"{p}.{s}"] = np.zeros(self.model.constants[p].shape, np.float32)
+        return out
+
+    def _feeds(self, sg: StepGraph, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        feeds: dict[str, Any] = {}
+        for name in sg.data_inputs:
+            rate = dropout_rate(name)
+            if rate is not None:
+                feeds[name] = dropout_mask(self.rng, sg.graph.values[name].shape, rate)
+            elif name not in batch:
+                raise InputError(f"the batch has no '{name}'",
+                                 hint=f"a batch maps {', '.join(sg.data_inputs)} to arrays")  # fmt: skip
+            elif name == TARGET and np.asarray(batch[name]).dtype.kind in "iu":
+                feeds[name] = np.asarray(batch[name], np.int32)  # class labels
+            else:
+                feeds[name] = batch[name]
+        scalars = self.optimizer.scalars(self.step_count + 1)
+        scalars.update(loss_scale=self.loss_scale, inv_loss_scale=1.0 / self.loss_scale)
+        feeds.update({k: np.array([v], np.float32) for k, v in scalars.items()})
+        return feeds
+
+    def step(self, batch: Mapping[str, np.ndarray]) -> float:
+        """One training step on ``batch``; returns its loss (before the update)."""
+        sg, session = self._program(batch)
+        out = session.run(self._feeds(sg, batch))
+        loss = float(np.asarray(out[LOSS]).reshape(-1)[0])
+        if float(np.asarray(out[NONFINITE]).reshape(-1)[0]) > 0:
+            self.skipped += 1  # the program kept every state value; retry at half the scale
+            self.good_steps = 0
+            if self.dynamic_scale:
+                self.loss_scale = max(1.0, self.loss_scale / 2)
+        else:
+            self.step_count += 1
+            self.good_steps += 1
+            if self.dynamic_scale and self.good_steps % GROWTH_INTERVAL == 0:
+                self.loss_scale = min(MAX_LOSS_SCALE, self.loss_scale * 2)
+        self.history.append(loss)
+        return loss
+
+    # --- epochs --------------------------------------------------------------------------
+
+    def fit(self, data: Mapping[str, np.ndarray], epochs: int = 1, batch_size: int = 32, *,
+            steps: int | None = None, shuffle: bool = True, progress: bool = True,
+            plot: str | os.PathLike[str] | None = None) -> list[float]:  # fmt: skip
+        """Train until ``epochs`` epochs are complete (counting epochs already done, so a
+        resumed trainer continues where it stopped), or for at most ``steps`` steps.
+        Each epoch visits the rows in an order drawn from the trainer's generator; a last
+        partial batch is dropped (one program per batch shape). Returns the step losses."""
+        n = _rows(data)
+        per_epoch = n // batch_size
+        if per_epoch == 0:
+            raise InputError(f"{n} rows make no batch of {batch_size}")
+        losses: list[float] = []
+        bar = _progress(
+            progress, total=(epochs - self.epoch) * per_epoch if steps is None else steps
+        )
+        try:
+            while self.epoch < epochs and (steps is None or len(losses) < steps):
+                if self.order is None:
+                    self.order = self.rng.permutation(n) if shuffle else np.arange(n)
+                    self.position = 0
+                idx = self.order[self.position : self.position + batch_size]
+                losses.append(self.step({k: np.asarray(v)[idx] for k, v in data.items()}))
+                self.position += batch_size
+                if self.position + batch_size > n:
+                    self.epoch += 1
+                    self.order = None
+                bar(losses[-1])
+        finally:
+            bar(None)
+        if plot is not None:
+            plot_losses(self.history, plot)
+        return losses
+
+    def evaluate(self, data: Mapping[str, np.ndarray], batch_size: int = 256) -> dict[str, float]:
+        """Mean loss (and accuracy for class labels) of the current model, in eval mode."""
+        from anekit.train.evaluate import evaluate
+
+        return evaluate(self, data, batch_size)
+
+    # --- export and checkpoints ----------------------------------------------------------
+
+    def export(self) -> Graph:
+        """The trained model as a Graph: parameters and running statistics as constants,
+        dropout masks gone (evaluation mode)."""
+        from anekit.train.export import export_graph
+
+        return export_graph(self.model, self.state_values())
+
+    def export_onnx(self, path: str | os.PathLike[str]) -> Path:
+        """The original ONNX model with its initializers replaced by the trained values."""
+        from anekit.train.export import export_onnx
+
+        if self._onnx is None:
+            raise ModelError("export_onnx needs a model that came as ONNX (or from torch)",
+                             hint="use export() for a Graph")  # fmt: skip
+        return export_onnx(self._onnx, self.state_values(), path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        state = self.state_values()
+        doc, arrays = graphio.to_json(self.model)
+        arrays.update({f"state/{k}": v for k, v in state.items()})
+        if self.order is not None:
+            arrays["data/order"] = np.asarray(self.order, np.int64)
+        manifest = {
+            "step": self.step_count, "skipped": self.skipped, "epoch": self.epoch,
+            "position": self.position, "loss_scale": self.loss_scale,
+            "dynamic_scale": self.dynamic_scale, "good_steps": self.good_steps,
+            "rng": self.rng.bit_generator.state, "optimizer": self.optimizer.config(),
+            "loss": self.loss if isinstance(self.loss, str) else None,
+            "target": self.chip, "backend": self.backend, "resident_state": self.resident_state,
+            "freeze": list(self.freeze), "params": self.params,
+            "max_grad_norm": self.max_grad_norm, "history": self.history,
+            "onnx": self._onnx.SerializeToString().hex() if self._onnx is not None else None,
+        }  # fmt: skip
+        return checkpoint.write(path, manifest, doc, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, loss: str | Callable | None = None,
+             optimizer: Optimizer | None = None, backend: str | None = None) -> Trainer:  # fmt: skip
+        """A trainer exactly where ``save`` left it (model, state, optimizer, step, generator,
+        data order). A callable loss or schedule is not stored: pass it again."""
+        manifest, doc, arrays = checkpoint.read(path)
+        model = graphio.from_json(doc, arrays)
+        if manifest["loss"] is None and loss is None:
+            raise ModelError("the checkpoint was trained with a callable loss; pass loss=")
+        t = cls(model, loss or manifest["loss"], optimizer or from_config(manifest["optimizer"]),
+                target=manifest["target"], backend=backend or manifest["backend"],
+                resident_state=manifest["resident_state"], freeze=manifest["freeze"],
+                max_grad_norm=manifest["max_grad_norm"])  # fmt: skip
+        if manifest["onnx"]:
+            import onnx
+
+            t._onnx = onnx.load_from_string(bytes.fromhex(manifest["onnx"]))
+        t.params = list(manifest["params"])
+        t._state = {k[len("state/") :]: v for k, v in arrays.items() if k.startswith("state/")}
+        t.step_count, t.skipped, t.epoch = manifest["step"], manifest["skipped"], manifest["epoch"]
+        t.position, t.loss_scale = manifest["position"], manifest["loss_scale"]
+        t.dynamic_scale, t.good_steps = manifest["dynamic_scale"], manifest["good_steps"]
+        t.rng.bit_generator.state = manifest["rng"]
+        t.order = arrays.get("data/order")
+        t.history = list(manifest["history"])
+        return t
+
+
+def _rows(data: Mapping[str, np.ndarray]) -> int:
+    sizes = {k: len(v) for k, v in data.items()}
+    if len(set(sizes.values())) != 1:
+        raise InputError(f"the data's arrays have different lengths: {sizes}")
+    if TARGET not in data:
+        raise InputError("the data has no 'target' array")
+    return next(iter(sizes.values()))
+
+
+def _progress(enabled: bool, total: int) -> Callable[[float | None], None]:
+    """A rich progress bar if rich is installed and enabled; else nothing."""
+    if not enabled:
+        return lambda loss: None
+    try:
+        from rich.progress import Progress
+    except ImportError:
+        return lambda loss: None
+    prog = Progress(transient=True)
+    task = prog.add_task("training", total=total)
+    prog.start()
+
+    def advance(loss: float | None) -> None:
+        if loss is None:
+            prog.stop()
+        else:
+            prog.update(task, advance=1, description=f"loss {loss:.4f}")
+
+    return advance
+
+
+def plot_losses(losses: Iterable[float], path: str | os.PathLike[str]) -> Path:
+    """The loss curve as an image (needs matplotlib: the plot extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(list(losses), lw=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+__all__ = ["LOSSES", "Trainer", "next_name", "select_parameters"]
