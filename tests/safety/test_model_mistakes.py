@@ -182,3 +182,21 @@ def test_simulator_feeds_are_checked_the_same_way() -> None:
         program.run({"x": np.ones(4, np.float32)})
     with pytest.raises(InputError, match="is not an array"):
         program.run({"x": [[1, 2], [3]]})
+
+
+@pytest.mark.parametrize(
+    ("elem", "feed", "words"),
+    [
+        (onnx.TensorProto.INT32, np.array([1, 2, 3, 2**40]), "outside the range of int32"),
+        (
+            onnx.TensorProto.FLOAT16,
+            np.array([1, 2, 3, 1e5], np.float32),
+            "outside the range of fp16",
+        ),
+    ],
+)
+def test_feeds_beyond_the_graphs_dtype_are_refused_not_wrapped(elem, feed, words) -> None:
+    proto = model([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)],
+                  [value("x", [4], elem)], [value("y", [4])])  # fmt: skip
+    with pytest.raises(InputError, match=words):
+        anekit.from_onnx(proto).run({"x": feed})
