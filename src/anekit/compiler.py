@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +21,22 @@ from anekit.passes.explain import OpReport, explain, summarize, summary_line
 from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
 from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
 from anekit.targets import Target
+
+# Allocations between two young-generation collections while compiling (Python's default: 700).
+COMPILE_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Compiling allocates many small objects that live until their pass ends; at Python's
+    default threshold the cyclic collector rescans them over and over (a fifth of the time
+    of a 20,000-node compile). Collect less often while compiling; restore the setting after."""
+    saved = gc.get_threshold()
+    gc.set_threshold(max(saved[0], COMPILE_GC_THRESHOLD), *saved[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
 
@@ -74,6 +92,8 @@ class CompiledModel:
     @cached_property
     def report(self) -> dict[str, Any]:
         """The check report (the shape of `anekit check --json`), with the estimate if any."""
+        with fewer_collections():
+            estimate = _estimate(self)
         return {
             "target": self.target.name,
             "summary": dict(self._summary),
@@ -88,7 +108,7 @@ class CompiledModel:
                 }
                 for r in self.pass_log
             ],
-            "estimate": _estimate(self),
+            "estimate": estimate,
         }
 
     @cached_property
@@ -106,7 +126,8 @@ class CompiledModel:
         """The emitted MIL programs, weights, manifest and report (`anekit.codegen.bundle`)."""
         from anekit.runtime.compiled import bundle_contents
 
-        return bundle_contents(self)
+        with fewer_collections():
+            return bundle_contents(self)
 
     @cached_property
     def program(self) -> Any:
@@ -203,20 +224,22 @@ def compile(  # noqa: A001 - the public name the API promises
         from anekit.codegen.compress import check_scheme
 
         check_scheme(compress, chip.mil.opset)
-    source = load_graph(model, input_shapes)
-    if lora is not None:
-        from anekit import lora as adapters
+    with fewer_collections():
+        source = load_graph(model, input_shapes)
+        if lora is not None:
+            from anekit import lora as adapters
 
-        source = adapters.apply(source, lora)
-    ctx = PassContext(chip, PassOptions(**options))
-    if "segment" not in passes:
-        raise AnekitError(
-            "a compile pipeline must place the nodes: it ends with the segment pass",
-            hint=f"the default pipeline: {', '.join(DEFAULT_PIPELINE)}",
-        )
-    result = run_pipeline(stamp_origins(source), ctx, passes)
-    check_tensor_sizes(result.graph)
-    return CompiledModel(source, result, chip, ctx, compress)
+            source = adapters.apply(source, lora)
+        ctx = PassContext(chip, PassOptions(**options))
+        if "segment" not in passes:
+            raise AnekitError(
+                "a compile pipeline must place the nodes: it ends with the segment pass",
+                hint=f"the default pipeline: {', '.join(DEFAULT_PIPELINE)}",
+            )
+        check_tensor_sizes(source)  # before any pass builds on an impossible size
+        result = run_pipeline(stamp_origins(source), ctx, passes)
+        check_tensor_sizes(result.graph)
+        return CompiledModel(source, result, chip, ctx, compress)
 
 
 def check_tensor_sizes(graph: Graph) -> None:
