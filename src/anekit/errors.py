@@ -152,3 +152,4 @@ class MemoryBudgetError(AnekitError):
         self.requested = requested
         self.limit = limit
         super().__init__(message, hint=hint, where=where)
+

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, InputError, ModelError
+from anekit.errors import AnekitError, InputError, ModelError, PathError, os_error
 from anekit.files import regular_file
 
 
@@ -86,7 +86,7 @@ def check_npz_target(path: Path) -> Path:
     if path.suffix != ".npz":
         raise AnekitError(f"output '{path}' must end in .npz")
     if not path.parent.is_dir():
-        raise AnekitError(f"output directory '{path.parent}' does not exist",
+        raise PathError(f"output directory '{path.parent}' does not exist",
                           hint=f"create it first (mkdir -p '{path.parent}')")  # fmt: skip
     if os.path.lexists(path):
         try:
@@ -98,7 +98,7 @@ def check_npz_target(path: Path) -> Path:
             raise AnekitError(f"'{path}' exists and is not an .npz archive; refusing to replace it",
                               hint="choose another output path")  # fmt: skip
     if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise AnekitError(f"cannot write '{path}': the folder '{path.parent}' is not writable")
+        raise PathError(f"cannot write '{path}': the folder '{path.parent}' is not writable")
     return path
 
 
@@ -108,13 +108,13 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
     except OSError as exc:
-        raise AnekitError(f"cannot write '{path}': {exc.strerror}") from None
+        raise os_error(exc, f"write '{path}'") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **dict(arrays))
         os.replace(tmp, path)
     except OSError as exc:
-        raise AnekitError(f"cannot write '{path}': {exc.strerror or exc}") from None
+        raise os_error(exc, f"write '{path}'") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 

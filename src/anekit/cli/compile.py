@@ -59,7 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit import targets
+    from anekit.atomic import check_target
+    from anekit.codegen.mlpackage import not_an_mlpackage
     from anekit.compiler import compile as compile_model
+    from anekit.formats.bundle import not_a_bundle
     from anekit.runtime.compiled import save
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
@@ -71,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
         raise AnekitError(f"the bundle '{output}' must end in .anekit")
     if args.mlpackage and not args.mlpackage.endswith(".mlpackage"):
         raise AnekitError(f"'{args.mlpackage}' must end in .mlpackage")
+    # both outputs checked before the work: a refused path leaves nothing half-written
+    check_target(output, not_a_bundle, "an anekit bundle")
+    if args.mlpackage:
+        check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)

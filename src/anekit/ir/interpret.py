@@ -167,7 +167,10 @@ def run_graph(
             args = [env[i] if i else None for i in node.inputs]
             try:
                 outs = run_node(node, args, [graph.values[o] for o in node.outputs])
-            except (InternalError, AnekitError):
+            except InternalError:
+                raise
+            except AnekitError as exc:
+                exc.where = exc.where or f"node '{node.name}' ({node.op})"
                 raise
             except KernelError as exc:  # the values break the op's rules (as in onnxruntime)
                 raise InputError(
