@@ -25,7 +25,13 @@ from anekit.ir.graph import Graph, Value
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
 from anekit.train.losses import FP16_MAX
-from anekit.train.modes import batch_statistics, clamp_for_fp16, convs_as_matmuls, dropout_rate
+from anekit.train.modes import (
+    batch_statistics,
+    clamp_for_fp16,
+    convs_as_matmuls,
+    dropout_rate,
+    explicit_ranks,
+)
 from anekit.train.optim import Optimizer
 
 TARGET = "target"
@@ -83,6 +89,9 @@ def build_step(
     for name in state_inputs:  # constants become state inputs
         del ed.constants[name]
         ed.inputs.append(ed.values[name])
+    model = explicit_ranks(ed.build(), state_inputs)
+    ed = model.edit()
+    e = Emitter(ed, prefix="step")
     ed.declare_value(TARGET, target.shape, target.dtype)
     ed.inputs.append(ed.values[TARGET])
     data_inputs.append(TARGET)
