@@ -190,7 +190,7 @@ def main() -> None:
            "load_average_start": os.getloadavg(), "repeats": args.repeats, "workloads": {}}  # fmt: skip
     for kind, what, graph, w, batch in workloads():
         trainer = Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim")
-        sim_ms = median_ms(lambda: trainer.step(batch), args.repeats)
+        sim_ms = median_ms(lambda t=trainer, b=batch: t.step(b), args.repeats)
         torch_ms = median_ms(torch_step(kind, w, batch), args.repeats)
         tv = Value("target", np.shape(batch["target"]), "int32")
         doc["workloads"][kind] = {
