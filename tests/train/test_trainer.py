@@ -132,3 +132,17 @@ def test_onnx_model_freeze_and_export_onnx(tmp_path):
     np.testing.assert_allclose(got, next(iter(ref.values())), rtol=1e-5, atol=1e-5)
     first = ort.InferenceSession(str(path)).run(None, {"x": train["x"]})[0]
     assert not np.allclose(got, first)
+
+
+def test_host_shuttle_equals_resident_state_on_sim():
+    """resident_state=False sends the state in and out every step: same numbers."""
+    train, _ = digits(64)
+    batches = [{k: v[i * 32:(i + 1) * 32] for k, v in train.items()} for i in range(2)]
+    runs = []
+    for resident in (True, False):
+        t = Trainer(mlp(32, mlp_weights()), optimizer=Adam(lr=1e-2), backend="sim",
+                    resident_state=resident)  # fmt: skip
+        runs.append(([t.step(b) for b in batches], t.state_values()))
+    assert runs[0][0] == runs[1][0]
+    for k, v in runs[0][1].items():
+        assert np.array_equal(v, runs[1][1][k]), k

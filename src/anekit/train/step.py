@@ -29,7 +29,6 @@ from anekit.train.modes import (
     batch_statistics,
     clamp_for_fp16,
     convs_as_matmuls,
-    dropout_rate,
     explicit_ranks,
 )
 from anekit.train.optim import Optimizer
@@ -177,7 +176,3 @@ def _global_norm(e: Emitter, grads: list[str]) -> str:
     top = e.add(top, e.scalar(1e-12, top))
     total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
     return e.mul(top, e("sqrt", total))
-
-
-def is_dropout_mask(name: str) -> bool:
-    return dropout_rate(name) is not None
