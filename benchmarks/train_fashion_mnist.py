@@ -123,7 +123,7 @@ def main() -> None:
     }
     test = {"x": (data["test"]["x"] - mean) / std, "target": data["test"]["target"]}
     doc = {"benchmark": "Fashion-MNIST: anekit sim (fp16) vs torch CPU fp32, same init, order, hyperparameters",
-           "data": "Debian dataset-fashion-mnist", "train_rows": len(train["target"]),
+           "data": "Debian dataset-fashion-mnist",
            "test_rows": len(test["target"]), "batch": BATCH, "optimizer": f"Adam lr={LR}",
            "load_average_start": os.getloadavg(), "models": {}}  # fmt: skip
     if RESULTS.exists():
@@ -134,7 +134,8 @@ def main() -> None:
     for kind in kinds:
         epochs = args.epochs_mlp if kind == "mlp" else args.epochs_cnn
         w = mlp_weights((784, 256, 10), SEED) if kind == "mlp" else cnn_weights(seed=SEED)
-        entry = {"epochs": epochs, "torch_fp32": train_torch(kind, w, train, test, epochs),
+        entry = {"epochs": epochs, "train_rows": len(train["target"]),
+                 "load_average_start": os.getloadavg(), "torch_fp32": train_torch(kind, w, train, test, epochs),
                  "anekit_sim_fp16": train_sim(kind, w, train, test, epochs)}  # fmt: skip
         entry["accuracy_gap_points"] = round(
             100 * (entry["torch_fp32"]["accuracy"] - entry["anekit_sim_fp16"]["accuracy"]), 2
