@@ -9,6 +9,8 @@ than the time limit) is a finding, recorded with its case seed so it can be repl
 
     python benchmarks/fuzz_formats.py                  # 12,000 cases per target, seed 6
     python benchmarks/fuzz_formats.py --targets hwx    # only the .hwx reader
+    python benchmarks/fuzz_formats.py --targets hwx.engine --out benchmarks/results/fuzz_engine.json
+                                                       # mutated .hwx run on the engine emulator
     python benchmarks/fuzz_formats.py --targets netplist netplist.weights
     python benchmarks/fuzz_formats.py --replay hwx:h13_relu:6:417
 
@@ -31,6 +33,7 @@ if _HERE not in sys.path:  # the helpers beside this script, also when a test lo
 
 from _common import write_json  # noqa: E402
 from format_fuzzer.binary_targets import hwx_target, weight_bin_target  # noqa: E402
+from format_fuzzer.emulator_targets import engine_target  # noqa: E402
 from format_fuzzer.engine import (  # noqa: E402
     FuzzTarget,
     Run,
@@ -48,6 +51,7 @@ DEFAULT_CASES = 12_000
 # Add other readers here, one entry each (MIL text, ...).
 TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {
     "hwx": hwx_target,
+    "hwx.engine": engine_target,
     "weight.bin": weight_bin_target,
     "netplist": netplist_target,
     "netplist.weights": netplist_weights_target,

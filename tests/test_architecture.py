@@ -23,12 +23,31 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"errors", "ir", "targets", "schedule"},
     "codegen": {"errors", "ir", "formats"},
     "formats": {"errors"},
-    "runtime": {"errors", "ir", "formats", "codegen"},
+    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
+    # its minimum surface) and binds LoRA adapter inputs (issue 12)
+    "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora"},
+    # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
+    "lora": {"errors", "ir"},
     # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
     "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
               "formats", "runtime", "compiler"},
+    # issue 14: language models drive the whole toolchain (build graphs, compile, run, estimate)
+    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost"},
 }
-DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report"}
+# Leaves every package may use besides `errors`: the memory budget, reading untrusted files
+# (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh
+# names (issue 11). `from anekit import __version__` reads a constant of the top-level
+# module, which loads nothing but errors (everything else it offers loads on first use).
+LEAVES = {"errors", "budget", "files", "atomic", "naming", "__version__"}
+ALLOWED = {
+    **{package: allowed | LEAVES for package, allowed in ALLOWED.items()},
+    "budget": {"errors"},
+    "files": {"errors", "budget"},
+    "atomic": {"errors"},
+    "naming": set(),
+}
+# numerics (issue 16) drives the compiler and the simulator over one model, like the CLI
+DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report", "numerics"}
 # Exceptions, each with its reason (also in the issue notes):
 EXCEPTIONS: dict[str, set[str]] = {
     # issue 6: netplist.read() returns an ir.Graph, so the netplist reader builds one
@@ -48,6 +67,8 @@ def _runtime_imports(path: Path) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "anekit":
+            names = [f"anekit.{a.name}" for a in node.names]  # from anekit import targets
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         else:
@@ -75,4 +96,26 @@ def test_packages_import_only_what_the_design_allows() -> None:
 
 def test_every_package_is_in_the_table() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert packages <= set(ALLOWED) | DRIVERS
+    modules = {p.stem for p in SRC.glob("*.py")}
+    assert packages | modules <= set(ALLOWED) | DRIVERS
+
+
+def test_from_anekit_import_forms_are_seen(tmp_path: Path) -> None:
+    """`from anekit import targets` counts as importing the targets package."""
+    source = tmp_path / "m.py"
+    source.write_text("from anekit import targets, ir\nfrom anekit.codegen import mil\n")
+    assert _runtime_imports(source) == {"targets", "ir", "codegen"}
+
+
+def test_the_formats_load_without_the_builder_the_ir_or_the_compiler() -> None:
+    """Reading a file format needs no compiler: `import anekit.formats.blob` (which runs the
+    top-level package first) loads no frontend, IR, passes or codegen module."""
+    import subprocess
+    import sys
+
+    code = "import sys, anekit.formats.blob, anekit.formats.bundle; print(sorted(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = {m.split(".")[1] for m in ast.literal_eval(out) if m.startswith("anekit.")}
+    assert not loaded & {"frontend", "ir", "passes", "codegen", "compiler", "runtime"}, loaded

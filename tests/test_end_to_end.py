@@ -96,6 +96,8 @@ def test_zoo_model_on_the_simulator_agrees_with_onnxruntime(
 ) -> None:
     case = zoo.load(name)
     compiled = anekit.compile(case.path, chip)
+    # check and save agree: no error for a model that saves (tests/test_check_save_agree.py)
+    assert not [d for d in compiled.diagnostics if d.severity == "error"]
     bundle = compiled.save(tmp_path / f"{name}.anekit")
     program = anekit.load(bundle)
     assert program.target.name == chip

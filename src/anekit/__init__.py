@@ -2,21 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
+from anekit.budget import max_memory
 from anekit.errors import (
     AnekitError,
     FormatError,
     InputError,
+    MemoryBudgetError,
     ModelError,
     ShapeError,
     TargetError,
     UnsupportedModelError,
 )
-from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
-from anekit.ir import DType, Graph, Node, Value
+
+if TYPE_CHECKING:
+    from anekit.compiler import CompiledModel
+    from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
+    from anekit.ir import DType, Graph, Node, Value
 
 __version__ = "0.1.0"
+
+# Names imported on first use, so that `import anekit.formats` (or any other subpackage,
+# whose import runs this file first) does not load the builder, the IR or the compiler.
+_LAZY = {
+    "Tensor": "anekit.frontend.builder",
+    "constant": "anekit.frontend.builder",
+    "graph": "anekit.frontend.builder",
+    "input": "anekit.frontend.builder",
+    "ops": "anekit.frontend.builder",
+    "parameter": "anekit.frontend.builder",
+    "DType": "anekit.ir",
+    "Graph": "anekit.ir",
+    "Node": "anekit.ir",
+    "Value": "anekit.ir",
+    "CompiledModel": "anekit.compiler",  # the compiler pulls in every pass
+    "LoRA": "anekit.lora",
+}
 
 
 def from_onnx(model: Any, input_shapes: dict[str, Any] | None = None) -> Graph:
@@ -42,13 +65,24 @@ def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A00
     return _compile(model, target, **options)
 
 
-def __getattr__(name: str) -> Any:
-    """`anekit.CompiledModel`, imported on first use (the compiler pulls in every pass)."""
-    if name == "CompiledModel":
-        from anekit.compiler import CompiledModel
+def load_or_compile(model: Any, target: Any = "m4", **options: Any) -> Any:
+    """The compiled program of ``model`` from the program cache, compiling it on a miss
+    (`anekit.compiler.load_or_compile`; ``ANEKIT_CACHE_DIR``)."""
+    from anekit.compiler import load_or_compile as _load_or_compile
 
-        return CompiledModel
-    raise AttributeError(f"module 'anekit' has no attribute '{name}'")
+    return _load_or_compile(model, target, **options)
+
+
+def __getattr__(name: str) -> Any:
+    """The builder, IR and compiler names, imported on first use (see _LAZY)."""
+    if name in ("lora", "train", "llm"):  # subpackages named as attributes
+        return import_module(f"anekit.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anekit' has no attribute '{name}'")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def load(path: Any, **options: Any) -> Any:
@@ -65,6 +99,8 @@ __all__ = [
     "FormatError",
     "Graph",
     "InputError",
+    "MemoryBudgetError",
+    "LoRA",
     "ModelError",
     "Node",
     "ShapeError",
@@ -80,6 +116,8 @@ __all__ = [
     "graph",
     "input",
     "load",
+    "max_memory",
+    "load_or_compile",
     "ops",
     "parameter",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from anekit import targets
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, ModelError
 from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
@@ -34,7 +34,10 @@ class CompiledModel:
     are the ANE and CPU programs in execution order (one dispatch per ANE segment).
     """
 
-    def __init__(self, source: Graph, graph: Graph, target: Target, ctx: PassContext):
+    def __init__(
+        self, source: Graph, graph: Graph, target: Target, ctx: PassContext,
+        compress: str | None = None,
+    ):  # fmt: skip
         self.source = source
         self.graph = graph
         self.target = target
@@ -43,6 +46,17 @@ class CompiledModel:
         self.segments: tuple[Segment, ...] = tuple(ctx.segments)
         self.diagnostics: tuple[Diagnostic, ...] = tuple(ctx.diagnostics)
         self.pass_log: tuple[PassRecord, ...] = tuple(ctx.records)
+        # weight compression (`anekit.codegen.compress`): each compressed convolution weight
+        # and the bytes it streams, which the cost model counts instead of fp16
+        from anekit.codegen.compress import compress_graph
+
+        self.compress = compress
+        self.compressed: Mapping[str, Any] = MappingProxyType(
+            compress_graph(graph, self.segments, compress, target.mil.opset) if compress else {}
+        )
+        self.weight_bytes: Mapping[str, int] = MappingProxyType(
+            {name: c.nbytes for name, c in self.compressed.items()}
+        )
         self._ops = tuple(explain(source, graph, ctx))
         self._summary = MappingProxyType(summarize(source, graph, ctx))
 
@@ -78,6 +92,16 @@ class CompiledModel:
             ],
             "estimate": _estimate(self),
         }
+
+    @cached_property
+    def compression_report(self) -> dict[str, Any] | None:
+        """With ``compress``: each compressed weight's relative error against the original
+        and the bytes saved (`anekit.codegen.compress.accuracy_report`); else None."""
+        if not self.compress:
+            return None
+        from anekit.codegen.compress import accuracy_report
+
+        return {"scheme": self.compress, **accuracy_report(self.graph, self.compressed)}
 
     @cached_property
     def bundle(self) -> Any:
@@ -164,11 +188,17 @@ def compile(  # noqa: A001 - the public name the API promises
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     passes: Sequence[str] = DEFAULT_PIPELINE,
+    lora: Any = None,
+    compress: str | None = None,
     **options: Any,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` (a chip name such as "m4" or an engine code).
 
-    ``options`` set `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
+    ``lora`` (an `anekit.LoRA`) gives the matching linear layers adapter inputs
+    (`anekit.lora`). ``compress`` stores the engine segments' convolution weights compressed:
+    ``int8``, ``int4``, ``palettize4``, ``palettize6`` or ``sparse`` (see
+    `anekit.codegen.compress` for the MIL ops each dialect gets). ``options`` set
+    `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
     ``approximate_gelu``, ``max_sweeps``).
     """
     unknown = sorted(set(options) - set(OPTION_NAMES))
@@ -177,7 +207,52 @@ def compile(  # noqa: A001 - the public name the API promises
             f"unknown compile option(s) {unknown}", hint=f"valid options: {', '.join(OPTION_NAMES)}"
         )
     chip = targets.get(target)
+    if compress is not None:
+        from anekit.codegen.compress import check_scheme
+
+        check_scheme(compress, chip.mil.opset)
     source = load_graph(model, input_shapes)
+    if lora is not None:
+        from anekit import lora as adapters
+
+        source = adapters.apply(source, lora)
     ctx = PassContext(chip, PassOptions(**options))
     graph = run_pipeline(stamp_origins(source), ctx, passes)
-    return CompiledModel(source, graph, chip, ctx)
+    check_tensor_sizes(graph)
+    return CompiledModel(source, graph, chip, ctx, compress)
+
+
+def check_tensor_sizes(graph: Graph) -> None:
+    """Refuse a graph with a tensor the bundle's runtime would refuse to create, by the very
+    limit it applies, so that compile never writes a bundle its own loader rejects."""
+    from anekit.runtime.sim.ops._util import MAX_ELEMENTS
+
+    for node in graph.nodes:
+        for out in node.outputs:
+            value = graph.values[out]
+            if value.numel > MAX_ELEMENTS:
+                names = ", ".join(f"'{o}'" for o in node.origin) or f"'{node.name}'"
+                raise ModelError(
+                    f"value '{out}' would have {value.numel:,} elements {list(value.shape)}, "
+                    f"more than the {MAX_ELEMENTS:,} a compiled program may hold in one tensor",
+                    where=f"node {names}",
+                    hint="check the sizes this node computes (a Tile, Expand or Resize "
+                    "factor, or an input shape)",
+                )
+
+
+def load_or_compile(
+    model: Any,
+    target: str = "m4",
+    *,
+    cache: Any = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
+) -> Any:
+    """``compile(model, target, **options).program``, from the program cache when the same
+    graph was compiled before with the same target and options (`anekit.runtime.cache`)."""
+    from anekit.runtime.cache import ProgramCache, cached
+
+    chosen = cache if cache is not None else ProgramCache()
+    graph = load_graph(model, input_shapes)
+    return cached(chosen, graph, target, options, lambda g: compile(g, target, **options))

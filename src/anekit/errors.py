@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 
 class AnekitError(Exception):
@@ -70,9 +73,15 @@ class InputError(AnekitError):
     """Bad feeds passed to run(): a missing input, a wrong shape or dtype."""
 
 
-def check_input_names(expected: Iterable[str], given: Iterable[str], takes: str) -> None:
+def check_input_names(expected: Iterable[str], given: Mapping[str, Any], takes: str) -> None:
     """Raise one InputError naming every missing and every unknown input, then what the
     callee takes (e.g. "the graph takes (x: fp32[1x3])")."""
+    if not isinstance(given, Mapping):
+        raise InputError(
+            f"the inputs must map each input name to an array, not a {type(given).__name__}; "
+            f"{takes}",
+            hint="e.g. run({'x': array}) or run(x=array)",
+        )
     expected, given = list(expected), list(given)
     missing = [n for n in expected if n not in given]
     extra = [n for n in given if n not in expected]
@@ -96,5 +105,43 @@ class MissingDependencyError(AnekitError):
         )
 
 
+class PathError(AnekitError):
+    """A path argument of the wrong type, or a file or folder the system will not let anekit
+    read or write (missing, no permission, read-only, disk full)."""
+
+
+def path_argument(value: Any, what: str) -> Path:
+    """``value`` as a Path, or a PathError saying what ``what`` must be."""
+    if isinstance(value, str | os.PathLike) and not isinstance(value, bytes):
+        path = Path(value)
+        if str(path):
+            return path
+    raise PathError(
+        f"{what} must be a path (a str or os.PathLike), not a {type(value).__name__} ({value!r})"
+    )
+
+
+def os_error(exc: OSError, doing: str) -> PathError:
+    """An OSError met while ``doing`` something, as the user's error naming the path."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        reason += f" ('{exc.filename}')"
+    return PathError(
+        f"cannot {doing}: {reason}",
+        hint="check that the folder exists and is writable, and that the disk has room",
+    )
+
+
 class InternalError(Exception):
     """A bug in anekit (not the user's fault): the CLI exits with status 1."""
+
+
+class MemoryBudgetError(AnekitError):
+    """Work that would need more memory than anekit's budget (``ANEKIT_MAX_MEMORY``); the
+    message names what asked for how much. ``requested`` and ``limit`` are in bytes."""
+
+    def __init__(self, message: str, *, requested: int, limit: int, hint: str | None = None,
+                 where: str | None = None):  # fmt: skip
+        self.requested = requested
+        self.limit = limit
+        super().__init__(message, hint=hint, where=where)

@@ -136,3 +136,25 @@ def test_plain_rendering_without_rich(capsys) -> None:
         "reason",
     ]
     assert out[2].split() == ["a", "relu", "ane", "a"] and out[-1] == "1 nodes -> 1 engine layers"
+
+
+def test_a_model_save_cannot_write_is_an_error_of_check(tmp_path, capsys) -> None:
+    """An STFT (DFT) model: check used to place it on the CPU and exit 0, then compile failed."""
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axes"], ["xc"], name="complex"),
+        helper.make_node("DFT", ["xc", "", "axis"], ["y"], name="dft"),
+    ]
+    g = helper.make_graph(
+        nodes, "stft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 2])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [2]),
+         helper.make_tensor("axis", TensorProto.INT64, [], [1])],
+    )  # fmt: skip
+    file = tmp_path / "stft.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), str(file))
+    assert main(["check", str(file), "--target", "m4"]) == 2
+    err = capsys.readouterr().err
+    assert "dft cannot be written as MIL" in err and "[no-mil-lowering]" in err
+    assert main(["compile", str(file), "--target", "m4", "-o", str(tmp_path / "s.anekit")]) == 2
+    assert not (tmp_path / "s.anekit").exists()

@@ -39,7 +39,7 @@ def _conv_gelu_graph(seed: int = 0) -> Graph:
     x = anekit.input("x", (1, 8, 1, 4))
     w = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
     b = rng.standard_normal((16,)).astype(np.float32)
-    y = ops.gelu(ops.conv2d(x, w, b), name="y")
+    y = ops.gelu(ops.conv2d(x, w, b), approximate="tanh", name="y")  # as the passes leave it
     h = ops.reshape(y, (1, 16, 4))
     z = ops.softmax(ops.matmul(h, ops.transpose(h, (0, 2, 1))), axis=-1, name="z")
     return anekit.graph([y, z])
@@ -110,9 +110,11 @@ def test_cpu_programs_use_the_full_op_set_in_fp32() -> None:
 
 
 def test_attention_mask_is_explicit_and_finite() -> None:
+    """The decompose pass writes a causal mask out (the fused op would ignore the flag);
+    the emitted program holds it as an additive constant."""
     q, k, v = (anekit.input(n, (1, 2, 16, 8)) for n in "qkv")
     g = anekit.graph([record("attention", [q, k, v], {"causal": True}, name="y")])
-    (seg,) = emit(g, M4)
+    (seg,) = emit(anekit.compile(g, M4).graph, M4)
     kinds = [o.op for o in _ops(seg.program)]
     assert "scaled_dot_product_attention" not in kinds and "softmax" in kinds
     masks = [
@@ -129,17 +131,30 @@ def test_attention_mask_is_explicit_and_finite() -> None:
     assert np.isfinite(mask).all()
 
 
-def test_concat_switch_joins_by_padding() -> None:
+@pytest.mark.parametrize("mask", ["causal", "bool"])
+def test_attention_the_pipeline_must_decompose_is_refused(mask: str) -> None:
+    q, k, v = (anekit.input(n, (1, 2, 16, 8)) for n in "qkv")
+    if mask == "causal":
+        node = record("attention", [q, k, v], {"causal": True}, name="y")
+    else:
+        m = anekit.input("m", (16, 16), "bool")
+        node = record("attention", [q, k, v, m], {}, name="y")
+    with pytest.raises(ModelError, match="only decomposed"):
+        emit(anekit.graph([node]), M4)
+
+
+def test_a_chip_without_concat_runs_concat_on_the_cpu() -> None:
+    """The concat gate is a pass decision (validate sends the node to the CPU); code generation
+    emits concat as concat wherever it runs."""
     x = anekit.input("x", (1, 4, 2, 3))
     g = anekit.graph([ops.concat([x, ops.relu(x)], axis=1, name="y")])
-    (with_concat,) = emit(g, M4)
     no_concat = dataclasses.replace(M4, features=dataclasses.replace(M4.features, concat=False))
-    (without,) = emit(g, no_concat)
-    assert "concat" in [o.op for o in _ops(with_concat.program)]
-    kinds = [o.op for o in _ops(without.program)]
-    assert "concat" not in kinds and kinds.count("pad") >= 2
-    cpu = emit_segment(g, whole_graph_segment(g, "cpu"), no_concat)
-    assert "concat" in [o.op for o in _ops(cpu.program)]  # the switch is for the engine only
+    compiled = anekit.compile(g, no_concat)
+    (joined,) = [n for n in compiled.graph.nodes if "y" in n.origin]
+    assert compiled.placement[joined.name].device == "cpu"
+    assert "concat" in compiled.placement[joined.name].reason.lower()
+    (cpu,) = [s for s in compiled.bundle.segments if s.device == "cpu"]
+    assert [o.op for o in _ops(cpu.program) if o.op != "const"] == ["concat"]
 
 
 def test_single_token_is_padded_to_sixteen_and_surfaces_are_uniform() -> None:

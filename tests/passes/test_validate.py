@@ -9,6 +9,7 @@ import anekit
 from anekit import ops, targets
 from anekit.ir.engine import EpilogueStep, LayerView, Slot, layer_attrs
 from anekit.ir.graph import Graph, Node, Value
+from anekit.passes.pipeline import DEFAULT_PIPELINE
 from anekit.passes.validate import FEATURE_GATES, validate_layer
 from tests.passes.support import compile_checked, row, with_features, with_limits
 
@@ -36,7 +37,10 @@ def test_conv_kernel_outside_the_targets_range_is_rejected_with_apples_message()
     x = anekit.input("x", (1, 2, 4, 32))
     w = RNG.standard_normal((2, 2, 1, width)).astype(np.float32)
     g = anekit.graph(ops.conv2d(x, w, name="wide"))
-    on_m1, on_m4 = compile_checked(g, "m1"), compile_checked(g, "m4")
+    # without the kernel split (which would legalise it on M1 too: tests/passes/test_engine_forms.py)
+    unsplit = tuple(p for p in DEFAULT_PIPELINE if p != "split_kernels")
+    on_m1 = compile_checked(g, "m1", passes=unsplit)
+    on_m4 = compile_checked(g, "m4", passes=unsplit)
     assert row(on_m4, "wide").placement == "ane"
     r = row(on_m1, "wide")
     assert r.placement == "cpu"

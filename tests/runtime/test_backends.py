@@ -28,7 +28,7 @@ def test_registry_lists_each_backend_once_with_what_it_runs() -> None:
     for name in names:
         backend = backends.get(name)
         assert isinstance(backend, Backend) and backend.name == name and backend.summary
-        assert backend.runs_graphs or backend.runs_segments, name
+        assert backend.runs_graphs or backend.runs_segments or backend.runs_hwx, name
 
 
 def test_unknown_backend_names_the_choices() -> None:

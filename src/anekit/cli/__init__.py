@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from anekit import __version__
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, os_error
 
 # Each module defines `register(subparsers)`, which adds its parser and sets
 # `func(args) -> int` as the handler. Order here is the order in `--help`.
@@ -19,8 +19,11 @@ COMMAND_MODULES = (
     "anekit.cli.check",
     "anekit.cli.compile",
     "anekit.cli.estimate",
+    "anekit.cli.report",
     "anekit.cli.inspect",
     "anekit.cli.targets",
+    "anekit.cli.cache",
+    "anekit.cli.generate",
 )
 
 EXIT_OK = 0
@@ -62,6 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except MemoryError:  # the machine's limit, not a bug: the input asked for too much
+        print(
+            f"anekit {args.command}: error: out of memory: the model or its inputs need more "
+            "memory than this machine could give\n"
+            "  hint: use smaller input shapes, or run on a machine with more memory",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    except OSError as exc:  # the file system refused: a path the user gave, not a bug
+        print(f"anekit {args.command}: error: {os_error(exc, 'access a file')}", file=sys.stderr)
+        return EXIT_USER
     except Exception as exc:  # noqa: BLE001 - the boundary between anekit and the shell
         if os.environ.get("ANEKIT_DEBUG"):
             traceback.print_exc()

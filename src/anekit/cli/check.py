@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from anekit.cli import check_numerics
 from anekit.cli.common import (
     add_shape_option,
     aligned_lines,
@@ -16,6 +17,7 @@ from anekit.cli.common import (
 )
 
 EXIT_CPU_FALLBACK = 3
+EXIT_CANNOT_SAVE = 2  # bad input: the model uses an op anekit cannot emit
 COLUMNS = ("node", "op", "placement", "layer", "reason")
 _STYLES = {"ane": "green", "cpu": "red", "folded": "cyan", "removed": "dim"}
 
@@ -33,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"exit with status {EXIT_CPU_FALLBACK} when anything runs on the CPU",
     )
     add_shape_option(p)
+    check_numerics.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -44,12 +47,20 @@ def run(args: argparse.Namespace) -> int:
     path = existing_model_file(args.model)
     compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
     report = compiled.report
+    numerics = check_numerics.analyse(compiled, args)
     if args.json:
-        print_json(report)
+        print_json(report if numerics is None else {**report, "numerics": numerics})
     else:
         render(report, compiled.summary_line())
         if report.get("estimate"):  # issue 5's cost model: one line for this target
             print(report["estimate"]["summary"])
+        if numerics is not None:
+            check_numerics.render(numerics)
+    errors = [d for d in compiled.diagnostics if d.severity == "error"]
+    if errors:  # nodes code generation cannot emit: `anekit compile` would fail on them
+        for d in errors:
+            print(str(d), file=sys.stderr)
+        return EXIT_CANNOT_SAVE
     if args.strict and report["summary"]["cpu_ops"]:
         return EXIT_CPU_FALLBACK
     return 0

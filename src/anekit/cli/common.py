@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError, InputError, ModelError
+from anekit.files import regular_file
 
 
 def add_shape_option(parser: Any) -> None:
@@ -52,22 +53,9 @@ def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def load_array(path: Path, name: str) -> np.ndarray:
-    if not path.is_file():
-        raise InputError(f"input file '{path}' for '{name}' does not exist")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - numpy raises several types for bad files
-        raise InputError(
-            f"'{path}' is not a readable .npy file ({type(exc).__name__}: {exc})"
-        ) from None
-    if isinstance(arr, np.lib.npyio.NpzFile):
-        keys = list(arr.keys())
-        if len(keys) != 1:
-            raise InputError(
-                f"'{path}' is an .npz with {len(keys)} arrays; pass one .npy per input"
-            )
-        arr = arr[keys[0]]
-    return arr
+    from anekit.formats.npy import read_array
+
+    return read_array(path, f"input file for '{name}'")
 
 
 def describe_array(arr: np.ndarray) -> str:
@@ -91,21 +79,44 @@ def describe_array(arr: np.ndarray) -> str:
     return f"{arr.dtype}[{shape}]  min {arr.min()}  max {arr.max()}"
 
 
-def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write an .npz atomically (temp file in the same directory, then rename)."""
+def check_npz_target(path: Path) -> Path:
+    """An output path for an .npz: in an existing, writable folder, and not something else
+    already (only a regular file that is an .npz archive is replaced)."""
     path = Path(path)
     if path.suffix != ".npz":
         raise AnekitError(f"output '{path}' must end in .npz")
-    if not path.parent.exists():
-        raise AnekitError(f"output directory '{path.parent}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    if not path.parent.is_dir():
+        raise AnekitError(f"output directory '{path.parent}' does not exist",
+                          hint=f"create it first (mkdir -p '{path.parent}')")  # fmt: skip
+    if os.path.lexists(path):
+        try:
+            with open(regular_file(path, "output file"), "rb") as existing:
+                is_npz = existing.read(4) == b"PK\x03\x04"
+        except OSError:
+            is_npz = False
+        if not is_npz:
+            raise AnekitError(f"'{path}' exists and is not an .npz archive; refusing to replace it",
+                              hint="choose another output path")  # fmt: skip
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise AnekitError(f"cannot write '{path}': the folder '{path.parent}' is not writable")
+    return path
+
+
+def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write an .npz atomically (temp file in the same directory, then rename)."""
+    path = check_npz_target(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    except OSError as exc:
+        raise AnekitError(f"cannot write '{path}': {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **dict(arrays))
         os.replace(tmp, path)
-    except BaseException:
+    except OSError as exc:
+        raise AnekitError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def print_json(data: Any) -> None:
@@ -127,10 +138,7 @@ def _json_default(obj: Any) -> Any:
 
 def existing_model_file(spec: str) -> Path:
     """The model file a command was given, checked to exist before anything slow happens."""
-    path = Path(spec)
-    if not path.is_file():
-        raise ModelError(f"model file '{path}' does not exist")
-    return path
+    return regular_file(spec, "model file", error=ModelError)
 
 
 def aligned_lines(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -146,7 +154,4 @@ def load_model_graph(path: str, shapes: Mapping[str, tuple[int, ...]]):
     """An ONNX model file as a Graph (the error names the file when it is not ONNX)."""
     from anekit.frontend.onnx import from_onnx
 
-    p = Path(path)
-    if not p.exists():
-        raise ModelError(f"model file '{p}' does not exist")
-    return from_onnx(p, shapes or None)
+    return from_onnx(regular_file(path, "model file", error=ModelError), shapes or None)

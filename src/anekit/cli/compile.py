@@ -31,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="fp16",
         help="how CPU segments store float weights (engine segments always use fp16)",
     )
+    p.add_argument(
+        "--emit",
+        choices=("bundle", "hwx"),
+        default="bundle",
+        help="bundle: MIL + weight.bin per segment (default); hwx: one H13 .hwx per engine "
+        "segment and the dispatch descriptor program.e5 into the directory -o (M1 targets)",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
     p.set_defaults(func=run)
@@ -43,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
     path = existing_model_file(args.model)
+    if args.emit == "hwx":
+        return _run_hwx(args, target, path)
     output = Path(args.output) if args.output else Path(f"{path.stem}.anekit")
     if output.suffix != ".anekit":
         raise AnekitError(f"the bundle '{output}' must end in .anekit")
@@ -67,10 +76,54 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
+    """`--emit hwx`: the H13 programs into a new directory (written beside it, then renamed)."""
+    import shutil
+    import tempfile
+
+    from anekit.codegen.h13.program import emit_program
+    from anekit.compiler import compile as compile_model
+
+    if target.name != "m1":
+        raise AnekitError(
+            f"--emit hwx writes H13 programs, the M1's engine; the target is {target.name}",
+            hint="use -t m1",
+        )
+    if args.mlpackage:
+        raise AnekitError("--mlpackage goes with a bundle; drop it or drop --emit hwx")
+    output = Path(args.output) if args.output else Path(f"{path.stem}.hwx.d")
+    if output.exists():
+        raise AnekitError(
+            f"'{output}' already exists; anekit writes the programs into a new directory",
+            hint="remove it or choose another -o",
+        )
+    compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
+    program = emit_program(compiled)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        for name, data in program.files.items():
+            (staging / name).write_bytes(data)
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    written = {name: len(data) for name, data in program.files.items()}
+    if args.json:
+        print_json({"directory": str(output), "target": target.name, "files": written})
+        return 0
+    engine = sum(op.op_type == "AneInference" for op in program.descriptor.operations)
+    print(f"wrote {output} for {target.name}: {engine} engine program(s) and program.e5")
+    for name, size in written.items():
+        print(f"  {name}  {size} bytes")
+    print(compiled.summary_line())
+    return 0
+
+
 def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
     from anekit.formats.bundle import read_bundle
 
-    manifest = read_bundle(bundle, verify=False).manifest
+    manifest = read_bundle(bundle, verify=False, contents=False).manifest
     return {
         "bundle": str(bundle),
         "mlpackage": str(package) if package else None,

@@ -4,21 +4,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.inspect_kinds import bundle, hwx, mil_text, netplist, onnx_model, weight_bin
+from anekit.cli.inspect_kinds import (
+    bundle,
+    dispatch,
+    hwx,
+    mil_text,
+    netplist,
+    onnx_model,
+    weight_bin,
+)
 from anekit.cli.inspect_kinds.base import Kind, Node
 from anekit.errors import AnekitError, FormatError
+from anekit.files import open_regular
 
 HEAD_BYTES = 4096
 
 
 # Magic-byte detectors are tried first, in this order; then file extensions.
-KINDS: tuple[Kind, ...] = (hwx.KIND, weight_bin.KIND, netplist.KIND, mil_text.KIND, onnx_model.KIND)
+KINDS: tuple[Kind, ...] = (
+    hwx.KIND,
+    weight_bin.KIND,
+    netplist.KIND,
+    mil_text.KIND,
+    onnx_model.KIND,
+    dispatch.KIND,
+)
 BUNDLE = bundle.KIND
-KNOWN = "a .hwx container, weight.bin, MIL text, a netplist, an anekit bundle or an ONNX model"
+KNOWN = (
+    "a .hwx container, weight.bin, MIL text, a netplist, an anekit bundle, an ONNX model or a "
+    "dispatch descriptor (.e5)"
+)
 
 
 def detect(path: Path) -> Kind:
@@ -31,11 +51,13 @@ def detect(path: Path) -> Kind:
             where=str(path),
             hint=f"inspect takes {KNOWN}",
         )
+    fd = open_regular(path, "the file")  # a pipe or a device is refused, never read
     try:
-        with path.open("rb") as handle:
-            head = handle.read(HEAD_BYTES)
+        head = os.pread(fd, HEAD_BYTES, 0)
     except OSError as exc:
         raise AnekitError(f"cannot read the file: {exc.strerror or exc}", where=str(path)) from None
+    finally:
+        os.close(fd)
     if not head:
         raise FormatError("the file is empty", where=str(path))
     for kind in KINDS:

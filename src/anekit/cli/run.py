@@ -10,6 +10,7 @@ import numpy as np
 
 from anekit.cli.common import (
     add_shape_option,
+    check_npz_target,
     describe_array,
     load_model_graph,
     parse_inputs,
@@ -17,6 +18,7 @@ from anekit.cli.common import (
     save_npz,
 )
 from anekit.errors import AnekitError
+from anekit.files import regular_file
 from anekit.runtime import backends
 from anekit.runtime.backends import Backend
 
@@ -74,6 +76,13 @@ def _run_program(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.nd
     return load(path).run(feeds, backend=backend.name)
 
 
+def _run_hwx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
+    """An Apple-format .hwx program on the engine emulator."""
+    if shapes:
+        raise AnekitError("a .hwx program's input shapes are fixed by the file; drop --shape")
+    return backend.run_hwx(path, feeds)
+
+
 def _runner_for(path: Path) -> Runner:
     """Pick how to run ``path`` from what it is."""
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
@@ -85,14 +94,18 @@ RUNNERS: dict[str, Runner] = {
     ".plist": _run_netplist,
     ".mil": _run_program,
     ".anekit": _run_program,
+    ".hwx": _run_hwx,
 }
 # file suffix -> backend used when --backend is not given; "reference" otherwise
-DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim", ".anekit": "sim"}
+DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim", ".anekit": "sim", ".hwx": "engine"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files")
-    p.add_argument("model", help="an ONNX model file, a MIL program (.mil) or a netplist (.plist)")
+    p.add_argument(
+        "model",
+        help="an ONNX model file, a MIL program (.mil), a netplist (.plist) or an H13 program (.hwx)",
+    )
     p.add_argument(
         "--input",
         "-i",
@@ -106,7 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backend",
         default=None,
         choices=backends.names(),
-        help="where to run (default: sim for bundles and MIL programs, reference otherwise); "
+        help="where to run (default: sim for bundles and MIL programs, engine for .hwx, "
+        "reference otherwise); "
         + "; ".join(f"{b.name}: {b.summary}" for b in map(backends.get, backends.names())),
     )
     add_shape_option(p)
@@ -115,8 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.model)
-    if not path.exists():
-        raise AnekitError(f"model '{path}' does not exist")
+    if not path.is_dir():
+        regular_file(path, "model", hint="pass an .anekit bundle folder or a model file")
+    if args.output:
+        check_npz_target(Path(args.output))  # before the work, not after it
     feeds = parse_inputs(args.input)
     backend = args.backend or DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
     outputs = _runner_for(path)(path, feeds, backends.get(backend), parse_shapes(args.shape))

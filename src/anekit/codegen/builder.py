@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit.codegen.compress import Compressed
 from anekit.codegen.names import Namer
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
+from anekit.formats.blob import encode
 from anekit.formats.mil import (
     ArgList,
     Binding,
@@ -30,12 +32,11 @@ from anekit.formats.mil import (
     Var,
     string,
 )
-from anekit.ir.dtypes import DType
+from anekit.ir.dtypes import FP16_MAX, DType
 
 WEIGHT_PATH = "@model_path/weights/weight.bin"
 # coremltools moves consts of 10 or more elements to the weight file; we do the same.
 BLOB_MIN_ELEMENTS = 10
-FP16_MAX = 65504.0
 
 # IR dtype -> MIL dtype, apart from floats (which follow the program's precision).
 _INT_DTYPES = {
@@ -97,6 +98,7 @@ class FunctionBuilder:
         *,
         conversions: Conversions | None = None,
         int8_tensors: bool = True,
+        compressed: Mapping[str, Compressed] | None = None,
     ):
         if weight_dtype not in ("fp16", "fp32"):
             raise ValueError(f"weights are stored as fp16 or fp32, not {weight_dtype!r}")
@@ -113,6 +115,9 @@ class FunctionBuilder:
         self.ir_constants: dict[str, str] = {}
         self._stored: dict[str, str] = {}  # a tensor's var -> the const op that holds it
         self.conversions = conversions or Conversions(cast_array, executor)
+        # IR constant -> its compressed form (`anekit.codegen.compress`), emitted as a
+        # constexpr op where a convolution reads it
+        self.compressed: Mapping[str, Compressed] = compressed or {}
 
     # --- types ---------------------------------------------------------------------------
 
@@ -223,6 +228,29 @@ class FunctionBuilder:
         if ir_name is not None:
             self._tensors[ir_name] = var
             self.ir_constants[self._stored[var]] = ir_name
+        return var
+
+    def compressed_weight(self, ir_name: str, hint: str) -> str:
+        """The IR constant ``ir_name`` as its constexpr decompression op (once per function);
+        blob operands go to the weight.bin in their own (sub-byte) types."""
+        if ir_name in self._tensors:
+            return self._tensors[ir_name]
+        c = self.compressed[ir_name]
+        inputs = {}
+        for part in c.parts:
+            name = self.namer.fresh(f"{hint}_{part.name}")
+            if part.blob:
+                data, padding = encode(part.array, part.dtype)
+                offset = self.blobs.add_encoded(data, part.dtype, padding)
+                value: Scalar | Tensor | BlobFile = BlobFile(
+                    mil_type(part.array.shape, part.dtype), WEIGHT_PATH, offset)  # type: ignore[arg-type]
+            elif part.array.ndim == 0:
+                value = Scalar(ScalarType(part.dtype), part.array.item())
+            else:
+                value = Tensor(TensorType(part.dtype, part.array.shape), part.array)
+            inputs[part.name] = self._const(name, value)
+        var = self.op(c.op, inputs, c.dense.shape, "fp16", hint=hint)
+        self._tensors[ir_name] = var
         return var
 
     def _blob(self, array: np.ndarray, hint: str, dtype: str) -> str:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -22,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from anekit import __version__
+from anekit import __version__, atomic
 from anekit.codegen.builder import cast_array
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
 from anekit.codegen.weights import Conversions, WeightFile
@@ -38,9 +36,11 @@ from anekit.formats.bundle import (
     Source,
     TargetInfo,
     canonical_json,
+    not_a_bundle,
 )
 from anekit.formats.mil import Program
 from anekit.ir.graph import Graph, Node, Value
+from anekit.naming import fresh_name
 
 if TYPE_CHECKING:
     from anekit.targets import Target
@@ -153,6 +153,7 @@ def build_bundle(
     report: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     weights: str = "fp16",
+    compressed: Mapping[str, Any] | None = None,
 ) -> BundleContents:
     """Emit every segment of ``graph`` and assemble the bundle's files and manifest.
 
@@ -174,7 +175,8 @@ def build_bundle(
         weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
-                graph, segment, target, weights=weights, executor=pool, conversions=conversions
+                graph, segment, target, weights=weights, executor=pool, conversions=conversions,
+                compressed=compressed,
             )
             if s.weight_file is not None:
                 digest = hashers.submit(s.weight_file.sha256)
@@ -236,18 +238,11 @@ def build_bundle(
 
 
 def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path:
-    """Write ``contents`` as the directory ``path``, atomically (temp dir, then rename)."""
-    target = Path(path)
-    parent = target.parent
-    if not parent.is_dir():
-        raise AnekitError(f"cannot write the bundle: directory '{parent}' does not exist")
-    if target.exists() and not (target.is_dir() and (target / MANIFEST).is_file()):
-        raise AnekitError(
-            f"'{target}' exists and is not an anekit bundle; refusing to replace it",
-            hint="choose a new output path, or remove it first",
-        )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
-    try:
+    """Write ``contents`` as the directory ``path``, atomically: replacing an existing folder
+    only when it is an anekit bundle with nothing its manifest does not list
+    (see :func:`anekit.atomic.replace_folder`)."""
+
+    def write(folder: Path) -> None:
         # files written (and fsync'd) on parallel threads, largest first, as their chunks
         # come in; the manifest last, once every digest is known: a bundle is whole once it
         # has one
@@ -255,23 +250,13 @@ def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path
         with ThreadPoolExecutor(
             max(1, min(4, len(files))), thread_name_prefix="anekit-write"
         ) as pool:
-            for done in [pool.submit(_write, tmp / rel, data) for rel, data in files]:
+            for (rel, _), done in [(f, pool.submit(_write, folder / f[0], f[1])) for f in files]:
                 done.result()
-        _write(tmp / MANIFEST, contents.data[MANIFEST])
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
-            os.replace(target, old / "bundle")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+                atomic.checkpoint(f"wrote {rel}")
+        _write(folder / MANIFEST, contents.data[MANIFEST])
+        atomic.checkpoint(f"wrote {MANIFEST}")
+
+    return atomic.replace_folder(path, write, check=not_a_bundle, what="an anekit bundle")
 
 
 def deterministic(data: Any) -> Any:
@@ -342,9 +327,6 @@ def _with_constant_outputs(
 
 
 def _fresh(hint: str, taken: set[str]) -> str:
-    name, i = hint, 0
-    while name in taken:
-        i += 1
-        name = f"{hint}_{i}"
+    name = fresh_name(hint, taken)
     taken.add(name)
     return name

@@ -32,6 +32,7 @@ import numpy as np
 
 from anekit import __version__
 from anekit.codegen.builder import Arg, FunctionBuilder, mil_type
+from anekit.codegen.compress import Compressed
 from anekit.codegen.lower import Call, lower_call
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
@@ -152,6 +153,7 @@ def emit_segment(
     weights: str = "fp16",
     executor: Executor | None = None,
     conversions: Conversions | None = None,
+    compressed: Mapping[str, Compressed] | None = None,
 ) -> EmittedSegment:
     """One segment of ``graph`` as a MIL program for ``target``.
 
@@ -159,6 +161,7 @@ def emit_segment(
     ``fp16`` (the default, half the size, read through a cast) or ``fp32`` (exact).
     ``executor`` converts weights on other threads (the weight file waits for them);
     ``conversions``, shared by the segments of a model, converts each weight once.
+    ``compressed`` maps IR constants to their compressed forms (`anekit.codegen.compress`).
     """
     device = segment.device
     engine = device == "ane"
@@ -168,6 +171,7 @@ def emit_segment(
         executor,
         conversions=conversions,
         int8_tensors=target.mil.int8_tensors,
+        compressed=compressed,
     )
     namer = b.namer
     env: dict[str, Arg] = {}

@@ -15,17 +15,18 @@ equal the ones our MIL declares, or the export stops with an internal error.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
+from anekit import atomic
 from anekit.codegen.names import Namer
 from anekit.errors import AnekitError, InternalError, MissingDependencyError
+from anekit.files import read_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import Manifest, Source
@@ -76,20 +77,42 @@ def _deployment_target(ct: Any, opset: str) -> Any:
 def _save(model: Any, target: Path) -> Path:
     if target.suffix != ".mlpackage":
         raise AnekitError(f"'{target}' must end in .mlpackage")
-    if not target.parent.is_dir():
-        raise AnekitError(f"cannot write '{target}': its directory does not exist")
-    if target.exists() and not (target / "Manifest.json").is_file():
-        raise AnekitError(f"'{target}' exists and is not an .mlpackage; refusing to replace it")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        staged = tmp / target.name
+
+    def write(folder: Path) -> None:
+        staged = folder / f"staged{target.suffix}"  # coremltools wants the suffix
         model.save(str(staged))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staged, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        for entry in os.listdir(staged):
+            os.rename(staged / entry, folder / entry)
+        staged.rmdir()
+        atomic.checkpoint("saved the .mlpackage")
+
+    return atomic.replace_folder(target, write, check=not_an_mlpackage, what="an .mlpackage")
+
+
+def not_an_mlpackage(root: Path) -> str | None:
+    """Why the folder ``root`` cannot be proven a Core ML package with nothing else in it
+    (None when it can): ``Manifest.json`` lists items, and every other entry is a file or
+    folder of ``Data/`` that an item names, or lies inside one."""
+    try:
+        raw = read_file(root / "Manifest.json", "Manifest.json", max_bytes=1 << 20)
+        items = json.loads(raw.decode("utf-8"))["itemInfoEntries"]
+        paths = {f"Data/{item['path']}".rstrip("/") for item in items.values()}
+    except (AnekitError, ValueError, KeyError, TypeError, AttributeError):
+        return "it has no readable Manifest.json listing its items"
+    if any(".." in p.split("/") for p in paths):
+        return "its Manifest.json names a path outside the package"
+    parents = {str(PurePosixPath(p).parents[k]) for p in paths
+               for k in range(len(PurePosixPath(p).parents) - 1)}  # fmt: skip
+    for here, dirs, names in os.walk(root):
+        rel_dir = Path(here).relative_to(root).as_posix()
+        for name in (*dirs, *names):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if rel == "Manifest.json" or rel in parents or rel in paths:
+                continue
+            if any(rel.startswith(f"{p}/") for p in paths) and not os.path.islink(Path(here) / name):
+                continue
+            return f"its Manifest.json does not list '{rel}'"
+    return None
 
 
 class _Replay:

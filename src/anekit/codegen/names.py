@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from anekit.formats.mil.types import DTYPES, TYPE_WORDS
+from anekit.naming import fresh_name
 
 # Words a MIL reader takes for something other than a variable where a variable may stand.
 RESERVED = frozenset(
@@ -40,14 +41,7 @@ class Namer:
         self._by_value: dict[str, str] = {}
 
     def fresh(self, hint: str) -> str:
-        base = sanitize(hint)
-        if base not in self._taken:
-            self._taken.add(base)
-            return base
-        i = 1
-        while f"{base}_{i}" in self._taken:
-            i += 1
-        name = f"{base}_{i}"
+        name = fresh_name(sanitize(hint), self._taken)
         self._taken.add(name)
         return name
 

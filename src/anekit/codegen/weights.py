@@ -189,31 +189,32 @@ class WeightFile:
         data = np.ascontiguousarray(array, dtype=want)
         if sys.byteorder != "little" and data.dtype.byteorder == "=":  # pragma: no cover
             data = data.astype(want.newbyteorder("<"))
-        record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
-        data_offset = record_offset + RECORD_SIZE
-        code = DTYPES_BY_NAME[dtype].code
-        record = _RECORD.pack(SENTINEL, code, data.nbytes, data_offset, 0).ljust(RECORD_SIZE, b"\0")
-        if record_offset > self._size:
-            self._chunks.append(bytes(record_offset - self._size))
-        self._chunks.append(record)
-        self._chunks.append(memoryview(data).cast("B"))
-        self._size = data_offset + data.nbytes
-        self._count += 1
-        return record_offset
+        return self._append(memoryview(data).cast("B"), data.nbytes, dtype)
 
     def add_pending(self, future: Deferred, count: int, dtype: str) -> int:
         """Reserve the place of ``count`` elements of ``dtype`` that ``future`` will deliver
         (an array converted on another thread, see :class:`Conversions`); returns the
         record offset."""
         nbytes = count * _NUMPY[dtype].itemsize
+        return self._append(_Pending(future, nbytes, _NUMPY[dtype]), nbytes, dtype)
+
+    def add_encoded(self, data: bytes, dtype: str, padding_bits: int = 0) -> int:
+        """Append data already encoded as ``dtype`` (any weight.bin type, e.g. packed uint4
+        indices of a compressed weight); returns its record offset."""
+        return self._append(data, len(data), dtype, padding_bits)
+
+    def _append(
+        self, chunk: bytes | memoryview | _Pending, nbytes: int, dtype: str, padding_bits: int = 0
+    ) -> int:
+        """A record at the next 64-byte boundary, then the data; the record's offset."""
         record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
         data_offset = record_offset + RECORD_SIZE
         code = DTYPES_BY_NAME[dtype].code
-        record = _RECORD.pack(SENTINEL, code, nbytes, data_offset, 0).ljust(RECORD_SIZE, b"\0")
+        record = _RECORD.pack(SENTINEL, code, nbytes, data_offset, padding_bits)
         if record_offset > self._size:
             self._chunks.append(bytes(record_offset - self._size))
-        self._chunks.append(record)
-        self._chunks.append(_Pending(future, nbytes, _NUMPY[dtype]))
+        self._chunks.append(record.ljust(RECORD_SIZE, b"\0"))
+        self._chunks.append(chunk)
         self._size = data_offset + nbytes
         self._count += 1
         return record_offset

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ from anekit.cost.model import (
     bottleneck,
     layer_cost,
     partition_costs,
+    pays_startup,
 )
 from anekit.ir.graph import Graph, Node
 from anekit.schedule import (
@@ -185,8 +186,11 @@ def estimate_segments(
     *,
     calibration: Calibration | None = None,
     options: ScheduleOptions | None = None,
+    weight_bytes: Mapping[str, int] | None = None,
 ) -> Estimate:
-    """Estimate a placed engine graph: ANE segments scheduled, CPU segments at the CPU's rate."""
+    """Estimate a placed engine graph: ANE segments scheduled, CPU segments at the CPU's rate.
+
+    ``weight_bytes`` gives the stored size of weights that are not fp16 (compressed ones)."""
     t = targets.get(target)
     rates = Rates.of(t, calibration or default_calibration())
     nodes = {n.name: n for n in graph.nodes}
@@ -204,7 +208,7 @@ def estimate_segments(
                 if v in graph.output_names or any(c.name in cpu_nodes for c in graph.consumers(v))
             ]
             elements = sum(graph.value(v).numel for v in dict.fromkeys(crossing))
-            costs.append(_ane_segment(graph, seg, t, rates, options, elements))
+            costs.append(_ane_segment(graph, seg, t, rates, options, elements, weight_bytes))
         else:
             costs.append(_cpu_segment(graph, [nodes[n] for n in seg.nodes], seg, rates, t))
     return Estimate(t.name, tuple(costs))
@@ -242,6 +246,7 @@ def estimate_compiled(
         target if target is not None else cm.target,
         calibration=calibration,
         options=options,
+        weight_bytes=getattr(cm, "weight_bytes", None),
     )
 
 
@@ -258,11 +263,16 @@ def _ane_segment(
     rates: Rates,
     options: ScheduleOptions | None,
     crossing_elements: int,
+    weight_bytes: Mapping[str, int] | None = None,
 ) -> SegmentCost:
-    layers = layers_of(graph, seg)  # type: ignore[arg-type]
+    layers = layers_of(graph, seg, weight_bytes)  # type: ignore[arg-type]
     sched = schedule_layers(layers, target, options)
     partner = {a: b for a, b in sched.coissue} | {b: a for a, b in sched.coissue}
-    costs = {lay.name: layer_cost(lay, sched, rates, partner.get(lay.name)) for lay in layers}
+    starts = pays_startup(sched)
+    costs = {
+        lay.name: layer_cost(lay, sched, rates, partner.get(lay.name), startup=lay.name in starts)
+        for lay in layers
+    }
     parts = partition_costs(sched, costs)
     return SegmentCost(
         index=seg.index,

@@ -91,8 +91,14 @@ class LayerCost:
 
 
 def layer_cost(
-    layer: LayerInfo, sched: SegmentSchedule, rates: Rates, coissued_with: str | None = None
+    layer: LayerInfo,
+    sched: SegmentSchedule,
+    rates: Rates,
+    coissued_with: str | None = None,
+    *,
+    startup: bool = True,
 ) -> LayerCost:
+    """``startup``: the layer pays the MAC array's fixed start-up (see `pays_startup`)."""
     dma = sched.dma[layer.name]
     streaming = layer.name in sched.streaming
     moved = dma.total
@@ -101,7 +107,7 @@ def layer_cost(
         # the GEMM rate ([facts] 3: a 1x1 convolution is ~3x faster than the matmul)
         conv_like = layer.main in ("conv", "conv_transpose")
         rate = rates.conv_flops_per_s if conv_like else rates.matmul_flops_per_s
-        compute = (layer.flops + rates.mac_startup_flops) / rate
+        compute = (layer.flops + (rates.mac_startup_flops if startup else 0.0)) / rate
     elif layer.unit == "planar":
         compute = layer.flops / rates.planar_elements_per_s
     else:  # the DMA/transpose path moves every byte, on chip or not
@@ -120,6 +126,22 @@ def layer_cost(
         streaming=streaming,
         coissued_with=coissued_with,
     )
+
+
+def pays_startup(sched: SegmentSchedule) -> frozenset[str]:
+    """The MAC layers that pay the fixed start-up: the first of each partition.
+
+    Chaining: within a partition the engine runs layers back to back from on-chip memory,
+    and the next layer's start-up (kernel fetch, pipeline fill) overlaps the running
+    layer's work; only a partition's first MAC layer starts from an idle array. The
+    start-up itself is measured on one-layer programs (calibration.json), where the two
+    readings coincide, so the per-op anchors do not move.
+    """
+    first = []
+    for part in sched.partitions:
+        macs = [n for n in part.layers if sched.layers[n].unit == "mac"]
+        first += macs[:1]
+    return frozenset(first)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import budget
 from anekit.errors import AnekitError, FormatError
 
 ALIGNMENT = 64
@@ -322,6 +323,8 @@ class BlobReader:
             )
         data = self._buf[record.data_offset : record.end]
         kind = record.dtype
+        budget.check(record.count * max(numpy_dtype(kind).itemsize, 1),
+                     f"decoding the {kind.name} weight at offset {offset}")  # fmt: skip
         if kind.sub_byte:
             array = unpack_sub_byte(data, record.count, kind.bits, kind.signed)
         elif kind.from_ml_dtypes:  # ml_dtypes types are native (little-endian) order
@@ -409,6 +412,12 @@ def _encode(array: np.ndarray, dtype: BlobDType) -> tuple[bytes, int]:
     if dtype.sub_byte:
         return pack_sub_byte(values, dtype.bits)
     return values.astype(np.dtype(dtype.numpy)).tobytes(), 0
+
+
+def encode(array: np.ndarray, dtype: str) -> tuple[bytes, int]:
+    """``array`` stored as the weight.bin type named ``dtype`` (range-checked, sub-byte
+    types packed): its bytes and the padding bits of its last byte."""
+    return _encode(array, DTYPES_BY_NAME[dtype])
 
 
 class BlobWriter:

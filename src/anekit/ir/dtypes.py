@@ -6,6 +6,9 @@ from enum import StrEnum
 
 import numpy as np
 
+# the largest finite fp16 value: what the engine saturates to, and what the simulator checks
+FP16_MAX = float(np.finfo(np.float16).max)  # 65504.0
+
 
 class DType(StrEnum):
     """An IR element type. The string value is the canonical spelling (also MIL's)."""

@@ -12,6 +12,7 @@ from anekit.errors import ModelError, ShapeError
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, infer_types
+from anekit.naming import fresh_name
 
 
 class GraphEditor:
@@ -49,19 +50,14 @@ class GraphEditor:
             self._producer.update((o, n.name) for o in n.outputs)
         self._counter = len(graph.nodes)
         self._taken: set[str] = set(self.values) | set(self._nodes)
+        self._next_suffix: dict[str, int] = {}
 
     # --- names ---------------------------------------------------------------------------
 
     def fresh(self, hint: str) -> str:
         """A name not yet used by any value or node, derived from ``hint``."""
-        hint = hint or "v"
-        if hint not in self._taken:
-            self._taken.add(hint)
-            return hint
-        i = 1
-        while f"{hint}_{i}" in self._taken:
-            i += 1
-        name = f"{hint}_{i}"
+        # many names share a hint: the counters keep each search from rescanning them
+        name = fresh_name(hint or "v", self._taken, counters=self._next_suffix)
         self._taken.add(name)
         return name
 
@@ -217,12 +213,16 @@ class GraphEditor:
 
     def build(self, *, dce: bool = True) -> Graph:
         """A new, valid-ordered Graph with the original output names kept."""
+        order = self._toposort()
         if dce:
-            live = {n.name for n in _live_nodes(self._toposort(), set(self.output_names))}
+            live = {n.name for n in _live_nodes(order, set(self.output_names))}
             for name in [n for n in self._nodes if n not in live]:
                 self.remove(name)
-        self._restore_output_names()
-        nodes = self._toposort()
+            # dead nodes never delay live ones in Kahn's order: the live order is unchanged
+            order = [n for n in order if n.name in live]
+        if self._restore_output_names():
+            order = self._toposort()
+        nodes = order
         used = {i for n in nodes for i in n.inputs if i} | set(self.output_names)
         constants = {k: v for k, v in self.constants.items() if k in used}
         keep = used | {o for n in nodes for o in n.outputs} | {v.name for v in self.inputs}
@@ -237,9 +237,11 @@ class GraphEditor:
             metadata=self.metadata,
         )
 
-    def _restore_output_names(self) -> None:
-        """Outputs are keyed by name for users: keep the original names after rewrites."""
+    def _restore_output_names(self) -> bool:
+        """Outputs are keyed by name for users: keep the original names after rewrites.
+        True when a node was added or changed."""
         reserved = {v.name for v in self.inputs} | set(self.constants)
+        changed = False
         for pos, (orig, cur) in enumerate(
             zip(self._original_outputs, self.output_names, strict=True)
         ):
@@ -258,6 +260,8 @@ class GraphEditor:
             else:
                 self._rename_value(cur, orig)
             self.output_names[pos] = orig
+            changed = True
+        return changed
 
     def _rename_value(self, old: str, new: str) -> None:
         v = self.values.pop(old)

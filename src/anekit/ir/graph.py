@@ -164,11 +164,15 @@ class Graph:
     def consumers(self, value_name: str) -> tuple[Node, ...]:
         return self._consumers.get(value_name, ())
 
+    @cached_property
+    def _by_name(self) -> Mapping[str, Node]:
+        return MappingProxyType({n.name: n for n in self.nodes})
+
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(f"graph '{self.name}' has no node named '{name}'")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"graph '{self.name}' has no node named '{name}'") from None
 
     # --- summaries -----------------------------------------------------------------------
 

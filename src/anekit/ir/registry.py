@@ -30,6 +30,12 @@ class InferError(Exception):
     """Raised by an inference function; the caller adds the node and op names."""
 
 
+class KernelError(Exception):
+    """A kernel refused the values it was given (an index out of range, an integer division
+    by zero): the fault of whoever supplied them, the model's constants or the caller's
+    feeds. The caller adds the node and says which."""
+
+
 @dataclass(frozen=True)
 class TensorType:
     """The static type of a tensor: its shape and element type."""
@@ -147,6 +153,9 @@ class OpDef:
     kind: str
     doc: str = ""
     num_outputs: Callable[[Mapping[str, Any], int], int] | None = None
+    # why code generation cannot emit the op ("" when it has a MIL lowering): validate turns
+    # it into an error, so `check` never places a node that `save` cannot write
+    no_lowering: str = ""
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -238,6 +247,7 @@ def declare(
     outputs: Sequence[str] = ("y",),
     num_outputs: Callable[[Mapping[str, Any], int], int] | None = None,
     doc: str = "",
+    no_lowering: str = "",
 ) -> Callable[[KernelFn], KernelFn]:
     """Decorator declaring an op whose fp32 numpy reference kernel is the decorated function.
 
@@ -257,6 +267,7 @@ def declare(
                 kind=kind,
                 doc=doc or (kernel.__doc__ or "").strip(),
                 num_outputs=num_outputs,
+                no_lowering=no_lowering,
             )
         )
         return kernel

@@ -63,7 +63,9 @@ def goc_compatible(c: np.ndarray, out_shape: tuple[int, ...]) -> bool:
 
 
 def _aligned(c: np.ndarray, rank: int) -> np.ndarray:
-    return c.reshape((1,) * (rank - c.ndim) + c.shape).astype(np.float32)
+    # astype without a copy: an fp32 constant stays a view of its source weight, which is
+    # how the weight map finds it (anekit.runtime.weight_map)
+    return c.reshape((1,) * (rank - c.ndim) + c.shape).astype(np.float32, copy=False)
 
 
 @dataclass
@@ -207,10 +209,13 @@ def concat_qualifies(rw: Rewriter, node: Node) -> bool:
     return True
 
 
-def _constants(rw: Rewriter, name: str, affine: _Affine) -> list[str]:
-    gain = rw.constant(affine.gain, f"{name}/gain") if affine.gain is not None else ""
-    offset = rw.constant(affine.offset, f"{name}/offset") if affine.offset is not None else ""
-    return [gain, offset]
+def _constants(rw: Rewriter, name: str, affine: _Affine, dtype: np.dtype) -> list[str]:
+    """The gain and offset as constants of the layer's float type (composed in fp32; an fp16
+    layer takes them in fp16, like its other operands)."""
+    return [
+        "" if c is None else rw.constant(np.asarray(c, dtype=dtype), f"{name}/{part}")
+        for part, c in (("gain", affine.gain), ("offset", affine.offset))
+    ]
 
 
 def _emit(rw: Rewriter, layer: _Layer) -> Node:
@@ -220,16 +225,17 @@ def _emit(rw: Rewriter, layer: _Layer) -> Node:
     if Slot.PRE_ACT in layer.steps and Slot.POST_ACT not in layer.steps and layer.goc.empty:
         layer.steps[Slot.POST_ACT] = layer.steps.pop(Slot.PRE_ACT)
     inputs = list(layer.main_inputs)
+    dtype = rw.value(layer.out).dtype.numpy
     if layer.main_affine is not None:
         affine = layer.main_affine
         if affine.gain is None:  # the layer op's inputs are positional: a unit gain (exact)
             affine.gain = np.ones((1,) * layer.rank, np.float32)
-        inputs += [c for c in _constants(rw, main.name, affine) if c]
+        inputs += [c for c in _constants(rw, main.name, affine, dtype) if c]
     n_main = len(inputs)
     steps = []
     if not layer.goc.empty:
         operands = []
-        for c in _constants(rw, f"{main.name}/goc", layer.goc):
+        for c in _constants(rw, f"{main.name}/goc", layer.goc, dtype):
             operands.append(len(inputs) if c else -1)
             if c:
                 inputs.append(c)

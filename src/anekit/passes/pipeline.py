@@ -14,9 +14,16 @@ from anekit.passes.decompose import decompose
 from anekit.passes.fuse import fuse_epilogues
 from anekit.passes.layout import layout
 from anekit.passes.legalize import legalize
+from anekit.passes.legalize_forms import engine_forms
+from anekit.passes.legalize_kernels import split_kernels
+from anekit.passes.legalize_reshapes import fold_reshapes
 from anekit.passes.matmul_to_conv import matmul_to_conv
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
+
+# The passes issue 16 added to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
+# "before" of benchmarks/cpu_fallback_zoo.py.
+LEGALISING_PASSES = ("engine_forms", "split_kernels", "fold_reshapes")
 
 PassFn = Callable[[Graph, PassContext], Graph]
 # (pass name, graph before, graph after): lets tests check every step
@@ -26,8 +33,11 @@ PASSES = MappingProxyType(
     {
         "canonicalize": canonicalize,
         "decompose": decompose,
+        "engine_forms": engine_forms,
         "layout": layout,
+        "split_kernels": split_kernels,
         "matmul_to_conv": matmul_to_conv,
+        "fold_reshapes": fold_reshapes,
         "fuse_epilogues": fuse_epilogues,
         "legalize": legalize,
         "validate": validate,
@@ -40,10 +50,13 @@ PASSES = MappingProxyType(
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "canonicalize",
     "decompose",
+    "engine_forms",
     "canonicalize",
     "layout",
+    "split_kernels",
     "matmul_to_conv",
     "canonicalize",
+    "fold_reshapes",
     "fuse_epilogues",
     "legalize",
     "validate",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from anekit.errors import ModelError
 from anekit.ir.dtypes import DType
 from anekit.ir.graph import Node, Value
 from anekit.ir.interpret import run_node
+from anekit.ir.registry import KernelError
 from anekit.passes.rewrite import Rewriter, live_and_const, rule, scalar_value
 
 # Ops never folded: engine layers are built from live values only.
@@ -46,7 +48,12 @@ def fold_constants(rw: Rewriter, node: Node) -> bool:
         )
         return False
     args = [rw.const(i) if i else None for i in node.inputs]
-    outs = run_node(node, args, [rw.value(o) for o in node.outputs])
+    try:
+        outs = run_node(node, args, [rw.value(o) for o in node.outputs])
+    except KernelError as exc:  # the model's constants break the op's rules
+        names = ", ".join(f"'{o}'" for o in node.origin) or f"'{node.name}'"
+        raise ModelError(f"{exc} (computing {node.op} on the model's constants)",
+                         where=f"node {names}") from None  # fmt: skip
     rw.ctx.removing(node.origin, "folded into a constant at compile time")
     for o, arr in zip(node.outputs, outs, strict=True):
         rw.replace_uses(o, rw.constant(arr, o))

@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from anekit.ir.engine import LayerView
+from anekit.ir.dtypes import DType
+from anekit.ir.engine import UNITS, LayerView
 from anekit.ir.graph import Graph, Node
+from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
 from anekit.passes.results import Diagnostic
 from anekit.targets import Target
@@ -76,9 +78,42 @@ FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
 _KERNEL_AXES = {1: ("width",), 2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
+# Integer types whose values, cast to float, can exceed fp16's largest value (65504).
+_WIDE_INTEGERS = frozenset({DType.INT32, DType.INT64})
+_MAX_MOVES = 64  # how far back through data-movement layers a value's origin is traced
+
+
+def beyond_fp16(graph: Graph, name: str) -> bool:
+    """True when ``name`` holds int32/int64 numbers cast to float (an integer matmul's
+    accumulator before its dequantization scale), moved but not yet rescaled: in fp16 they
+    would overflow to inf, so the layer that reads them computes in fp32 on the CPU."""
+    for _ in range(_MAX_MOVES):
+        p = graph.producer(name)
+        if p is None:
+            return False
+        if p.op == "cast":
+            return graph.values[p.inputs[0]].dtype in _WIDE_INTEGERS
+        moves = p.op in ("reshape", "transpose") or (
+            p.op == "ane_layer"
+            and UNITS[LayerView(p).layer_type] == "dma"
+            and not LayerView(p).epilogue
+            and len(LayerView(p).main_inputs) == 1
+        )
+        if not moves:
+            return False
+        name = p.inputs[0]
+    return False
+
+
 def _common(view: LayerView, graph: Graph, t: Target) -> Reject | None:
-    """Rank, dtype and extent limits every layer shares."""
+    """Rank, dtype, range and extent limits every layer shares."""
     lim = t.limits
+    for name in view.node.inputs:
+        if name and name not in graph.constants and beyond_fp16(graph, name):
+            return Reject(
+                "fp16-range",
+                f"'{name}' holds int32 values cast to float, which may exceed fp16's range (65504)",
+            )
     for name in (*view.node.inputs, view.node.output):
         if not name or name in graph.constants:
             continue
@@ -104,10 +139,15 @@ def _common(view: LayerView, graph: Graph, t: Target) -> Reject | None:
                     "dim-too-large",
                     f"dimension {d} of {list(v.shape)} exceeds the engine's maximum of {lim.max_dim}",
                 )
-    for op in (view.main, *(s.op for s in view.epilogue)):
+    steps = ((view.main, view.main_attrs), *((s.op, s.attrs) for s in view.epilogue))
+    for op, attrs in steps:
         gate = FEATURE_GATES.get(op)
         if gate is not None and not t.supports(gate[0]):
             return Reject(gate[1], gate[2])
+        # the engine computes GELU only in its tanh form where the MIL gelu op is missing
+        # (decompose approximates exact GELU unless the approximate_gelu option is off)
+        if op == "gelu" and attrs.get("approximate") == "none" and not t.features.gelu:
+            return Reject("gelu-unsupported", "exact GELU is not supported on this architecture")
     return None
 
 
@@ -264,9 +304,30 @@ _NO_FORM: Mapping[str, str] = MappingProxyType(
 )
 
 
+def unlowerable(node: Node) -> Reject | None:
+    """Why code generation cannot emit this node (its op record says it has no MIL lowering)."""
+    ops = (node.op,)
+    if node.op == "ane_layer":
+        view = LayerView(node)
+        ops = (view.main, *(s.op for s in view.epilogue))
+    for op in ops:
+        reason = get_op(op).no_lowering
+        if reason:
+            return Reject("no-mil-lowering", f"{op} cannot be written as MIL: {reason}")
+    return None
+
+
 def validate(graph: Graph, ctx: PassContext) -> Graph:
-    """Record a verdict for every node: None (the engine accepts it) or the rejection."""
+    """Record a verdict for every node: None (the engine accepts it) or the rejection. A node
+    code generation cannot emit at all is an error: `check` must not place what `save` fails on."""
     for node in graph.nodes:
+        missing = unlowerable(node)
+        if missing is not None:
+            ctx.verdicts[node.name] = (missing.code, missing.message)
+            ctx.count(f"rejected: {missing.code}")
+            hint = "the model cannot be saved as a bundle for any target until the op is lowered"
+            ctx.diagnose(Diagnostic("error", missing.code, node.name, missing.message, hint))
+            continue
         if node.op == "ane_layer":
             found = validate_layer(LayerView(node), graph, ctx.target)
             severity = "warning"

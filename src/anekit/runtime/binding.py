@@ -109,11 +109,20 @@ class Surfaces:
         self._in = {n: np.zeros(size, np.uint8) for n in self.inputs}
         self._out = {n: np.zeros(size, np.uint8) for n in self.outputs}
 
+        self._fixed: set[str] = set()  # inputs not written per step: aliased or pinned
+
     def alias(self, input_name: str, output_name: str) -> None:
         self._in[input_name] = self._out[output_name]
+        self._fixed.add(input_name)
 
-    def aliased(self, input_name: str) -> bool:
-        return any(self._in[input_name] is s for s in self._out.values())
+    def pin(self, input_name: str, array: np.ndarray) -> None:
+        """Write an input that stays the same from step to step (an adapter) once."""
+        self.write_input(input_name, array)
+        self._fixed.add(input_name)
+
+    def fixed(self, input_name: str) -> bool:
+        """The input's surface is filled outside the steps (aliased state, pinned input)."""
+        return input_name in self._fixed
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         _write(self._in[name], array, self.inputs[name])

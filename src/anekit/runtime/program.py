@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, FormatError, check_input_names
+from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
+from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
@@ -58,6 +59,8 @@ class Program:
         *,
         where: str = "program",
         base_dirs: Sequence[Path | None] | None = None,
+        root: Path | None = None,
+        weight_map: Path | bytes | None = None,
     ):
         if not (len(programs) == len(weights) == len(manifest.segments)):
             raise AnekitError("a program needs one MIL program and weight source per segment")
@@ -67,6 +70,9 @@ class Program:
         self.where = where
         self._base_dirs = tuple(base_dirs) if base_dirs is not None else (None,) * len(programs)
         self._loaded: dict[str, list[SegmentRunner]] = {}
+        self.root = root  # the bundle directory, for a bundle on disk
+        self._weight_map_source = weight_map
+        self._weight_map: Any = None
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -154,6 +160,52 @@ class Program:
             f"{self.where}: segment {i}",
         )
 
+    def loaded_runners(self) -> dict[str, list[SegmentRunner]]:
+        """backend name -> its loaded segments, for every backend used so far."""
+        return dict(self._loaded)
+
+    # --- weights -------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        """A digest of every segment's MIL text and weight keys (seed 001 section 5.1): a
+        weight update leaves it unchanged."""
+        from anekit.runtime.weight_map import identity
+
+        return identity(self)
+
+    def weight_map(self) -> Any:
+        """Where each source weight lies in the weight files (`anekit.runtime.weight_map`)."""
+        from anekit.runtime.weight_map import read
+
+        if self._weight_map is None:
+            self._weight_map = read(self._weight_map_source, self.where, len(self.segments))
+        return self._weight_map
+
+    def weight_names(self) -> list[str]:
+        """The source model's weights (ONNX initializer or builder constant names) that
+        :meth:`update_weights` can change without recompiling."""
+        return list(self.weight_map().weights)
+
+    def update_weights(self, updates: Mapping[str, Any], *, verify: bool = True) -> Any:
+        """Write new values of source weights into the weight files (atomically, digests
+        updated, MIL untouched) and reload them where loaded; returns an `UpdateReport`."""
+        from anekit.runtime.weight_update import update_weights
+
+        return update_weights(self, updates, verify=verify)
+
+    def replace_weights(
+        self, manifest: Manifest, weights: Sequence[Path | bytes | None], changed: Sequence[int]
+    ) -> None:
+        """Take new weight files for the segments ``changed`` and reload them on every
+        loaded backend (sessions pick the new runners up on their next step)."""
+        self.manifest = manifest
+        self.weights = tuple(weights)
+        for name, runners in self._loaded.items():
+            chosen = backends.get(name)
+            for i in changed:
+                runners[i] = chosen.prepare(self.segment_source(i))
+
     # --- export --------------------------------------------------------------------------
 
     def save_mlpackage(self, path: str | os.PathLike[str]) -> Path:
@@ -175,26 +227,31 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
     A bundle is read as untrusted input: schema, paths, sizes, sha256 digests (``verify``)
     and every BLOBFILE are checked before anything runs.
     """
-    p = Path(path)
+    p = path_argument(path, "the program to load")
     if p.is_dir():
+        from anekit.runtime.weight_update import recover
+
+        if (p / "manifest.json").is_file():
+            recover(p)  # finish (or clear away) a weight update a killed process left
         return _load_bundle(read_bundle(p, verify=verify))
-    if p.is_file():
-        return _load_mil_file(p)
-    raise AnekitError(
-        f"'{p}' does not exist", hint="pass an .anekit bundle directory or a .mil file"
-    )
+    regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    return _load_mil_file(p)
 
 
 def _load_bundle(bundle: Bundle) -> Program:
-    programs, weights, bases = [], [], []
+    """A Program over the bundle's verified bytes: nothing is read from disk again."""
+    programs, weights = [], []
     for segment in bundle.manifest.segments:
-        program_path = bundle.path(segment.program)
-        program = mil.parse_file(program_path)
+        program = mil.parse_bytes(bundle.read(segment.program), f"{bundle.root}/{segment.program}")
         check_blobfiles(bundle, segment, program)
         programs.append(program)
-        weights.append(bundle.path(segment.weights) if segment.weights is not None else None)
-        bases.append(program_path.parent)
-    return Program(bundle.manifest, programs, weights, where=str(bundle.root), base_dirs=bases)
+        weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
+    from anekit.runtime.weight_map import WEIGHT_MAP
+
+    return Program(
+        bundle.manifest, programs, weights, where=str(bundle.root), root=bundle.root,
+        weight_map=bundle.read(WEIGHT_MAP) if WEIGHT_MAP in bundle.manifest.files else None,
+    )  # fmt: skip
 
 
 def _load_mil_file(path: Path) -> Program:
@@ -291,7 +348,8 @@ def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     array = np.asarray(array)
     if io.padded:
         array = array[tuple(slice(0, s) for s in io.shape)]
-    return np.ascontiguousarray(array, dtype=to_dtype(io.dtype).numpy)
+    # np.asarray keeps a scalar's rank 0 (np.ascontiguousarray makes it shape [1])
+    return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
 
 
 def _reader(weights: Path | bytes | None) -> BlobReader | None:
@@ -302,4 +360,8 @@ def from_contents(contents: Any, *, where: str = "compiled model") -> Program:
     """A Program over a bundle built in memory (`anekit.codegen.bundle.BundleContents`)."""
     manifest: Manifest = contents.manifest
     weights = [None if s.weights is None else contents.files[s.weights] for s in manifest.segments]
-    return Program(manifest, contents.programs, weights, where=where)
+    from anekit.runtime.weight_map import WEIGHT_MAP
+
+    files = contents.files
+    raw = files[WEIGHT_MAP] if WEIGHT_MAP in files else None
+    return Program(manifest, contents.programs, weights, where=where, weight_map=raw)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anekit import lora
 from anekit.errors import AnekitError, InputError, check_input_names
 from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
@@ -43,9 +44,7 @@ class Session:
         self.backend = backend
         self.state = dict(state or {})
         self._check_state()
-        runners = program.runners(backend)
-        # a runner that takes storage-form inputs as they are skips a rounding pass per step
-        self._run = [getattr(r, "run_stored", r.run) for r in runners]
+        program.runners(backend)  # loaded now: errors surface here, not at the first step
         self._surfaces: list[Surfaces | None] = [None] * len(program.segments)
         if backend == "sim":  # the simulator models the engine's surfaces
             min_bytes = min_surface_bytes(program.target.name)
@@ -60,7 +59,17 @@ class Session:
         self.seed({n: np.zeros(ports[n].shape, to_dtype(ports[n].dtype).numpy) for n in self.state})
         targets = set(self.state.values())
         self._outputs = [p for p in program.outputs if p.name not in targets]
-        self._feed_ports = {p.name: p for p in program.inputs if p.name not in self.state}
+        # adapter inputs (anekit.lora) are bound by set_adapter, not fed each step
+        self._adapter_ports = {
+            n: ports[n] for pair in lora.adapter_inputs(list(ports)).values() for n in pair
+        }
+        self._bound: dict[str, Held] = {}
+        self.set_adapter(None)
+        self._feed_ports = {
+            p.name: p
+            for p in program.inputs
+            if p.name not in self.state and p.name not in self._adapter_ports
+        }
 
     # --- state ---------------------------------------------------------------------------
 
@@ -157,6 +166,31 @@ class Session:
         array, io = self._held[name]
         return _held_to_caller((array, io))
 
+    # --- adapters ------------------------------------------------------------------------
+
+    def set_adapter(self, adapter: lora.Adapter | None) -> None:
+        """Bind a LoRA adapter's matrices (None: all zero, the base model); they stay bound
+        for every step until the next call, written once to their engine surfaces."""
+        if not self._adapter_ports:
+            if adapter is None:
+                return
+            raise InputError(
+                "this program takes no adapter", hint="compile it with lora=anekit.LoRA(...)"
+            )
+        if adapter is None:
+            feeds = {n: np.zeros(p.shape, np.float32) for n, p in self._adapter_ports.items()}
+        else:
+            feeds = lora.bind(adapter, self._adapter_ports)
+        for name, value in feeds.items():
+            p = self._adapter_ports[name]
+            array = coerce_feed(Value(name, p.shape, to_dtype(p.dtype)), value)
+            self._bound[name] = (array, None)
+            for seg in self.program.segments:
+                surfaces = self._surfaces[seg.index]
+                for io in seg.inputs:
+                    if surfaces is not None and io.source == Source(input=name):
+                        surfaces.pin(io.mil_name, _store(io, array))
+
     # --- running -------------------------------------------------------------------------
 
     def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
@@ -193,16 +227,20 @@ class Session:
 
     def _step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[tuple, Held] = {("input", n): (a, None) for n, a in feeds.items()}
-        for name, held in self._held.items():
+        for name, held in (*self._held.items(), *self._bound.items()):
             env[("input", name)] = held
-        for seg, run, surfaces in zip(
-            self.program.segments, self._run, self._surfaces, strict=True
+        # fetched each step: a weight update swaps in reloaded runners
+        runners = self.program.runners(self.backend)
+        for seg, runner, surfaces in zip(
+            self.program.segments, runners, self._surfaces, strict=True
         ):
+            # a runner that takes storage-form inputs as they are skips a rounding pass
+            run = getattr(runner, "run_stored", runner.run)
             i = seg.index
             args = {
                 io.mil_name: _feed(io, env[_key(io.source)])
                 for io in seg.inputs
-                if surfaces is None or not surfaces.aliased(io.mil_name)
+                if surfaces is None or not surfaces.fixed(io.mil_name)
             }
             if surfaces is None:
                 results = run(args)

@@ -55,9 +55,7 @@ class LayerDag:
         return a != b and not self.reaches(a, b) and not self.reaches(b, a)
 
     def members(self, bits: int) -> list[int]:
-        out = []
-        while bits:
-            low = bits & -bits
-            out.append(low.bit_length() - 1)
-            bits ^= low
-        return out
+        """The node ids in a bit set, ascending (one pass over its binary digits: clearing
+        the lowest bit repeatedly copies the whole integer each time)."""
+        digits = bin(bits)[:1:-1]  # least significant first, without the '0b'
+        return [i for i, d in enumerate(digits) if d == "1"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -97,7 +97,7 @@ def link_layers(layers: Iterable[LayerInfo]) -> tuple[LayerInfo, ...]:
     layers = list(layers)
     seen: dict[str, int] = {}
     outputs: dict[str, str] = {}
-    readers: dict[str, list[str]] = {lay.name: [] for lay in layers}
+    readers: dict[str, dict[str, None]] = {lay.name: {} for lay in layers}  # ordered sets
     for i, lay in enumerate(layers):
         if lay.name in seen:
             raise InternalError(f"layer name '{lay.name}' is used twice")
@@ -114,8 +114,7 @@ def link_layers(layers: Iterable[LayerInfo]) -> tuple[LayerInfo, ...]:
                     f"layer '{lay.name}': '{op.producer}' writes '{outputs[op.producer]}', "
                     f"not '{op.tensor}'"
                 )
-            if lay.name not in readers[op.producer]:
-                readers[op.producer].append(lay.name)
+            readers[op.producer][lay.name] = None
         seen[lay.name] = i
         outputs[lay.name] = lay.output
     return tuple(replace(lay, consumers=tuple(readers[lay.name])) for lay in layers)
@@ -137,11 +136,14 @@ def numel(shape: Sequence[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
-def layers_of(graph: Graph, segment: Segment | None = None) -> tuple[LayerInfo, ...]:
+def layers_of(
+    graph: Graph, segment: Segment | None = None, weight_bytes: Mapping[str, int] | None = None
+) -> tuple[LayerInfo, ...]:
     """The layers of one ANE segment of an engine graph (the whole graph when ``segment`` is None).
 
     Activations are counted in fp16 (2 bytes/element); constant operands are weights,
-    counted in fp16 unless they are int8/uint8 (quantized weights, 1 byte/element).
+    counted in fp16 unless they are int8/uint8 (quantized weights, 1 byte/element) or
+    ``weight_bytes`` gives their stored size (compressed weights).
     """
     names = set(segment.nodes) if segment is not None else {n.name for n in graph.nodes}
     nodes = [n for n in graph.nodes if n.name in names]
@@ -152,13 +154,14 @@ def layers_of(graph: Graph, segment: Segment | None = None) -> tuple[LayerInfo, 
             if any(c.name not in names for c in graph.consumers(o)):
                 leaving.add(o)
     leaving |= set(graph.output_names) & set(producer_of)
-    layers = [_layer_of(graph, n, producer_of, leaving) for n in nodes]
+    layers = [_layer_of(graph, n, producer_of, leaving, weight_bytes or {}) for n in nodes]
     return link_layers(layers)
 
 
 def _layer_of(
-    graph: Graph, node: Node, producer_of: dict[str, str], leaving: set[str]
-) -> LayerInfo:
+    graph: Graph, node: Node, producer_of: dict[str, str], leaving: set[str],
+    weight_bytes: Mapping[str, int],
+) -> LayerInfo:  # fmt: skip
     if len(node.outputs) != 1:
         raise InternalError(
             f"engine node '{node.name}' ({node.op}) has {len(node.outputs)} outputs"
@@ -189,7 +192,7 @@ def _layer_of(
         v = graph.value(name)
         if graph.is_constant(name):
             per = 1 if v.dtype in QUANTIZED else ACTIVATION_BYTES
-            weights.append((name, v.numel * per))
+            weights.append((name, weight_bytes.get(name, v.numel * per)))
             continue
         is_main = pos < len(main_inputs)
         geometry, first = _read_pattern(

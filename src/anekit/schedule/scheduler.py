@@ -73,6 +73,7 @@ class ListScheduler:
         self._scheduled = [False] * len(dag)
         self._merge_cache: dict[int, tuple[int, ...]] = {}
         self._memberships: dict[int, list[tuple[int, int, int]]] | None = None
+        self._diamonds: dict[int, Diamond] = {}
 
     def run(self) -> tuple[int, ...]:
         dag = self.dag
@@ -140,7 +141,8 @@ class ListScheduler:
     def _branches_of(self, i: int) -> list[tuple[int, int, int]]:
         """(fork, head, merge) of every diamond branch ``i`` belongs to."""
         if self._memberships is None:
-            self._memberships = diamond_branches(self.dag)
+            self._diamonds = find_diamonds(self.dag)
+            self._memberships = diamond_branches(self.dag, self._diamonds)
         return self._memberships.get(i, [])
 
     def _branch_score(self, head: int, fork: int) -> int:
@@ -148,20 +150,31 @@ class ListScheduler:
         cached = self._branch_scores.get((head, fork))
         if cached is not None:
             return cached
-        score = branch_test(self.dag, self.onchip, self.limit, head, fork)
+        score = branch_test(self.dag, self.onchip, self.limit, head, fork, self._diamonds)
         self._branch_scores[(head, fork)] = score
         return score
 
 
-def diamond_branches(dag: LayerDag) -> dict[int, list[tuple[int, int, int]]]:
-    """For each layer, the (fork, head, merge) of the diamond branches it lies on.
+@dataclass(frozen=True)
+class Diamond:
+    """A fork (a layer with several readers) whose readers all reach a common layer, the
+    merge (the first such layer); ``branches[head]`` is the bit set of what reader ``head``
+    reaches and no other reader does."""
 
-    A diamond is a fork (a layer with several readers) whose readers all reach a common
-    layer, the merge (the first such layer); a branch is what one reader reaches and no
-    other reader does.
+    fork: int
+    merge: int
+    branches: dict[int, int]
+
+
+def find_diamonds(dag: LayerDag) -> dict[int, Diamond]:
+    """Every diamond of the segment, keyed by its fork.
+
+    What the other readers of a fork reach is an OR over all readers but one; prefix and
+    suffix ORs give it for every reader in one pass over the readers (not one per reader,
+    which is quadratic in a fork's fan-out: a value read by every layer of a long chain).
     """
     desc = dag.descendants
-    out: dict[int, list[tuple[int, int, int]]] = {}
+    found: dict[int, Diamond] = {}
     for fork, readers in enumerate(dag.succs):
         if len(readers) < 2:
             continue
@@ -170,39 +183,49 @@ def diamond_branches(dag: LayerDag) -> dict[int, list[tuple[int, int, int]]]:
             common &= desc[r]
         if common <= 0:
             continue
-        merge = (common & -common).bit_length() - 1
-        for head in readers:
-            others = 0
-            for r in readers:
-                if r != head:
-                    others |= desc[r]
-            for m in dag.members(desc[head] & ~others):
-                out.setdefault(m, []).append((fork, head, merge))
+        suffix = [0] * (len(readers) + 1)
+        for k in range(len(readers) - 1, -1, -1):
+            suffix[k] = suffix[k + 1] | desc[readers[k]]
+        prefix, branches = 0, {}
+        for k, head in enumerate(readers):
+            branches[head] = desc[head] & ~(prefix | suffix[k + 1])
+            prefix |= desc[head]
+        found[fork] = Diamond(fork, (common & -common).bit_length() - 1, branches)
+    return found
+
+
+def diamond_branches(
+    dag: LayerDag, diamonds: dict[int, Diamond] | None = None
+) -> dict[int, list[tuple[int, int, int]]]:
+    """For each layer, the (fork, head, merge) of the diamond branches it lies on."""
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for d in (find_diamonds(dag) if diamonds is None else diamonds).values():
+        for head, branch in d.branches.items():
+            for m in dag.members(branch):
+                out.setdefault(m, []).append((d.fork, head, d.merge))
     return out
 
 
-def branch_test(dag: LayerDag, onchip: Sequence[int], limit: float, head: int, fork: int) -> int:
+def branch_test(
+    dag: LayerDag,
+    onchip: Sequence[int],
+    limit: float,
+    head: int,
+    fork: int,
+    diamonds: dict[int, Diamond] | None = None,
+) -> int:
     """Footprint of the branch ``head`` of ``fork`` when the diamond's endpoints fit and the
     branch's peak fits next to the fork tensor; 0 otherwise (or when there is no merge).
 
     The branch is the layers reachable from ``head`` and from no other reader of the fork;
     the merge is the first layer every reader reaches.
     """
-    desc = dag.descendants
-    siblings = dag.succs[fork]
-    others = 0
-    common = -1
-    for s in siblings:
-        common &= desc[s]
-        if s != head:
-            others |= desc[s]
-    if common <= 0:
+    d = (find_diamonds(dag) if diamonds is None else diamonds).get(fork)
+    if d is None or head not in d.branches:
         return 0  # the branches never meet: not a diamond
-    merge = (common & -common).bit_length() - 1
-    if onchip[fork] + onchip[merge] > limit:
+    if onchip[fork] + onchip[d.merge] > limit:
         return 0
-    branch = desc[head] & ~others
-    members = set(dag.members(branch))
+    members = set(dag.members(d.branches[head]))
     footprint = sum(onchip[m] for m in members)
     peak = 0
     for m in members:

@@ -344,7 +344,7 @@ def test_deep_nesting_is_bounded(payload):
 
 
 def test_parse_file_errors(tmp_path: Path):
-    with pytest.raises(MilSyntaxError, match="cannot read"):
+    with pytest.raises(MilSyntaxError, match="does not exist"):
         parse_file(tmp_path / "absent.mil")
     bad = tmp_path / "latin1.mil"
     bad.write_bytes(GOOD.replace("valid", "val\xe9d").encode("latin-1"))

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anekit.ir.dtypes import FP16_MAX
 from anekit.runtime.sim import fp16
-from anekit.runtime.sim.fp16 import FP16_MAX, is_fp16_exact, round_to_fp16, widen_fp16
+from anekit.runtime.sim.fp16 import is_fp16_exact, round_to_fp16, widen_fp16
 
 C_LOOP = fp16._native
 

@@ -27,10 +27,10 @@ def _io(port: Any) -> dict[str, Any]:
     }
 
 
-def _report(path: Path) -> dict[str, Any] | None:
-    """The compile report's summary and estimate (the manifest has checked its digest)."""
+def _report(data: bytes, path: Path) -> dict[str, Any] | None:
+    """The compile report's summary and estimate (its verified bytes)."""
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise FormatError(f"report.json is not valid JSON ({exc})", where=str(path)) from None
     if not isinstance(report, dict):
@@ -50,9 +50,8 @@ def describe_bundle(path: Path) -> dict[str, Any]:
     m = bundle.manifest
     segments = []
     for seg in m.segments:
-        program = mil.parse_file(bundle.path(seg.program))
+        program = mil.parse_bytes(bundle.read(seg.program), f"{path}/{seg.program}")
         function = program.function(seg.function)
-        weights = bundle.path(seg.weights) if seg.weights else None
         segments.append(
             {
                 "index": seg.index,
@@ -61,7 +60,7 @@ def describe_bundle(path: Path) -> dict[str, Any]:
                 "program_version": program.version,
                 "opset": function.opset,
                 "weights": seg.weights,
-                "weight_bytes": weights.stat().st_size if weights else 0,
+                "weight_bytes": len(bundle.read(seg.weights)) if seg.weights else 0,
                 "nodes": seg.nodes,
                 "operations": len(function.operations),
                 "ops": dict(collections.Counter(op.op for op in function.operations).most_common()),
@@ -81,7 +80,7 @@ def describe_bundle(path: Path) -> dict[str, Any]:
         "outputs": [p.to_json() for p in m.outputs],
         "segments": segments,
         "files": {rel: {"size": f.size, "sha256": f.sha256} for rel, f in sorted(m.files.items())},
-        "report": _report(bundle.path(REPORT)) if REPORT in m.files else None,
+        "report": _report(bundle.read(REPORT), path / REPORT) if REPORT in m.files else None,
     }
 
 

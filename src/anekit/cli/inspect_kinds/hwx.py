@@ -145,6 +145,18 @@ def _add_task_descriptors(root: Node, descriptors: list[dict[str, Any]]) -> None
                     list(registers.items()),
                     lambda item: f"{item[0]}: " + " ".join(item[1]),
                 )
+        if td.get("inferred_fields"):
+            add_limited(
+                child.add(f"inferred fields ({len(td['inferred_fields'])}, named by anekit)"),
+                list(td["inferred_fields"].items()),
+                lambda item: f"{item[0]}={item[1]}",
+            )
+        if td.get("unknown_bits"):
+            add_limited(
+                child.add(f"unknown bits ({len(td['unknown_bits'])} registers, shown raw)"),
+                list(td["unknown_bits"].items()),
+                lambda item: f"register {item[0]}: bits {item[1]:#010x} (unknown)",
+            )
 
 
 KIND = Kind("hwx", is_hwx, describe_hwx, render_hwx, (".hwx",))

@@ -74,6 +74,14 @@ class Lowering:
             return self.cast(a.var, a.shape, dtype)
         return a.var
 
+    def weight(self, i: int) -> str:
+        """Operand ``i`` as a weight: its constexpr decompression when the compile compressed
+        it (engine segments only), else its variable."""
+        a = self.need(i)
+        if a.var is None and a.ir_name in self.b.compressed and self.b.float_dtype == "fp16":
+            return self.b.compressed_weight(a.ir_name, a.ir_name)
+        return self.var(a)
+
     def const_of(self, i: int) -> np.ndarray | None:
         a = self.arg(i)
         return None if a is None else a.const

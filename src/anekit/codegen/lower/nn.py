@@ -10,12 +10,11 @@ from types import MappingProxyType
 import numpy as np
 
 from anekit.codegen.lower.context import Lowering
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.ops.conv import conv_geometry
 from anekit.ir.ops.reduce import reduced_axes
 
 LowerFn = Callable[[Lowering], str]
-MASK_VALUE = -1e4  # additive attention mask: fp16-safe, never -inf (Orion, FACTS section 1)
-FP16_MAX = 65504.0
 
 
 def saturated(lo: Lowering, var: str, shape: tuple[int, ...]) -> str:
@@ -57,7 +56,7 @@ def _conv(lo: Lowering) -> str:
     strides, pads, dilations = conv_geometry(sp, lo.attrs)
     inputs = {
         "x": lo.x(0),
-        "weight": lo.x(1),
+        "weight": lo.weight(1),
         "strides": lo.p("strides", list(strides)),
         "pad_type": lo.p("pad_type", "custom", "string"),
         "pad": lo.p("pad", interleave_pads(pads)),
@@ -129,7 +128,8 @@ def _matmul(lo: Lowering) -> str:
 
 
 def _attention(lo: Lowering) -> str:
-    """softmax(q k^T * scale + mask) v with the mask explicit and additive (seed 000, Orion #6)."""
+    """softmax(q k^T * scale + mask) v with a float additive mask (seed 000, Orion #6). The
+    decompose pass keeps the fused op only without a causal flag or a boolean mask."""
     q, k = lo.need(0), lo.need(1)
     batch = lo.out_shape()[:-2]
     lq, lk = q.shape[-2], k.shape[-2]
@@ -138,19 +138,12 @@ def _attention(lo: Lowering) -> str:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = matmul(lo, lo.x(0), lo.x(1), transpose_y=True, out=False, shape=scores_shape)
     s = lo.tmp("mul", {"x": s, "y": lo.f("scale", scale)}, scores_shape, hint="scaled")
-    if lo.attrs["causal"]:
-        keep = np.tril(np.ones((lq, lk), dtype=bool), k=lk - lq)
-        s = lo.tmp("add", {"x": s, "y": lo.t(np.where(keep, 0.0, MASK_VALUE), "causal_mask")},
-                   scores_shape, hint="causal")  # fmt: skip
+    if lo.attrs["causal"]:  # decompose writes it out as an explicit additive mask
+        raise lo.error("causal attention reaches code generation only decomposed")
     mask = lo.arg(3)
-    if mask is not None and mask.dtype == "bool":
-        if mask.const is not None:  # a constant bool mask becomes a constant additive one
-            additive = np.where(mask.const, 0.0, MASK_VALUE).astype(np.float32)
-            s = lo.tmp("add", {"x": s, "y": lo.t(additive, "mask")}, scores_shape, hint="masked")
-        else:
-            s = lo.tmp("select", {"cond": lo.x(3), "a": s, "b": lo.f("mask_value", MASK_VALUE)},
-                       scores_shape, hint="masked")  # fmt: skip
-    elif mask is not None:
+    if mask is not None and mask.dtype == "bool":  # decompose makes it additive
+        raise lo.error("attention with a boolean mask reaches code generation only decomposed")
+    if mask is not None:
         s = lo.tmp("add", {"x": s, "y": lo.x(3)}, scores_shape, hint="masked")
     s = saturated(lo, s, scores_shape)
     p = lo.tmp("softmax", {"x": s, "axis": lo.p("axis", np.int32(-1))}, scores_shape, hint="probs")

@@ -28,8 +28,6 @@ def _transpose(lo: Lowering) -> str:
 def _concat(lo: Lowering) -> str:
     args = [a for a in lo.call.args if a is not None]
     axis = lo.attrs["axis"] % len(lo.out_shape())
-    if lo.device == "ane" and not lo.target.features.concat:
-        return _concat_by_padding(lo, axis)
     dtype = next((a.dtype for a in args if a.var is not None), None)
     values = [lo.var(a, dtype) for a in args]
     return lo.out(
@@ -40,38 +38,6 @@ def _concat(lo: Lowering) -> str:
             "interleave": lo.p("interleave", False),
         },
     )
-
-
-def _concat_by_padding(lo: Lowering, axis: int) -> str:
-    """A concat-free join for targets whose compiler rejects concat (Orion #1): each input is
-    zero-padded into its place along ``axis`` and the pieces are added."""
-    out = lo.out_shape()
-    args = [a for a in lo.call.args if a is not None]
-    start, total = 0, out[axis]
-    placed: list[str] = []
-    for a in args:
-        widths = [0] * (2 * len(out))
-        widths[2 * axis], widths[2 * axis + 1] = start, total - start - a.shape[axis]
-        start += a.shape[axis]
-        placed.append(
-            lo.tmp(
-                "pad",
-                {
-                    "x": lo.var(a),
-                    "pad": lo.p("pad", widths),
-                    "mode": lo.p("mode", "constant", "string"),
-                    "constant_val": lo.f("zero", 0.0),
-                },
-                out,
-                hint="placed",
-            )  # fmt: skip
-        )
-    acc = placed[0]
-    for i, piece in enumerate(placed[1:], start=1):
-        if i == len(placed) - 1:
-            return lo.out("add", {"x": acc, "y": piece})
-        acc = lo.tmp("add", {"x": acc, "y": piece}, out, hint="joined")
-    return lo.alias(acc)
 
 
 def _split(lo: Lowering) -> list[str]:  # type: ignore[return]

@@ -52,7 +52,7 @@ from .model import (
     canonical_json,
     sha256_file,
 )
-from .reader import MODEL_PATH, Bundle, check_blobfiles, read_bundle, resolve_inside
+from .reader import MODEL_PATH, Bundle, check_blobfiles, not_a_bundle, read_bundle, resolve_inside
 from .schema import check_relative, parse_manifest
 
 __all__ = [
@@ -76,6 +76,7 @@ __all__ = [
     "check_blobfiles",
     "check_relative",
     "parse_manifest",
+    "not_a_bundle",
     "read_bundle",
     "resolve_inside",
     "sha256_file",

@@ -3,29 +3,47 @@ bundle, sizes and sha256 digests, and every BLOBFILE of every program."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 from typing import Any
 
+from anekit import budget
 from anekit.errors import FormatError
+from anekit.files import read_file, regular_file
 
-from .model import MANIFEST, MAX_MANIFEST_BYTES, Manifest, SegmentEntry, sha256_file
+from .model import MANIFEST, MAX_MANIFEST_BYTES, Manifest, SegmentEntry
 from .schema import check_relative, parse_manifest
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """A bundle on disk whose manifest and files have been checked."""
+    """A bundle on disk whose manifest and files have been checked.
+
+    ``data`` holds every file the manifest lists, as read (and hashed) once: use these
+    bytes, never the files again, so that what runs is what was verified.
+    """
 
     root: Path
     manifest: Manifest
+    data: Mapping[str, bytes] = field(default_factory=dict)
 
     def path(self, rel: str) -> Path:
         """The file ``rel`` of the bundle, resolved inside it (FormatError otherwise)."""
         return resolve_inside(self.root, rel, str(self.root))
+
+    def read(self, rel: str) -> bytes:
+        """The verified bytes of the listed file ``rel``."""
+        try:
+            return self.data[rel]
+        except KeyError:
+            raise FormatError(f"the manifest lists no file {rel!r}", where=str(self.root)) from None
 
 
 def resolve_inside(root: Path, rel: str, where: str, what: str = "path") -> Path:
@@ -38,25 +56,12 @@ def resolve_inside(root: Path, rel: str, where: str, what: str = "path") -> Path
     return target
 
 
-def read_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
-    """Read and check the bundle directory ``path`` (``verify`` also hashes every file)."""
-    root = Path(path)
+def _read_manifest(root: Path) -> Manifest:
     where = str(root)
-    if not root.is_dir():
-        raise FormatError(
-            "not a bundle directory" if root.exists() else "no such bundle", where=where
-        )
     manifest_path = root / MANIFEST
-    if manifest_path.is_symlink() or not manifest_path.is_file():
-        raise FormatError(
-            f"the bundle has no {MANIFEST} (or it is not a regular file)", where=where
-        )
-    size = manifest_path.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise FormatError(
-            f"{MANIFEST} is {size} bytes, more than {MAX_MANIFEST_BYTES}", where=where
-        )
-    raw = manifest_path.read_bytes()
+    if manifest_path.is_symlink():
+        raise FormatError(f"{MANIFEST} is a symbolic link", where=where)
+    raw = read_file(manifest_path, MANIFEST, max_bytes=MAX_MANIFEST_BYTES, error=FormatError)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -66,10 +71,32 @@ def read_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
                           column=exc.colno) from None  # fmt: skip
     except RecursionError:
         raise FormatError(f"{MANIFEST} nests too deeply", where=where) from None
-    manifest = parse_manifest(data, f"{where}/{MANIFEST}")
-    bundle = Bundle(root, manifest)
+    return parse_manifest(data, f"{where}/{MANIFEST}")
+
+
+def read_bundle(
+    path: str | os.PathLike[str], *, verify: bool = True, contents: bool = True
+) -> Bundle:
+    """Read and check the bundle directory ``path``.
+
+    ``contents`` reads every listed file into ``Bundle.data`` (once, through a descriptor
+    checked to be a regular file); ``verify`` also checks their sha256 against the manifest,
+    on those same bytes. Without ``contents`` only sizes are checked.
+    """
+    root = Path(path)
+    where = str(root)
+    if not root.is_dir():
+        raise FormatError(
+            "not a bundle directory" if root.exists() else "no such bundle", where=where
+        )
+    manifest = _read_manifest(root)
+    bundle = Bundle(root, manifest, {})
+    files = sorted(manifest.files.items())
+    budget.check(sum(e.size for _, e in files) if contents else 0, "reading the bundle's files",
+                 where=where)  # fmt: skip
+    data: dict[str, bytes] = {}
     # files are hashed on parallel threads (hashlib releases the GIL) while the next ones
-    # are checked; errors are raised in the order of a one-by-one check all the same
+    # are read; errors are raised in the order of a one-by-one check all the same
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
         pending: list[tuple[str, str, Future[str]]] = []
 
@@ -79,33 +106,62 @@ def read_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
                     raise FormatError(f"{rel!r} does not match its sha256 in the manifest (modified or corrupt)",
                                       where=where)  # fmt: skip
 
-        for rel, entry in sorted(manifest.files.items()):
+        for rel, entry in files:
             try:
-                file = _checked_file(bundle, rel, entry.size)
+                raw = _checked_file(bundle, rel, entry.size, contents)
             except FormatError as exc:
-                failure = exc
-            else:
+                check_digests()  # an earlier file's digest error comes first
+                raise exc from None
+            if raw is not None:
+                data[rel] = raw
                 if verify:
-                    pending.append((rel, entry.sha256, pool.submit(sha256_file, file)))
-                continue
-            check_digests()  # an earlier file's digest error comes first
-            raise failure
+                    pending.append((rel, entry.sha256, pool.submit(_sha256, raw)))
         check_digests()
-    return bundle
+    return Bundle(root, manifest, MappingProxyType(data))
 
 
-def _checked_file(bundle: Bundle, rel: str, size: int) -> Path:
-    """The manifest's file ``rel``: inside the bundle, a regular file of ``size`` bytes."""
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def not_a_bundle(root: Path) -> str | None:
+    """Why the folder ``root`` cannot be proven an anekit bundle (None when it can): its
+    manifest must parse, and every entry in it must be the manifest, a file the manifest
+    lists, or a folder holding one. Digests are not checked: this decides what may be
+    replaced, and a bundle whose files were damaged is still anekit's own."""
+    try:
+        manifest = _read_manifest(root)
+    except FormatError as exc:
+        return exc.message
+    listed = {MANIFEST, *manifest.files}
+    folders = {str(PurePosixPath(rel).parent) for rel in listed} - {"."}
+    folders |= {str(p) for rel in folders for p in PurePosixPath(rel).parents} - {"."}
+    for here, dirs, names in os.walk(root):
+        rel_dir = Path(here).relative_to(root).as_posix()
+        for name in (*dirs, *names):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            mode = os.lstat(Path(here) / name).st_mode
+            if stat.S_ISDIR(mode) and rel in folders or stat.S_ISREG(mode) and rel in listed:
+                continue
+            return f"its manifest does not list '{rel}'"
+    return None
+
+
+def _checked_file(bundle: Bundle, rel: str, size: int, contents: bool) -> bytes | None:
+    """The manifest's file ``rel``: inside the bundle, a regular file of ``size`` bytes;
+    its bytes when ``contents``."""
     where = str(bundle.root)
     file = bundle.path(rel)
-    if not file.exists():
+    if not os.path.lexists(file):
         raise FormatError(f"the file {rel!r} named in the manifest is missing", where=where)
-    if not file.is_file():
-        raise FormatError(f"{rel!r} is not a regular file", where=where)
-    actual = file.stat().st_size
+    actual = regular_file(file, repr(rel), error=FormatError).stat().st_size
+    raw = None
+    if contents and actual == size:
+        raw = read_file(file, repr(rel), max_bytes=size, error=FormatError)
+        actual = len(raw)  # what was read is what counts
     if actual != size:
         raise FormatError(f"{rel!r} has {actual} bytes, the manifest says {size}", where=where)
-    return file
+    return raw
 
 
 MODEL_PATH = "@model_path/"
@@ -134,7 +190,7 @@ def check_blobfiles(bundle: Bundle, segment: SegmentEntry, program: Any) -> None
             "the program reads BLOBFILE weights but the manifest lists no weight file", where=where
         )
     weights = bundle.path(segment.weights)
-    with BlobReader(weights) as reader:
+    with BlobReader(bundle.read(segment.weights)) as reader:
         for blob in blobs:
             if not blob.path.startswith(MODEL_PATH):
                 raise FormatError(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from anekit.formats.hwx.binary import ByteView
 from anekit.formats.hwx.container import Section
+from anekit.formats.hwx.inferred import INFERRED
 from anekit.formats.hwx.registers import GenerationLayout
 
 COUNT_SHIFT = 26  # stream header word: bits 31:26 = word count - 1
@@ -36,6 +37,10 @@ class TaskDescriptor:
     fields: Mapping[str, int]  # "<group>.<register>.<field>" -> value, in register-table order
     next_offset: int | None  # where the chain continues; None at its end
     note: str | None
+    # fields outside the shipped map, named in formats/hwx/inferred.py (nonzero only)
+    inferred: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # register address -> bits set that no field (mapped or inferred) covers
+    unknown: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def read_descriptors(
@@ -121,9 +126,11 @@ def _read_descriptor(
             (note + "; ") if note else ""
         ) + f"streams at unknown register addresses {', '.join(unknown)}"
     fields = decode_fields(layout, header, streams)
+    inferred, unknown = decode_unmapped(layout, streams)
     return TaskDescriptor(
-        index, offset, position - offset, header, tuple(streams), fields, following or None, note
-    )
+        index, offset, position - offset, header, tuple(streams), fields, following or None, note,
+        inferred, unknown,
+    )  # fmt: skip
 
 
 def decode_fields(
@@ -142,6 +149,32 @@ def decode_fields(
         elif spec.address in registers:
             fields[spec.name] = spec.extract(registers[spec.address])
     return MappingProxyType(fields)
+
+
+def decode_unmapped(
+    layout: GenerationLayout, streams: list[Stream]
+) -> tuple[Mapping[str, int], Mapping[int, int]]:
+    """The inferred fields (nonzero) and, per register, the set bits no field covers."""
+    covered: dict[int, int] = {}
+    for spec in layout.fields:
+        if spec.address is not None:
+            covered[spec.address] = covered.get(spec.address, 0) | spec.mask
+    extras = INFERRED if layout.generation == "h13" else ()
+    for extra in extras:
+        covered[extra.address] = covered.get(extra.address, 0) | extra.mask
+    inferred: dict[str, int] = {}
+    unknown: dict[int, int] = {}
+    for stream in streams:
+        for i, word in enumerate(stream.words):
+            address = stream.address + 4 * i
+            stray = word & ~covered.get(address, 0) & 0xFFFFFFFF
+            if stray:
+                unknown[address] = stray
+    words = {stream.address + 4 * i: w for stream in streams for i, w in enumerate(stream.words)}
+    for extra in extras:
+        if extra.address in words and (value := extra.extract(words[extra.address])):
+            inferred[extra.name] = value
+    return MappingProxyType(inferred), MappingProxyType(unknown)
 
 
 def register_locator(

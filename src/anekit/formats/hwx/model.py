@@ -177,5 +177,7 @@ def _descriptor(descriptor: TaskDescriptor) -> dict[str, Any]:
             for s in descriptor.streams
         ],
         "fields": dict(descriptor.fields),
+        "inferred_fields": dict(descriptor.inferred),
+        "unknown_bits": {f"0x{address:05x}": bits for address, bits in descriptor.unknown.items()},
         "note": descriptor.note,
     }

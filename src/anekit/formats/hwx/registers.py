@@ -27,8 +27,22 @@ class StreamLayout:
     words: int
 
 
+class BitRange:
+    """What a field placed at `bit` with `width` bits inside a 32-bit word can do."""
+
+    bit: int
+    width: int
+
+    def extract(self, word: int) -> int:
+        return (word >> self.bit) & ((1 << self.width) - 1)
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.bit
+
+
 @dataclass(frozen=True)
-class FieldSpec:
+class FieldSpec(BitRange):
     """One register field: `<group>.<register>.<field>` at a register address (or header byte)."""
 
     name: str
@@ -38,9 +52,6 @@ class FieldSpec:
     header_offset: int | None  # byte offset of the 32-bit header word; None for stream fields
     bit: int  # first bit inside the 32-bit word
     width: int
-
-    def extract(self, word: int) -> int:
-        return (word >> self.bit) & ((1 << self.width) - 1)
 
 
 @dataclass(frozen=True)

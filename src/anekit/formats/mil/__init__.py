@@ -82,7 +82,7 @@ from .ast import (
 )
 from .build import argument, blob_const, const, literal, operation, string
 from .lexer import MilSyntaxError
-from .parser import MAX_DEPTH, parse, parse_file
+from .parser import MAX_DEPTH, parse, parse_bytes, parse_file, sniff_mil
 from .printer import format_operation, format_type, format_value, print_program
 
 __all__ = [
@@ -125,7 +125,9 @@ __all__ = [
     "literal",
     "operation",
     "parse",
+    "parse_bytes",
     "parse_file",
+    "sniff_mil",
     "print_program",
     "string",
 ]

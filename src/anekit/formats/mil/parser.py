@@ -22,6 +22,9 @@ import gc
 import re
 from pathlib import Path
 
+from anekit import budget
+from anekit.files import HEAD_BYTES, read_file
+
 from .ast import ArgList, Binding, Function, Operation, Program, Var, unchecked
 from .lexer import MilSyntaxError
 from .literals import END, IDENT, MAX_DEPTH, LiteralParser
@@ -242,14 +245,39 @@ def parse(text: str, *, source: str | None = None) -> Program:
 
 
 def parse_file(path: str | Path) -> Program:
-    """Read and parse a ``model.mil`` file (UTF-8)."""
-    where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise MilSyntaxError(f"cannot read MIL file: {exc.strerror}", where=where) from exc
+    """Read and parse a ``model.mil`` file (UTF-8): a regular file, sniffed before it is read
+    whole (a file of NUL bytes or of another format fails at once)."""
+    return parse_bytes(read_file(path, "MIL file", sniff=sniff_mil, error=MilSyntaxError), str(path))
+
+
+# Tokens held per byte of MIL text at most (a pointer each, a string object per word of two
+# or more characters): what the token list may cost, checked against the memory budget.
+_TOKEN_BYTES_PER_CHAR = 24
+
+
+def parse_bytes(data: bytes, where: str = "<bytes>") -> Program:
+    """Parse MIL text given as bytes (UTF-8)."""
+    problem = sniff_mil(data[:HEAD_BYTES])
+    nul = data.find(b"\0")
+    if problem is None and nul >= 0:
+        problem = f"not MIL text: a NUL byte at offset {nul}"
+    if problem is not None:
+        raise MilSyntaxError(problem, where=where)
+    budget.check(len(data) * _TOKEN_BYTES_PER_CHAR, f"parsing {len(data)} bytes of MIL text",
+                 where=where)  # fmt: skip
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MilSyntaxError("MIL text is not valid UTF-8", where=where, offset=exc.start) from exc
     return parse(text, source=where)
+
+
+def sniff_mil(head: bytes) -> str | None:
+    """What is wrong with the first bytes of a would-be MIL file (None: they look like MIL)."""
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return f"not MIL text: a NUL byte at offset {nul}"
+    start = head.lstrip()
+    if start and not start.startswith(b"program") and not b"program".startswith(start):
+        return f"not MIL text: it starts with {start[:16]!r}; a MIL program starts with 'program'"
+    return None

@@ -32,6 +32,7 @@ from anekit.formats.netplist.vocab import (
 )
 from anekit.ir import Graph, Node, TensorType
 from anekit.ir.engine import EpilogueStep, LayerView, Slot
+from anekit.naming import fresh_name
 
 PLACEHOLDER = "\0unsupported"
 
@@ -72,13 +73,9 @@ class Names:
         return self.fresh(want or "unit")
 
     def fresh(self, hint: str) -> str:
-        k = 0
-        while True:
-            name = f"{hint}_{k}"
-            if name not in self._reserved and name not in self._used and name not in NETWORK_KEYS:
-                self._used.add(name)
-                return name
-            k += 1
+        name = fresh_name(hint, self._reserved, self._used, NETWORK_KEYS, bare=False, start=0)
+        self._used.add(name)
+        return name
 
 
 def _layout(prefix: str, t: TensorType, rank: int) -> dict[str, int]:

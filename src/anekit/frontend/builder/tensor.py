@@ -12,6 +12,7 @@ from anekit.errors import ModelError, ShapeError
 from anekit.ir.dtypes import DType, dtype_of_array, to_dtype
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, TensorType, infer_types
+from anekit.naming import fresh_name
 
 
 @dataclass(eq=False)
@@ -239,10 +240,7 @@ def graph(
     taken: set[str] = set()
 
     def claim(hint: str) -> str:
-        name, k = hint, 0
-        while name in taken:
-            k += 1
-            name = f"{hint}_{k}"
+        name = fresh_name(hint, taken)
         taken.add(name)
         return name
 
@@ -253,12 +251,9 @@ def graph(
     counters: dict[str, int] = {}
 
     def auto(prefix: str) -> str:
-        while True:
-            counters[prefix] = counters.get(prefix, -1) + 1
-            cand = f"{prefix}_{counters[prefix]}"
-            if cand not in taken:
-                taken.add(cand)
-                return cand
+        name = fresh_name(prefix, taken, bare=False, start=0, counters=counters)
+        taken.add(name)
+        return name
 
     for t in consts:
         names[id(t)] = claim(t.name) if t.name else auto("const")

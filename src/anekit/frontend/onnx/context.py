@@ -9,7 +9,9 @@ import numpy as np
 import onnx
 from onnx import AttributeProto
 
+from anekit import budget
 from anekit.errors import ModelError
+from anekit.frontend.onnx.loader import tensor_to_array
 from anekit.ir.registry import REQUIRED, TensorType
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if t == AttributeProto.TENSOR:
-        return onnx.numpy_helper.to_array(attr.t)
+        return tensor_to_array(attr.t, None)  # checked like an initializer
     if t == AttributeProto.FLOATS:
         return tuple(attr.floats)
     if t == AttributeProto.INTS:
@@ -136,6 +138,11 @@ class NodeContext:
         names = tuple(self.node.output) if final else None
         outs = self._imp.emit(op, list(inputs), attrs, node=self, output_names=names)
         return outs[0] if len(outs) == 1 else outs
+
+    def reserve(self, shape: Sequence[int], dtype: Any, what: str) -> None:
+        """Check a constant of ``shape`` the model asks for against the memory budget, before
+        it is made (the node's name is added to the error by the importer)."""
+        budget.check_array(tuple(shape), np.dtype(dtype).itemsize, f"{what} of shape {list(shape)}")
 
     def constant(self, array: np.ndarray, hint: str = "c") -> str:
         return self._imp.add_constant(np.asarray(array), f"{self.name}/{hint}")

@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from anekit.errors import AnekitError, ModelError, ShapeError, UnsupportedModelError
+from anekit import budget
+from anekit.errors import (
+    AnekitError,
+    MemoryBudgetError,
+    ModelError,
+    ShapeError,
+    UnsupportedModelError,
+)
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
@@ -25,7 +32,8 @@ from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.interpret import run_node
-from anekit.ir.registry import InferError, infer_types
+from anekit.ir.registry import InferError, KernelError, infer_types
+from anekit.naming import fresh_name
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -91,6 +99,61 @@ def from_onnx(
     return Importer(proto, base_dir, input_shapes, constant_inputs).run()
 
 
+# The largest dimension input_shapes may give (MIL shapes are int32).
+MAX_DIMENSION = 2**31 - 1
+
+
+def checked_input_shapes(input_shapes: Any) -> dict[str, tuple[int, ...]]:
+    """``input_shapes`` as {name: dims}, every dimension a whole number in range."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise ModelError(
+            f"input_shapes must map input names to shapes, not a {type(input_shapes).__name__}",
+            hint="e.g. input_shapes={'input_ids': (1, 64)}",
+        )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in input_shapes.items():
+        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence | np.ndarray):
+            raise ModelError(f"input_shapes['{name}'] is {dims!r}, not a sequence of sizes")
+        bad = [
+            d for d in list(dims)
+            if isinstance(d, bool) or not isinstance(d, int | np.integer)
+            or not 0 <= int(d) <= MAX_DIMENSION
+        ]  # fmt: skip
+        if bad:
+            raise ModelError(
+                f"input_shapes['{name}'] = {tuple(dims)!r} has {bad[0]!r}, which is not a size",
+                hint=f"every dimension is a whole number from 0 to {MAX_DIMENSION}",
+            )
+        shapes[str(name)] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def check_single_assignment(graph: onnx.GraphProto) -> None:
+    """Every value is defined once (the ONNX spec's SSA rule): by one node output, a graph
+    input or an initializer. onnxruntime refuses a model that breaks it."""
+    defined: dict[str, str] = {}
+    for vi in graph.input:
+        defined.setdefault(vi.name, "a graph input")
+    for t in graph.initializer:
+        if defined.get(t.name, "a graph input") != "a graph input":
+            raise ModelError(f"value '{t.name}' is defined by two initializers")
+        defined[t.name] = "an initializer"
+    for i, node in enumerate(graph.node):
+        here = f"node '{node.name or f'{node.op_type}_{i}'}' ({node.op_type})"
+        for out in node.output:
+            if not out:
+                continue
+            if out in defined:
+                raise ModelError(
+                    f"value '{out}' is defined twice: by {defined[out]} and by {here}",
+                    hint="ONNX requires every value to have exactly one definition; "
+                    "rename one of them",
+                )
+            defined[out] = here
+
+
 def check_supported(graph: onnx.GraphProto, domains: Mapping[str, int]) -> None:
     """Raise one UnsupportedModelError naming every unsupported op with counts and nodes."""
     missing: OrderedDict[str, list[str]] = OrderedDict()
@@ -128,7 +191,7 @@ class Importer:
         self.constant_inputs = {k: np.asarray(v) for k, v in (constant_inputs or {}).items()}
         self.base_dir = base_dir
         self.external = ExternalData(base_dir)  # data files mapped once, shared by tensors
-        self.input_shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+        self.input_shapes = checked_input_shapes(input_shapes)
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
@@ -153,10 +216,7 @@ class Importer:
     # --- names and values ---------------------------------------------------------------
 
     def fresh(self, hint: str) -> str:
-        name, k = hint, 0
-        while name in self._taken:
-            k += 1
-            name = f"{hint}_{k}"
+        name = fresh_name(hint, self._taken)
         self._taken.add(name)
         return name
 
@@ -188,6 +248,7 @@ class Importer:
         g = self.proto.graph
         domains = {o.domain or "": o.version for o in self.proto.opset_import}
         check_supported(g, domains)
+        check_single_assignment(g)
         init_names = {t.name for t in g.initializer}
         for t in g.initializer:
             self._add_initializer(t)
@@ -279,7 +340,7 @@ class Importer:
                     f"input_shapes gives '{vi.name}' rank {len(shape)}, but the model declares rank {len(declared)}"
                 )
             for k, (d, s) in enumerate(zip(declared, shape, strict=False)):
-                if d.HasField("dim_value") and d.dim_value != s:
+                if d.HasField("dim_value") and 0 <= d.dim_value != s:  # < 0: no size, replaceable
                     raise ModelError(
                         f"input_shapes gives '{vi.name}' dimension {k} = {s}, but the model fixes it to {d.dim_value}"
                     )
@@ -294,13 +355,20 @@ class Importer:
                 if d.HasField("dim_value") and d.dim_value >= 0:
                     shape_l.append(int(d.dim_value))
                 else:
-                    label = f" ('{d.dim_param}')" if d.dim_param else ""
+                    if d.HasField("dim_value"):  # a negative size: invalid, not dynamic
+                        what = f" is declared {d.dim_value}, which is not a size"
+                    else:
+                        label = f" ('{d.dim_param}')" if d.dim_param else ""
+                        what = f"{label} is dynamic; anekit needs static shapes"
+                    # every unknown or invalid dimension shown as 1: a spec the parser accepts
                     example = "x".join(
-                        str(x.dim_value) if x.HasField("dim_value") else "N" for x in tt.shape.dim
+                        str(x.dim_value) if x.HasField("dim_value") and x.dim_value >= 0 else "1"
+                        for x in tt.shape.dim
                     )
                     raise ModelError(
-                        f"input '{vi.name}' dimension {k}{label} is dynamic; anekit needs static shapes",
-                        hint=f"fix it with input_shapes={{'{vi.name}': (...)}} or --shape {vi.name}={example}",
+                        f"input '{vi.name}' dimension {k}{what}",
+                        hint=f"fix it with input_shapes={{'{vi.name}': (...)}} or --shape "
+                        f"{vi.name}={example} (with the size you want for dimension {k})",
                     )
             shape = tuple(shape_l)
         name = self.fresh(vi.name)
@@ -310,12 +378,7 @@ class Importer:
         return value
 
     def _convert(self, node: onnx.NodeProto, index: int) -> None:
-        base = node.name or f"{node.op_type}_{index}"
-        name = base
-        k = 0
-        while name in self._node_names:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(node.name or f"{node.op_type}_{index}", self._node_names)
         self._node_names.add(name)
         ctx = NodeContext(self, node, name, self.opset)
         try:
@@ -325,6 +388,12 @@ class Importer:
             raise
         except InferError as exc:
             raise ShapeError(str(exc), where=f"ONNX node '{name}' ({node.op_type})") from None
+        except MemoryError:  # what the budget allowed, the machine did not have free
+            raise MemoryBudgetError(
+                "ran out of memory", requested=0, limit=budget.limit(),
+                where=f"ONNX node '{name}' ({node.op_type})",
+                hint=f"lower {budget.ENV} below the machine's free memory",
+            ) from None
         outs = (result,) if isinstance(result, str) else tuple(result)
         for onnx_name, ir_name in zip(node.output, outs, strict=False):
             if onnx_name:
@@ -365,7 +434,11 @@ class Importer:
             args = [self.constants[i] if i else None for i in ins]
             vals = [Value(n, t.shape, t.dtype) for n, t in zip(names, out_types, strict=True)]
             probe = Node(op, node.name, tuple(ins), tuple(names), norm)
-            for n, arr in zip(names, run_node(probe, args, vals), strict=True):
+            try:
+                results = run_node(probe, args, vals)
+            except KernelError as exc:  # the model's own constants break the op's rules
+                raise ModelError(f"{exc} (computing {op} on the model's constants)") from None
+            for n, arr in zip(names, results, strict=True):
                 # kept as computed: a folded Transpose or Slice of a weight stays a view of
                 # it (no copy of a large weight; code generation converts it once)
                 self._set_constant(n, np.asarray(arr))
@@ -382,10 +455,7 @@ class Importer:
     def _ir_node_name(self, onnx_name: str, op: str) -> str:
         """The first IR node of an ONNX node takes its name; the rest '<name>/<op>[_k]'."""
         name = onnx_name if onnx_name not in self._ir_nodes else f"{onnx_name}/{op}"
-        base, k = name, 0
-        while name in self._ir_nodes:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(name, self._ir_nodes)
         self._ir_nodes.add(name)
         return name
 

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto
 
 from anekit.errors import FormatError, ModelError
+from anekit.files import read_file
 
 # ONNX element type -> numpy dtype for the types anekit reads from files.
 ONNX_TO_NUMPY: dict[int, np.dtype] = {
@@ -52,13 +53,38 @@ def load_model(
         return model, None
     if isinstance(model, bytes | bytearray):
         return _parse(bytes(model), "<bytes>"), None
+    if not isinstance(model, str | os.PathLike):
+        raise ModelError(
+            f"cannot read an ONNX model from a {type(model).__name__}",
+            hint="pass a file path, the model's bytes or an onnx.ModelProto",
+        )
     path = Path(model)
-    if not path.exists():
-        raise ModelError(f"model file '{path}' does not exist")
-    if path.is_dir():
-        raise ModelError(f"'{path}' is a directory, not an ONNX model file")
-    data = path.read_bytes()
+    data = read_file(
+        path, "model file", sniff=sniff_onnx, max_bytes=MAX_PROTO_BYTES, error=ModelError,
+        too_large_hint="protobuf caps an .onnx file below 2 GiB; save larger weights as "
+        "external data (onnx.save_model(..., save_as_external_data=True))",
+    )  # fmt: skip
     return _parse(data, str(path)), path.resolve().parent
+
+
+# protobuf cannot hold a message of 2 GiB or more: larger weights live in external data files
+MAX_PROTO_BYTES = (2 << 30) - 1
+# The key bytes a ModelProto may start with: its fields and their wire types (ir_version,
+# producer, domain, model_version, doc_string, graph, opset_import, metadata_props, and
+# the two-byte keys of training_info, functions and configuration).
+_ONNX_FIRST_KEYS = frozenset({0x08, 0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2, 0xCA, 0xD2})
+
+
+def sniff_onnx(head: bytes) -> str | None:
+    """What is wrong with the first bytes of a would-be ONNX file (None: they may be one)."""
+    if not head:
+        return "the file is empty, not an ONNX model"
+    if head[0] not in _ONNX_FIRST_KEYS:
+        return (
+            f"not an ONNX model: it starts with the byte 0x{head[0]:02x}, which no ONNX "
+            "model starts with"
+        )
+    return None
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -144,10 +170,45 @@ def tensor_to_array(
             f"initializer '{tensor.name}' has element type {onnx_type_name(tensor.data_type)}, "
             "which anekit does not support"
         )
+    _check_embedded(tensor)
     try:
         return onnx.numpy_helper.to_array(tensor)
     except Exception as exc:  # noqa: BLE001 - malformed tensor payloads
         raise FormatError(f"initializer '{tensor.name}' is malformed: {exc}") from None
+
+
+# TensorProto's typed field for each element type (onnx.helper's table), for the count check
+_TYPED_FIELDS = {
+    TensorProto.FLOAT: "float_data", TensorProto.DOUBLE: "double_data",
+    TensorProto.INT64: "int64_data", TensorProto.UINT32: "uint64_data",
+    TensorProto.UINT64: "uint64_data",
+}  # fmt: skip
+
+
+def _check_embedded(tensor: TensorProto) -> None:
+    """The tensor's dims are sizes and its data holds exactly that many elements (the rule
+    onnxruntime applies: a short raw_data or a dim of -1 is refused, not reinterpreted)."""
+    name = tensor.name or "a tensor"
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise FormatError(
+            f"'{name}' has dims {dims}; a dimension is a size, never negative",
+            hint="fix the exporter that wrote the model",
+        )
+    count = math.prod(dims)
+    dtype = ONNX_TO_NUMPY[tensor.data_type]
+    if tensor.HasField("raw_data"):
+        have, want = len(tensor.raw_data), count * dtype.itemsize
+        unit = "bytes"
+    else:
+        field = _TYPED_FIELDS.get(tensor.data_type, "int32_data")
+        have, want, unit = len(getattr(tensor, field)), count, "values"
+    if have != want:
+        raise FormatError(
+            f"'{name}' has {have} {unit} of data, but its dims {dims} of "
+            f"{onnx_type_name(tensor.data_type)} need {want}",
+            hint="the tensor is truncated or its dims are wrong; re-export the model",
+        )
 
 
 def _locate(

@@ -16,17 +16,20 @@ def _int_inputs(ins: Types, attrs: Attrs) -> list[TensorType]:
     return broadcast()(ins, attrs)
 
 
+NO_BITWISE_MIL = "MIL has no bitwise integer operations"
+
 for _name, _fn in {
     "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or,
     "bitwise_xor": np.bitwise_xor,
 }.items():
-    declare(_name, inputs=("a", "b"), infer=_int_inputs, kind="binary", doc=f"{_name} of a and b")(
+    declare(_name, inputs=("a", "b"), infer=_int_inputs, kind="binary", doc=f"{_name} of a and b",
+            no_lowering=NO_BITWISE_MIL)(  # fmt: skip
         (lambda fn: lambda a, b: fn(a, b))(_fn)
     )
 
 
-@declare("bitwise_not", inputs=("x",), infer=_int_inputs, kind="unary")
+@declare("bitwise_not", inputs=("x",), infer=_int_inputs, kind="unary", no_lowering=NO_BITWISE_MIL)
 def bitwise_not(x):
     """every bit flipped"""
     return np.invert(x)
@@ -38,6 +41,7 @@ def bitwise_not(x):
     attrs=(Attr("direction", "str", choices=("left", "right")),),
     infer=_int_inputs,
     kind="binary",
+    no_lowering=NO_BITWISE_MIL,
 )
 def bit_shift(x, shift, direction):
     """x shifted by shift bits; right shifts of signed values extend the sign; a shift below 0
@@ -65,7 +69,8 @@ def _bitcast_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(x.shape, to)]
 
 
-@declare("bitcast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_bitcast_infer, kind="cast")
+@declare("bitcast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_bitcast_infer, kind="cast",
+         no_lowering="MIL has no reinterpretation of a tensor's bytes as another type")  # fmt: skip
 def bitcast(x, to):
     """the same bytes read as dtype ``to`` (of the same width)"""
     return np.ascontiguousarray(x).view(to.numpy).reshape(x.shape)

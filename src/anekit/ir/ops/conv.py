@@ -47,6 +47,8 @@ def _float_operands(ins: Types) -> tuple[TensorType, TensorType, TensorType | No
     b = ins[2] if len(ins) > 2 else None
     if x.rank < 3 or w.rank != x.rank:
         raise InferError(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
+    if any(k < 1 for k in w.shape[2:]):  # onnxruntime's rule too: no empty kernel
+        raise InferError(f"the kernel {list(w.shape[2:])} must only contain positive sizes")
     return x, w, b, x.rank - 2
 
 
@@ -135,6 +137,7 @@ def _conv_integer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     attrs=CONV_ATTRS,
     infer=_conv_integer_infer,
     kind="conv",
+    no_lowering="not lowered yet: MIL convolves float tensors only (it would dequantize first)",
 )
 def conv_integer(x, weight, x_zero_point, w_zero_point, strides, pads, dilations, group):
     """(x - x_zero_point) correlated with (weight - w_zero_point), exact in int32"""
@@ -287,6 +290,7 @@ def _col2im_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     ),
     infer=_col2im_infer,
     kind="conv",
+    no_lowering="not lowered yet: MIL has no col2im (it would be a scatter-add of patches)",
 )
 def col2im(x, image_shape, block_shape, strides, pads, dilations):
     """sum the columns of sliding blocks back into an image (the inverse layout of im2col)"""

@@ -9,7 +9,7 @@ import numpy as np
 from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, broadcast, float_only, same_as, unary_float
 from anekit.ir.ops.special import erf as _erf
-from anekit.ir.registry import REQUIRED, Attr, InferError, TensorType, declare
+from anekit.ir.registry import REQUIRED, Attr, InferError, KernelError, TensorType, declare
 
 # --- unary ops without attributes: name -> (kernel, float inputs only) ---------------------
 
@@ -234,11 +234,19 @@ def cast(x, to):
 # --- binary ops ---------------------------------------------------------------------------
 
 
+def _no_integer_zero(b: np.ndarray, op: str) -> None:
+    """Integer division by zero has no result (onnxruntime refuses it too)."""
+    if b.dtype.kind in "iub" and not b.all():
+        raise KernelError(
+            f"integer {op} by zero (the divisor has {b.size - np.count_nonzero(b)} zero(s))"
+        )
+
+
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero (C semantics, as ONNX runtimes do)."""
-    b_safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(b_safe)
-    return (np.sign(a) * np.sign(b_safe) * q).astype(np.result_type(a, b))
+    _no_integer_zero(b, "division")
+    q = np.abs(a) // np.abs(b)
+    return (np.sign(a) * np.sign(b) * q).astype(np.result_type(a, b))
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -288,10 +296,10 @@ def pow_(a, b):
 )
 def mod(a, b, fmod):
     """remainder: sign of the divisor (Python) or of the dividend (fmod=True, C fmod)"""
+    if a.dtype.kind in "iu":
+        _no_integer_zero(b, "modulo")
     if fmod:
         return np.fmod(a, b)
-    if a.dtype.kind in "iu":
-        return np.mod(a, np.where(b == 0, 1, b))
     return np.mod(a, b)
 
 

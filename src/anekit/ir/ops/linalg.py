@@ -143,7 +143,7 @@ def _det_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(x.shape[:-2], x.dtype)]
 
 
-@declare("det", inputs=("x",), infer=_det_infer, kind="matmul")
+@declare("det", inputs=("x",), infer=_det_infer, kind="matmul", no_lowering="MIL has no determinant")
 def det(x):
     """determinant of each square matrix in the last two axes"""
     return np.linalg.det(x).astype(np.float32)

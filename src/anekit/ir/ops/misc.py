@@ -109,7 +109,8 @@ def _scan(fn, identity: int):
 declare("cumsum", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer, kind="scan",
         doc="running sum along axis (integers in their own dtype)")(_scan(np.cumsum, 0))  # fmt: skip
 declare("cumprod", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer, kind="scan",
-        doc="running product along axis (integers in their own dtype)")(_scan(np.cumprod, 1))  # fmt: skip
+        doc="running product along axis (integers in their own dtype)",
+        no_lowering="MIL has cumsum but no cumulative product")(_scan(np.cumprod, 1))  # fmt: skip
 
 
 # --- shrink ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 
 from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, numel
-from anekit.ir.registry import Attr, InferError, TensorType, declare
+from anekit.ir.registry import Attr, InferError, KernelError, TensorType, declare
 
 POOL_ATTRS = (
     Attr("kernel", "ints", doc="window size per spatial axis"),
@@ -275,12 +275,13 @@ def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     attrs=(Attr("output_shape", "ints"),),
     infer=_max_unpool_infer,
     kind="pool",
+    no_lowering="not lowered yet: MIL has no unpooling (a scatter by the pooling indices)",
 )
 def max_unpool(x, indices, output_shape):
     """zeros of output_shape with x written at the flat indices (max_pool's indices output)"""
     out = np.zeros(numel(output_shape), dtype=x.dtype)
     flat = indices.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= out.size):
-        raise IndexError(f"max_unpool index out of range [0, {out.size})")
+        raise KernelError(f"max_unpool index out of range [0, {out.size})")
     out[flat] = x.reshape(-1)
     return out.reshape(output_shape)

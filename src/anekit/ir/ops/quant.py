@@ -22,8 +22,10 @@ def check_params(x: TensorType, scale: TensorType, zp: TensorType | None, attrs:
     per_tensor = scale.numel == 1 and scale.rank <= 1
     # onnxruntime's quantize_static writes bias dequantizers with a [1] scale and a scalar zero
     # point: any one-element pair of rank <= 1 is per tensor
-    if zp is not None and zp.shape != scale.shape and not (
-        per_tensor and zp.numel == 1 and zp.rank <= 1
+    if (
+        zp is not None
+        and zp.shape != scale.shape
+        and not (per_tensor and zp.numel == 1 and zp.rank <= 1)
     ):
         raise InferError(f"zero point {list(zp.shape)} and scale {list(scale.shape)} differ")
     if per_tensor:

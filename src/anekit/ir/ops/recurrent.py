@@ -297,6 +297,7 @@ def _linear_attention_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     ),
     infer=_linear_attention_infer,
     kind="recurrent",
+    no_lowering="not lowered yet: its recurrence would be a MIL while loop",
 )
 def linear_attention(q, k, v, past_state=None, decay=None, beta=None, *, scale, update_rule):
     """S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - S^T k_t))^T (gating/delta per rule);

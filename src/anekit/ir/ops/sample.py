@@ -152,6 +152,7 @@ def _bilinear_axis(pos: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, 
     ),
     infer=_roi_align_infer,
     kind="resize",
+    no_lowering="not lowered yet: MIL crop_resize does not average sampling points as RoiAlign does",
 )
 def roi_align(x, rois, batch_indices, output_height, output_width, sampling_ratio,
               spatial_scale, mode, half_pixel):  # fmt: skip
@@ -244,6 +245,7 @@ def _deform_conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     attrs=(*CONV_ATTRS, Attr("offset_group", "int", 1)),
     infer=_deform_conv_infer,
     kind="conv",
+    no_lowering="MIL has no deformable convolution",
 )
 def deform_conv(x, weight, offset, bias, mask, strides, pads, dilations, group, offset_group):
     """2-d convolution whose taps move by learned offsets (bilinear, zero outside), times mask"""

@@ -6,7 +6,7 @@ import numpy as np
 
 from anekit.ir.dtypes import DType
 from anekit.ir.ops._infer import Attrs, Types, index_dtype_only, normalize_axis, numel
-from anekit.ir.registry import Attr, InferError, TensorType, declare
+from anekit.ir.registry import Attr, InferError, KernelError, TensorType, declare
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 _UFUNC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -16,7 +16,7 @@ def _wrap(indices: np.ndarray, dims: np.ndarray | int) -> np.ndarray:
     """Negative indices count from the end; out-of-range ones are an error (as onnxruntime)."""
     idx = np.where(indices < 0, indices + dims, indices).astype(np.int64)
     if idx.size and (idx.min() < 0 or (idx >= dims).any()):
-        raise IndexError(f"index out of range for dimension(s) {np.asarray(dims).tolist()}")
+        raise KernelError(f"index out of range for dimension(s) {np.asarray(dims).tolist()}")
     return idx
 
 

@@ -13,7 +13,7 @@ from anekit.ir.ops._infer import (
     normalize_axis,
     numel,
 )
-from anekit.ir.registry import Attr, InferError, TensorType, declare
+from anekit.ir.registry import Attr, InferError, KernelError, TensorType, declare
 
 
 def _reshape_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
@@ -182,7 +182,7 @@ def gather(x, indices, axis):
     axis = axis % x.ndim
     dim = x.shape[axis]
     if indices.size and (indices.min() < -dim or indices.max() >= dim):
-        raise IndexError(f"gather index out of range [-{dim}, {dim}) on axis {axis}")
+        raise KernelError(f"gather index out of range [-{dim}, {dim}) on axis {axis}")
     return np.take(x, np.where(indices < 0, indices + dim, indices), axis=axis)
 
 

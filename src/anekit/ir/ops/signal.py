@@ -39,6 +39,7 @@ def _dft_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     ),
     infer=_dft_infer,
     kind="signal",
+    no_lowering="not lowered yet: MIL has no general DFT op",
 )
 def dft(x, axis, length, inverse, onesided):
     """the (inverse) DFT of a real or complex signal along axis"""

@@ -16,11 +16,7 @@ _ERF_B = float(0.044715 * 2.0 * np.sqrt(2.0) * np.sqrt(2.0 / np.pi))
 
 @rule("gelu")
 def approximate_gelu(rw: Rewriter, node: Node) -> bool:
-    if (
-        node.attrs["approximate"] != "none"
-        or rw.ctx.target.features.gelu
-        or not rw.ctx.options.approximate_gelu
-    ):
+    if node.attrs["approximate"] != "none":
         return False
     e = Emit(rw, node)
     y = e("gelu", [node.inputs[0]], {"approximate": "tanh"}, "tanh")
@@ -31,8 +27,6 @@ def approximate_gelu(rw: Rewriter, node: Node) -> bool:
 
 @rule("erf")
 def approximate_erf(rw: Rewriter, node: Node) -> bool:
-    if not rw.ctx.options.approximate_gelu:
-        return False
     e = Emit(rw, node)
     z = node.inputs[0]
     poly = e(

@@ -11,13 +11,34 @@ from anekit.passes.rewrite import Rewriter, rule
 LRN_MAX_CHANNELS = 4096  # the banded window weight is channels x channels
 
 
+# The deviations are divided by their largest magnitude before they are squared, so no
+# intermediate exceeds 1 in magnitude however large the input (a plain d*d overflows fp16
+# once |d| > 256: a residual stream at std 100 already does). The peak is floored at
+# SCALE_FLOOR so a constant row divides by a finite number: 1/peak <= 128 and
+# eps/peak^2 <= 16384 * eps stay finite in fp16. The math is exact for any peak:
+# (d/p) / sqrt(mean((d/p)^2) + eps/p^2) = d / sqrt(mean(d^2) + eps).
+SCALE_FLOOR = 2.0**-7
+
+
+def peak_scaled(e: Emit, d: str, red: dict) -> tuple[str, str, str]:
+    """(d / peak, 1 / peak, peak) with peak = max(max |d| over the reduced axes, SCALE_FLOOR)."""
+    peak = e("reduce_max", [e("abs", [d], tag="magnitude")], red, "peak")
+    peak = e("maximum", [peak, e.const(SCALE_FLOOR, "scale_floor")], tag="scale")
+    inv = e("reciprocal", [peak], tag="inv_scale")
+    return e("mul", [d, inv], tag="unit"), inv, peak  # |d / peak| <= 1
+
+
 def normalize(e: Emit, x: str, axes: tuple[int, ...], eps: float, center: bool = True) -> str:
-    """(x - mean) / sqrt(var + eps) over ``axes`` (or x / sqrt(mean(x^2) + eps) uncentred)."""
+    """(x - mean) / sqrt(var + eps) over ``axes`` (or x / sqrt(mean(x^2) + eps) uncentred),
+    computed on x scaled by its peak deviation so that it is fp16-safe at any input scale."""
     red = {"axes": axes, "keepdims": True}
     d = e("sub", [x, e("reduce_mean", [x], red, "mean")], tag="centered") if center else x
-    var = e("reduce_mean", [e("mul", [d, d], tag="square")], red, "var")
-    std = e("sqrt", [e("add", [var, e.const(eps, "eps")], tag="var_eps")], tag="std")
-    return e("div", [d, std], tag="normalized")
+    u, inv, _ = peak_scaled(e, d, red)
+    var = e("reduce_mean", [e("mul", [u, u], tag="square")], red, "var")
+    # eps / peak^2 as (inv * eps) * inv: each partial product stays in fp16 range
+    eps_u = e("mul", [e("mul", [inv, e.const(eps, "eps")], tag="eps_inv"), inv], tag="eps_scaled")
+    std = e("sqrt", [e("add", [var, eps_u], tag="var_eps")], tag="std")
+    return e("div", [u, std], tag="normalized")
 
 
 def per_channel(e: Emit, name: str, rank: int) -> str:
@@ -44,7 +65,9 @@ def decompose_layer_norm(rw: Rewriter, node: Node) -> bool:
         y = e("mul", [y, scale], tag="scaled")
     if bias:
         y = e("add", [y, bias], tag="shifted")
-    return e.done(y, f"{node.op} as reduce_mean, sub, mul, sqrt and div")
+    return e.done(
+        y, f"{node.op} as fp16-safe reductions (scaled by the peak deviation), sqrt and div"
+    )
 
 
 @rule("group_norm")
@@ -60,24 +83,18 @@ def decompose_group_norm(rw: Rewriter, node: Node) -> bool:
     y = e("reshape", [y], {"shape": shape}, "ungrouped")
     y = e("mul", [y, per_channel(e, scale, len(shape))], tag="scaled")
     y = e("add", [y, per_channel(e, bias, len(shape))], tag="shifted")
-    return e.done(
-        y, "group_norm as reshape, reduce_mean, sub, mul, sqrt, div and a per-channel affine"
-    )
+    return e.done(y, "group_norm as reshape, an fp16-safe normalisation and a per-channel affine")
 
 
 @rule("instance_norm")
 def decompose_instance_norm(rw: Rewriter, node: Node) -> bool:
-    if rw.ctx.target.features.instance_norm:
-        return False
     e = Emit(rw, node)
     x, scale, bias = node.inputs
     rank = rw.value(x).rank
     y = normalize(e, x, tuple(range(2, rank)), node.attrs["epsilon"])
     y = e("mul", [y, per_channel(e, scale, rank)], tag="scaled")
     y = e("add", [y, per_channel(e, bias, rank)], tag="shifted")
-    return e.done(
-        y, "instance_norm (not native on this target) as reduce_mean, sub, mul, sqrt and div"
-    )
+    return e.done(y, "instance_norm (not native on this target) as an fp16-safe normalisation")
 
 
 @rule("batch_norm")
@@ -122,8 +139,6 @@ def _softmax_parts(e: Emit, x: str, axis: int) -> tuple[str, str]:
 
 @rule("softmax")
 def decompose_softmax(rw: Rewriter, node: Node) -> bool:
-    if rw.ctx.target.features.softmax or not rw.ctx.options.decompose_gated_softmax:
-        return False
     e = Emit(rw, node)
     shifted, total = _softmax_parts(e, node.inputs[0], node.attrs["axis"])
     y = e("div", [e("exp", [shifted], tag="exp2"), total], tag="normalized")

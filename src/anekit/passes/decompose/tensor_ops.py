@@ -6,6 +6,7 @@ import numpy as np
 
 from anekit.ir.graph import Node
 from anekit.passes.decompose.emit import Emit
+from anekit.passes.decompose.norms import peak_scaled
 from anekit.passes.rewrite import Rewriter, rule
 
 
@@ -39,9 +40,15 @@ def decompose_reduction(rw: Rewriter, node: Node) -> bool:
     op = node.op
     if op == "reduce_l1":
         y = e("reduce_sum", [e("abs", [x])], attrs, "sum")
-    elif op in ("reduce_l2", "reduce_sum_square"):
+    elif op == "reduce_l2":  # peak * sqrt(sum((x / peak)^2)): no square exceeds 1 (fp16-safe)
+        keep = {**attrs, "keepdims": True}
+        u, _, peak = peak_scaled(e, x, keep)
+        y = e("mul", [e("sqrt", [e("reduce_sum", [e("mul", [u, u], tag="square")], keep, "sum")]),
+                      peak], tag="l2")  # fmt: skip
+        if not attrs["keepdims"]:
+            y = e("reshape", [y], {"shape": rw.shape(node.output)}, "squeeze")
+    elif op == "reduce_sum_square":
         y = e("reduce_sum", [e("mul", [x, x], tag="square")], attrs, "sum")
-        y = e("sqrt", [y]) if op == "reduce_l2" else y
     elif op == "reduce_log_sum":
         y = e("log", [e("reduce_sum", [x], attrs, "sum")])
     else:

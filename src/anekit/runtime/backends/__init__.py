@@ -69,6 +69,7 @@ class Backend:
     summary: str = ""  # one line for `--help` and error hints
     runs_graphs: bool = False
     runs_segments: bool = False
+    runs_hwx: bool = False  # runs Apple-format .hwx programs (run_hwx)
 
     def unavailable(self) -> str | None:
         """Why this backend cannot run on this machine, or None when it can."""
@@ -84,6 +85,12 @@ class Backend:
         raise AnekitError(
             f"backend '{self.name}' runs graphs, not compiled programs (bundles, MIL)",
             hint=f"compiled programs run on: {', '.join(segment_backends())}",
+        )
+
+    def run_hwx(self, program: Any, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        raise AnekitError(
+            f"backend '{self.name}' does not run .hwx programs",
+            hint="run a .hwx on: " + ", ".join(n for n, b in _registry().items() if b.runs_hwx),
         )
 
     def check_available(self) -> None:

@@ -28,7 +28,9 @@ program's directory.
 
 from __future__ import annotations
 
-from .fp16 import FP16_MAX, round_to_fp16
+from anekit.ir.dtypes import FP16_MAX
+
+from .fp16 import round_to_fp16
 from .ops import REGISTRY
 from .program import SimProgram, run_function
 

@@ -39,7 +39,6 @@ except ImportError:  # pragma: no cover - depends on the install
 
 ACCELERATED = _native is not None  # True when the C rounding loop is in use
 
-FP16_MAX = 65504.0
 _ABS = np.uint32(0x7FFFFFFF)
 _SIGN = np.uint32(0x80000000)
 _EXPONENT = np.uint32(0x7F800000)
@@ -93,7 +92,9 @@ def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
         values = np.array(values, dtype=np.float32)
         in_place = True
     if values.dtype != np.float32 or not values.flags.c_contiguous:
-        values = np.ascontiguousarray(values, dtype=np.float32)
+        values = np.asarray(
+            values, dtype=np.float32, order="C"
+        )  # keeps rank 0 (not ascontiguousarray)
         in_place = True
     elif not in_place:
         values = values.copy()
@@ -141,7 +142,7 @@ def widen_fp16(values: np.ndarray) -> np.ndarray:
     """float16 (or any float) array to float32 holding the same values (exact for float16)."""
     values = np.asarray(values)
     if values.dtype == np.float16:
-        return _WIDEN[np.ascontiguousarray(values).view(np.uint16)]
+        return _WIDEN[np.asarray(values, order="C").view(np.uint16)]
     return np.asarray(values, dtype=np.float32)
 
 

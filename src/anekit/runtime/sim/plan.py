@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import budget
 from anekit.errors import FormatError
 from anekit.formats.mil import (
     ArgList,
@@ -116,6 +117,11 @@ class _Loader:
             shapes[slot] = pattern if all(isinstance(d, int) for d in pattern) else None  # type: ignore[assignment]
         steps = fuse_concat_transpose(steps, keep, shapes)
         steps = _with_frees(steps, tuple(input_slots), keep)
+        inputs = {slot: (shapes.get(slot), STORAGE.get(storage_shape(b.type)[1]))
+                  for b, slot in zip(f.inputs, input_slots, strict=True)}  # fmt: skip
+        peak, at = _peak_bytes(steps, inputs)
+        budget.check(peak, f"function '{f.name}' (its live values at {at})",
+                     where=self.source.where)  # fmt: skip
         return Plan(
             tuple(f.inputs),
             tuple(input_slots),
@@ -324,6 +330,31 @@ def _with_frees(steps: Sequence[Step], inputs: tuple[int, ...], keep: Sequence[i
             step = Step(**{**step.__dict__, "frees": tuple(sorted(frees[i]))})
         out.append(step)
     return out
+
+
+def _bytes_of(shape: Sequence[int] | None, storage: np.dtype | None) -> int:
+    if shape is None or storage is None:
+        return 0  # a symbolic shape: checked when the kernel's result is (see checked_shape)
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count * storage.itemsize
+
+
+def _peak_bytes(steps: Sequence[Step], inputs: Mapping[int, tuple[Any, Any]]) -> tuple[int, str]:
+    """The most bytes of runtime values alive at once over ``steps`` (static shapes), and
+    the op where it happens: the whole run's allocation, not one op's."""
+    size = {slot: _bytes_of(shape, storage) for slot, (shape, storage) in inputs.items()}
+    live = peak = sum(size.values())
+    at = "the inputs"
+    for step in steps:
+        for e in step.outputs:
+            size[e.slot] = _bytes_of(e.shape, e.storage)
+            live += size[e.slot]
+        if live > peak:
+            peak, at = live, f"op {step.index} ({step.op} '{step.name}')"
+        live -= sum(size.pop(slot, 0) for slot in step.frees)
+    return peak, at
 
 
 def load_plan(function: Function, blobs: BlobFiles, source: Source) -> Plan:

@@ -149,7 +149,7 @@ class BlobFiles:
             array = array.astype(STORAGE[t.dtype], copy=False)
         else:  # bf16 and fp8 have no MIL text spelling, so cannot be declared
             raise FormatError(f"BLOBFILE of {t.dtype} data is not supported")
-        return frozen(np.ascontiguousarray(array))
+        return frozen(np.asarray(array, order="C"))
 
     def close(self) -> None:
         for reader in self._readers.values():

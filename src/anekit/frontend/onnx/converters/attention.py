@@ -90,6 +90,7 @@ class _Attention:
         cx = self.cx
         causal = bool(cx.attr("is_causal", 0))
         left, right = cx.attr("left_window_size", -1), cx.attr("right_window_size", -1)
+        cx.reserve((self.lq, self.lk), np.int64, "the attention mask")
         i = np.arange(self.lq)[:, None]
         j = np.arange(self.lk)[None, :]
         parts: list[str] = []

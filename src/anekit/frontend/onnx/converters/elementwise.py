@@ -72,6 +72,7 @@ def dropout(cx: NodeContext):
     if cx.n_inputs > 2 and cx.const(2) is not None and bool(cx.const(2)):
         raise ModelError("Dropout in training mode is not supported; export the model in eval mode")
     if len(cx.node.output) > 1 and cx.node.output[1]:
+        cx.reserve(cx.shape(0), np.bool_, "the dropout mask")
         mask = cx.constant(np.ones(cx.shape(0), dtype=np.bool_), "mask")
         return cx.input(0), mask
     return cx.input(0)

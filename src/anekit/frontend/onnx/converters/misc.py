@@ -116,6 +116,7 @@ def eye_like(cx: NodeContext):
         if cx.has_attr("dtype")
         else cx.type(0).dtype
     )
+    cx.reserve(shape, dtype.numpy, "the identity matrix")
     eye = np.eye(shape[0], shape[1], k=cx.attr("k", 0), dtype=dtype.numpy)
     return cx.constant(eye, "eye")
 

@@ -142,13 +142,33 @@ def slice_(cx: NodeContext):
     return cx.emit("slice", [cx.input(0)], attrs, final=True)
 
 
+def _check_constant_indices(cx: NodeContext) -> None:
+    """Constant indices must lie in [-dim, dim) of the data's axis (onnxruntime refuses the
+    model otherwise); checked here, where the message can name the user's node."""
+    indices = cx.const(1)
+    rank = len(cx.shape(0))
+    axis = cx.attr("axis", 0)
+    if indices is None or indices.size == 0 or not -rank <= axis < rank:
+        return  # data-dependent, empty, or a bad axis (inference reports that)
+    dim = cx.shape(0)[axis]
+    low, high = int(indices.min()), int(indices.max())
+    if low < -dim or high >= dim:
+        bad = low if low < -dim else high
+        raise ModelError(
+            f"index {bad} is out of range for axis {axis} of size {dim} "
+            f"(indices must lie in [{-dim}, {dim - 1}])"
+        )
+
+
 @converter("Gather")
 def gather(cx: NodeContext):
+    _check_constant_indices(cx)
     return cx.emit("gather", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)}, final=True)
 
 
 @converter("GatherElements")
 def gather_elements(cx: NodeContext):
+    _check_constant_indices(cx)
     return cx.emit(
         "gather_elements", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)}, final=True
     )
@@ -239,6 +259,7 @@ def constant_of_shape(cx: NodeContext):
     fill = np.zeros(1, dtype=np.float32) if value is None else np.asarray(value).reshape(-1)
     if fill.dtype == np.float64:
         fill = fill.astype(np.float32)
+    cx.reserve(dims, fill.dtype, "the filled constant")
     return cx.constant(np.full(dims, fill[0], dtype=fill.dtype), "filled")
 
 
@@ -250,5 +271,6 @@ def range_(cx: NodeContext):
     if float(delta) == 0:
         raise ModelError("Range delta is 0")
     n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    cx.reserve((n,), start.dtype, "the range")
     values = (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
     return cx.constant(values, "range")

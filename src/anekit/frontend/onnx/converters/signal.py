@@ -71,6 +71,7 @@ def stft(cx: NodeContext):
     if step <= 0 or not 0 < size <= length:
         raise ModelError(f"frame_step {step} and frame_length {size} do not fit {length} samples")
     frames = 1 + (length - size) // step
+    cx.reserve((frames, size), np.int64, "the frame indices")
     index = np.arange(frames)[:, None] * step + np.arange(size)[None, :]
     x = cx.emit("gather", [cx.input(0), cx.constant(index.astype(np.int64), "frames")], {"axis": 1})
     if window is not None:

@@ -57,6 +57,7 @@ def causal_conv_with_state(cx: NodeContext):
     k = w_shape[2]
     past = cx.input(3)
     if past is None and k > 1:
+        cx.reserve((b, c, k - 1), cx.type(0).dtype.numpy, "the zero state")
         past = cx.constant(np.zeros((b, c, k - 1), dtype=cx.type(0).dtype.numpy), "zero_state")
     padded = cx.emit("concat", [past, cx.input(0)], {"axis": 2}) if k > 1 else cx.input(0)
     y = cx.emit("conv", [padded, cx.input(1), cx.input(2)], {"group": c})
@@ -81,6 +82,7 @@ def tensor_scatter(cx: NodeContext):
     if axis == 0:
         raise ModelError("TensorScatter's axis cannot be the batch axis")
     steps = update[axis]
+    cx.reserve((steps,), np.int64, "the positions")
     positions = cx.constant(np.arange(steps, dtype=np.int64), "steps")
     if cx.input(2) is not None:
         start = cx.emit("cast", [cx.input(2)], {"to": "int64"})

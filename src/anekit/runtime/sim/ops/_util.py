@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from anekit import budget
+
 # The largest tensor a kernel will create from sizes found in a program or its inputs
 # (2**30 elements: 4 GiB of float32); beyond it the program is treated as malformed.
 MAX_ELEMENTS = 1 << 30
@@ -70,8 +72,9 @@ def axes_of(axes: Sequence[int], rank: int, what: str = "axes") -> tuple[int, ..
     return out
 
 
-def checked_shape(shape: Sequence[int], what: str = "result") -> tuple[int, ...]:
-    """A shape of non-negative ints whose element count stays within MAX_ELEMENTS."""
+def checked_shape(shape: Sequence[int], what: str = "result", itemsize: int = 4) -> tuple[int, ...]:
+    """A shape of non-negative ints whose element count stays within MAX_ELEMENTS, and whose
+    bytes (``itemsize`` each) within the memory budget."""
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} shape {list(dims)} has a negative dimension")
@@ -80,6 +83,7 @@ def checked_shape(shape: Sequence[int], what: str = "result") -> tuple[int, ...]
             f"{what} shape {list(dims)} has {math.prod(dims)} elements, more than the "
             f"simulator's limit of {MAX_ELEMENTS}"
         )
+    budget.check(math.prod(dims) * itemsize, f"the {what} of shape {list(dims)}")
     return dims
 
 

@@ -1,0 +1,74 @@
+"""`anekit check --numerics`: fp16 overflow, underflow and precision findings, per layer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from anekit.cli.common import aligned_lines
+from anekit.errors import InputError
+
+COLUMNS = ("kind", "layer", "nodes", "finding", "remedy")
+_STYLES = {"overflow": "red", "underflow": "magenta", "precision": "yellow"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--numerics",
+        action="store_true",
+        help="run the model on the fp16 simulator and report overflow, underflow to zero "
+        "and precision lost against fp32, per layer, with remedies",
+    )
+    p.add_argument(
+        "--inputs",
+        metavar="DATA.npz",
+        help="inputs for --numerics: an .npz with one array per model input "
+        "(default: synthetic standard-normal inputs)",
+    )
+
+
+def analyse(compiled: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The numerics report as a dict, or None without --numerics."""
+    if not args.numerics:
+        if args.inputs:
+            raise InputError("--inputs is used by --numerics", hint="add --numerics")
+        return None
+    from anekit import numerics
+
+    feeds = None
+    if args.inputs:
+        path = Path(args.inputs)
+        if not path.is_file():
+            raise InputError(f"inputs file '{path}' does not exist")
+        feeds = numerics.load_feeds(str(path), compiled.graph)
+    return numerics.analyse(compiled, feeds).as_dict()
+
+
+def render(report: dict[str, Any], file: Any = None) -> None:
+    out = file or sys.stdout
+    rows = [
+        [f["kind"], f["layer"], ", ".join(f["nodes"]), f["detail"], f["remedy"]]
+        for f in report["findings"]
+    ]
+    title = f"fp16 numerics on {report['target']} ({report['inputs']} inputs)"
+    if report["sim_error"]:
+        print(f"the simulator could not run the model: {report['sim_error']}", file=out)
+    if not rows:
+        print(f"{title}: no overflow, underflow or precision loss found", file=out)
+        return
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(title, file=out)
+        for line in aligned_lines(COLUMNS, rows):
+            print(line, file=out)
+        return
+    table = Table(title=title, title_justify="left")
+    for col in COLUMNS:
+        table.add_column(col, overflow="fold")
+    for f, row in zip(report["findings"], rows, strict=True):
+        table.add_row(*row, style=_STYLES.get(f["kind"]))
+    Console(file=out, width=max(120, Console(file=out).width)).print(table)

@@ -1,0 +1,72 @@
+"""A model folder's tokenizer through the `tokenizers` library: tokenizer.json, or GPT-2's
+vocab.json and merges.txt (byte-level BPE). Incremental decoding for streaming."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from anekit.errors import ModelError
+from anekit.llm.files import member
+
+MAX_TOKENIZER_BYTES = 64 << 20
+
+
+class Tokenizer:
+    """Text <-> token ids."""
+
+    def __init__(self, backend: Any, where: str):
+        self._tok = backend
+        self.where = where
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.implementations import ByteLevelBPETokenizer
+
+    try:
+        if (path := member(folder, "tokenizer.json", MAX_TOKENIZER_BYTES)) is not None:
+            return Tokenizer(HFTokenizer.from_file(str(path)), str(path))
+        vocab = member(folder, "vocab.json", MAX_TOKENIZER_BYTES)
+        merges = member(folder, "merges.txt", MAX_TOKENIZER_BYTES)
+        if vocab is not None and merges is not None:
+            return Tokenizer(ByteLevelBPETokenizer(str(vocab), str(merges)), str(vocab))
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        if isinstance(exc, ModelError):
+            raise
+        raise ModelError(f"cannot read the tokenizer: {exc}", where=str(folder)) from None
+    raise ModelError(
+        f"no tokenizer in '{folder}'",
+        hint="the folder needs tokenizer.json, or vocab.json and merges.txt; "
+        "or pass the prompt as token ids",
+    )
+
+
+class StreamDecoder:
+    """Text of each new token as it comes: decodes the whole continuation and hands out
+    what is new, holding back an incomplete UTF-8 sequence (shown as U+FFFD) until its
+    last byte arrives."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._sent = 0
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        text = self._tok.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        piece, self._sent = text[self._sent:], len(text)
+        return piece

@@ -1,0 +1,230 @@
+"""Ops that used to fall back to the CPU now run on the engine in an exact form.
+
+Each case is a one-node ONNX model: onnxruntime gives the expected output, the compiled
+engine graph runs on the reference backend, and every node must be placed on the ANE
+(m1 and m4). A few torch modules (pixel shuffle, ViT patchify, wav2vec2's positional conv,
+ConvTranspose1d) check the same against torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anekit
+from anekit.compiler import compile as compile_model
+from tests.passes.support import EXACT_RTOL, rel_err
+
+RNG = np.random.default_rng(16)
+
+
+def _model(
+    op: str,
+    inputs: dict[str, np.ndarray],
+    out_rank: int,
+    consts=None,
+    *,
+    const_first=False,
+    **attrs,
+):
+    consts = consts or {}
+    names = [*consts, *inputs] if const_first else [*inputs, *consts]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * out_rank)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, feeds)
+    for chip in ("m1", "m4"):
+        cm = compile_model(model, chip)
+        cpu = [r.node for r in cm.ops if r.placement == "cpu"]
+        assert cpu == [], f"{chip}: {cpu} still on the CPU: {[r.reason for r in cm.ops]}"
+        (got,) = cm.run(feeds).values()
+        assert rel_err(got, expected) < EXACT_RTOL, chip
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("bhqd,bhkd->bhqk", [(1, 2, 5, 8), (1, 2, 6, 8)]),
+        ("bqk,bkd->bqd", [(2, 5, 6), (2, 6, 3)]),
+        ("ij,jk->ik", [(4, 5), (5, 3)]),
+        ("bld,dk->blk", [(1, 7, 6), (6, 4)]),
+        ("bij,bjk->bik", [(3, 2, 4), (3, 4, 5)]),
+        ("nchw,nqhw->nqc", [(1, 3, 4, 5), (1, 2, 4, 5)]),
+        ("bi,bj->bij", [(2, 3), (2, 4)]),
+        ("abc->cab", [(2, 3, 4)]),
+        ("abc->ac", [(2, 3, 4)]),
+    ],
+)
+def test_einsum(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    feeds = {f"x{i}": _rand(*s) for i, s in enumerate(shapes)}
+    out_rank = len(equation.split("->")[1])
+    _check(_model("Einsum", feeds, out_rank, equation=equation), feeds)
+
+
+def test_einsum_with_a_constant_left_operand() -> None:
+    feeds = {"x": _rand(1, 6, 7)}
+    model = _model(
+        "Einsum", feeds, 3, consts={"w": _rand(4, 6)}, const_first=True, equation="kd,bdl->bkl"
+    )
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["DepthToSpace", "SpaceToDepth"])
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_space_shuffles(op: str, mode: str) -> None:
+    shape = (1, 12, 3, 5) if op == "DepthToSpace" else (1, 3, 6, 4)
+    feeds = {"x": _rand(*shape)}
+    if op == "SpaceToDepth" and mode == "CRD":  # ONNX has no CRD SpaceToDepth: numpy is the oracle
+        x = feeds["x"]
+        t = x.reshape(1, 3, 3, 2, 2, 2).transpose(0, 1, 3, 5, 2, 4).reshape(1, 12, 3, 2)
+        graph = _model("SpaceToDepth", feeds, 4, blocksize=2)
+        imported = anekit.from_onnx(graph)
+        node = imported.nodes[0]
+        imported = imported.replace(nodes=[node.with_(attrs={**node.attrs, "mode": "CRD"})])
+        cm = compile_model(imported, "m4")
+        assert [r.node for r in cm.ops if r.placement == "cpu"] == []
+        assert rel_err(next(iter(cm.run(feeds).values())), t) < EXACT_RTOL
+        return
+    attrs = {"blocksize": 2} | ({"mode": mode} if op == "DepthToSpace" else {})
+    _check(_model(op, feeds, 4, **attrs), feeds)
+
+
+@pytest.mark.parametrize("repeats", [(1, 2, 1, 3), (2, 1, 3)])
+def test_tile(repeats: tuple[int, ...]) -> None:
+    feeds = {"x": _rand(*((1, 4, 5, 6) if len(repeats) == 4 else (2, 3, 4)))}
+    model = _model("Tile", feeds, len(repeats), consts={"r": np.array(repeats, np.int64)})
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize("axis, exclusive, reverse", [(-1, 0, 0), (1, 1, 0), (2, 0, 1), (0, 1, 1)])
+def test_cumsum(axis: int, exclusive: int, reverse: int) -> None:
+    feeds = {"x": _rand(3, 5, 7)}
+    model = _model(
+        "CumSum", feeds, 3, consts={"axis": np.array(axis, np.int64)},
+        exclusive=exclusive, reverse=reverse,
+    )  # fmt: skip
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize("exponent", [1.5, 2.5, -1.5, 0.3, 1.0 / 3.0, -0.7])
+def test_fractional_pow(exponent: float) -> None:
+    feeds = {"x": (np.abs(_rand(2, 4, 8)) + 0.05).astype(np.float32)}
+    model = _model("Pow", feeds, 3, consts={"p": np.array(exponent, np.float32)})
+    _check(model, feeds)
+
+
+def test_fractional_pow_of_negative_and_zero_matches_pow() -> None:
+    """NaN below zero, 0 (or inf for a negative exponent) at zero, as onnxruntime gives."""
+    x = np.array([[-2.0, 0.0, 3.0, 0.5]], np.float32)
+    for exponent in (0.3, -0.7, 1.5):
+        model = _model("Pow", {"x": x}, 2, consts={"p": np.array(exponent, np.float32)})
+        session = ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        (expected,) = session.run(None, {"x": x})
+        (got,) = compile_model(model, "m4").run({"x": x}).values()
+        np.testing.assert_allclose(got, expected, rtol=EXACT_RTOL, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "strides, pads, output_padding", [(2, (1, 1), 0), (3, (0, 2), 1), (1, (0, 0), 0)]
+)
+def test_conv_transpose_1d(strides: int, pads: tuple[int, int], output_padding: int) -> None:
+    feeds = {"x": _rand(1, 6, 9)}
+    consts = {"w": _rand(6, 4, 4), "b": _rand(4)}
+    model = _model(
+        "ConvTranspose", feeds, 3, consts=consts, strides=[strides], pads=list(pads),
+        output_padding=[output_padding],
+    )  # fmt: skip
+    _check(model, feeds)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, attrs",
+    [
+        ((1, 3, 32, 48), (8, 3, 16, 16), {"strides": [16, 16]}),  # ViT patchify
+        ((1, 4, 1, 40), (4, 2, 1, 31), {"pads": [0, 15, 0, 15], "group": 2}),  # wide 1-D
+        ((1, 2, 20, 20), (3, 2, 17, 3), {"pads": [3, 1, 2, 1], "strides": [2, 1]}),
+        ((1, 2, 40, 9), (2, 2, 16, 1), {"dilations": [2, 1], "pads": [5, 0, 5, 0]}),
+    ],
+)
+def test_wide_kernel_split(x_shape, w_shape, attrs) -> None:
+    feeds = {"x": _rand(*x_shape)}
+    model = _model("Conv", feeds, 4, consts={"w": _rand(*w_shape), "b": _rand(w_shape[0])}, **attrs)
+    _check(model, feeds)
+
+
+def test_torch_modules_match_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from anekit.frontend.torch import from_torch
+
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        """ViT patchify, pixel shuffle, wav2vec2-style grouped positional conv, ConvTranspose1d."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, 16, 16, 16)
+            self.pos = nn.Conv1d(16, 16, 32, padding=16, groups=4)
+            self.up = nn.ConvTranspose1d(16, 8, 4, 2, 1)
+
+        def forward(self, x):
+            p = self.patch(x)  # [1, 16, 2, 4]
+            s = nn.functional.pixel_shuffle(p, 2)  # [1, 4, 4, 8]
+            seq = p.flatten(2)  # [1, 16, 8]
+            seq = seq + self.pos(seq)[:, :, :-1]
+            return s, self.up(seq)
+
+    net = Net().eval()
+    x = torch.randn(1, 3, 32, 64)
+    with torch.no_grad():
+        expected = [t.numpy() for t in net(x)]
+    graph = from_torch(net, (x,), ["x"])
+    for chip in ("m1", "m4"):
+        cm = compile_model(graph, chip)
+        assert [r.node for r in cm.ops if r.placement == "cpu"] == [], chip
+        got = list(cm.run({"x": x.numpy()}).values())
+        for g, e in zip(got, expected, strict=True):
+            assert rel_err(g, e) < EXACT_RTOL
+
+
+def test_pooled_reshape_before_the_classifier_is_no_layer_of_its_own() -> None:
+    """conv -> mean over H, W (keepdims=False) -> Linear: 3 layers, the reshape folded."""
+    x = _rand(1, 3, 8, 8)
+    w, wl = _rand(8, 3, 3, 3), _rand(10, 8)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+        helper.make_node("Gemm", ["m", "wl"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(wl, "wl")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _check(model, {"x": x})
+    cm = compile_model(model, "m4")
+    assert [n.attrs["main"] for n in cm.graph.nodes if n.op == "ane_layer"] == [
+        "conv", "reduce_mean", "conv",
+    ]  # fmt: skip

@@ -1,0 +1,100 @@
+"""`anekit report`: one self-contained HTML page, rendered by a real browser (headless Chromium).
+
+The browser test draws the page and reads the screenshot's pixels: the graph must show
+boxes in the engine colour and in the CPU colour (the model has a Floor, which has no
+engine form). .ci/run installs Debian's chromium, so in CI this test never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from anekit.cli import main
+from anekit.report import build_report
+from anekit.report.graph_svg import PLACEMENT_COLOURS
+
+RNG = np.random.default_rng(16)
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _model(path: Path) -> Path:
+    """conv + relu on the engine, a Floor on the CPU, a softmax back on the engine."""
+    w = helper.make_tensor(
+        "w", TensorProto.FLOAT, [4, 3, 3, 3], RNG.standard_normal(108).astype(np.float32)
+    )
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Floor", ["r"], ["f"], name="floor"),
+        helper.make_node("Softmax", ["f"], ["y"], name="softmax", axis=1),
+    ]
+    g = helper.make_graph(
+        nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w],
+    )  # fmt: skip
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_page_is_self_contained_and_says_everything(tmp_path: Path) -> None:
+    page = build_report(str(_model(tmp_path / "m.onnx")), "m4", chips=("m1", "m4"))
+    # nothing to fetch: no scripts, stylesheets, images or fonts from anywhere
+    assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page)
+    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"] * 2
+    assert "<td>floor</td><td>floor</td><td>floor has no engine form</td>" in page
+    assert page.count('class="node cpu"') == 1 and page.count('class="node ane"') >= 2
+    assert ">m1</text>" in page and ">m4</text>" in page  # one timeline row per chip
+    assert "fp16 numerics" in page and "<h2>Per-layer estimates on m4</h2>" in page
+
+
+@pytest.mark.slow
+def test_chromium_draws_the_graph(tmp_path: Path) -> None:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    Image = pytest.importorskip("PIL.Image")
+    out = tmp_path / "report.html"
+    assert main(["report", str(_model(tmp_path / "m.onnx")), "-t", "m4", "-o", str(out)]) == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+         "--window-size=1200,900", f"--screenshot={shot}", out.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+
+    def count(hex_colour: str) -> int:
+        rgb = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)])
+        return int((np.abs(pixels.astype(int) - rgb).max(axis=1) <= 2).sum())
+
+    box = 170 * 38  # one node box, in pixels
+    # two engine boxes (conv, softmax) at least, and the Floor's CPU box, filled
+    assert count(PLACEMENT_COLOURS["ane"]) > box
+    assert count(PLACEMENT_COLOURS["cpu"]) > box // 2
+
+
+def test_cli_refuses_to_overwrite_a_file_it_did_not_write(tmp_path: Path, capsys) -> None:
+    model = str(_model(tmp_path / "m.onnx"))
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my notes</html>")
+    assert main(["report", model, "-o", str(mine), "--no-numerics"]) == 2
+    assert "not an anekit report" in capsys.readouterr().err
+    assert mine.read_text() == "<html>my notes</html>"
+    out = tmp_path / "r.html"
+    assert main(["report", model, "-o", str(out), "--no-numerics", "--chips", "m4"]) == 0
+    assert main(["report", model, "-o", str(out), "--chips", "m4"]) == 0  # its own: replaced
+    assert main(["report", model, "-o", str(out), "--chips", "m9"]) == 2
+    assert "m9" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
