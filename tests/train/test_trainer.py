@@ -137,7 +137,7 @@ def test_onnx_model_freeze_and_export_onnx(tmp_path):
 def test_host_shuttle_equals_resident_state_on_sim():
     """resident_state=False sends the state in and out every step: same numbers."""
     train, _ = digits(64)
-    batches = [{k: v[i * 32:(i + 1) * 32] for k, v in train.items()} for i in range(2)]
+    batches = [{k: v[i * 32 : (i + 1) * 32] for k, v in train.items()} for i in range(2)]
     runs = []
     for resident in (True, False):
         t = Trainer(mlp(32, mlp_weights()), optimizer=Adam(lr=1e-2), backend="sim",
