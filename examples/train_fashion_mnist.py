@@ -10,6 +10,7 @@ Needs Debian's dataset-fashion-mnist (`make fashion-mnist` installs it).
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 import anekit
 from anekit.train import Adam, Trainer
@@ -38,8 +39,11 @@ def main() -> None:
     model = mlp(BATCH, mlp_weights((784, 256, 10)), (1, 28, 28)) if args.model == "mlp" \
         else cnn(BATCH, cnn_weights())  # fmt: skip
     trainer = Trainer(model, "cross_entropy", Adam(lr=1e-3), target="m4", backend=args.backend)
-    for row in trainer.check({k: v[:BATCH] for k, v in train.items()}):
-        print(f"on the CPU: {row['node']} ({row['op']}): {row['reason']}")
+    cpu = Counter(
+        (r["op"], r["reason"]) for r in trainer.check({k: v[:BATCH] for k, v in train.items()})
+    )
+    for (op, reason), count in sorted(cpu.items()):
+        print(f"on the CPU: {count} x {op}: {reason}")
     trainer.fit(train, epochs=args.epochs, batch_size=BATCH, plot=args.plot)
     result = trainer.evaluate(test)
     print(
