@@ -36,11 +36,11 @@ def _doc(generation: str) -> dict:
     return json.loads(text)
 
 
-def container(cpusubtype: int, text_words: list[int]) -> bytes:
-    """Apple's relu container with another cpusubtype and `text_words` as its __text bytes."""
-    data = bytearray(fixture_bytes("h13_relu"))
+def container(cpusubtype: int, text_words: list[int], fixture: str = "h13_relu") -> bytes:
+    """An Apple container with another cpusubtype and `text_words` as its __text bytes."""
+    data = bytearray(fixture_bytes(fixture))
     struct.pack_into("<I", data, CPUSUBTYPE_OFFSET, cpusubtype)
-    section = hwx.parse(bytes(fixture_bytes("h13_relu"))).section("__TEXT", "__text")
+    section = hwx.parse(fixture_bytes(fixture)).section("__TEXT", "__text")
     body = struct.pack(f"<{len(text_words)}I", *text_words)
     assert len(body) <= section.size
     data[section.offset : section.offset + section.size] = body.ljust(section.size, b"\0")
@@ -223,6 +223,22 @@ def test_h14_addresses_are_word_indices_into_its_own_block_layout():
     assert dict(td.unknown) == {0x1508: 0x40}
 
 
+def test_a_relocation_is_located_at_the_register_its_word_writes():
+    # Apple's sigmoid relocates __text offset 0x74 = word 29; a dense command at word 9 puts
+    # its value 19 there, which lands on register 0x5500 + 4 * 19 = 0x554c
+    data = container(7, task(1, 9, dense(0x5500 // 4, list(range(30)))), "h13_sigmoid")
+    (relocation,) = hwx.parse(data).relocations
+    assert relocation.address == 0x74 and relocation.descriptor == 0
+    assert relocation.register == "KernelDMASrc.CoeffDMAConfig11"
+
+
+def test_the_emulator_refuses_a_later_generation_by_name():
+    from anekit.runtime.engine import EngineProgram
+
+    with pytest.raises(FormatError, match=r"runs H13 programs.*cpusubtype 7 \(h16\)"):
+        EngineProgram(container(7, task(1, 9, dense(0, [1]))))
+
+
 @pytest.mark.parametrize("cpusubtype", [1, 3, 10, 0x1234])
 def test_generations_without_a_map_stay_raw_and_labelled_unknown(cpusubtype):
     f = hwx.parse(container(cpusubtype, task(1, 9, dense(0, [1]))))
@@ -295,3 +311,17 @@ def test_inspect_names_the_generation_its_chip_its_map_and_the_unknown_bits(tmp_
     doc = json.loads(capsys.readouterr().out)
     assert doc["generation"] == "h16" and doc["register_map"]["chip"] == "m4"
     assert doc["task_descriptors"][0]["unknown_bits"] == {"0x04900": 0x80000008}
+
+
+def test_the_docs_generation_table_counts_what_is_shipped():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "engine.md").read_text()
+    for generation in STREAM_GENERATIONS:
+        layout = stream_map(generation)
+        fields = sum(len(r.fields) for r in layout.registers.values())
+        row = next(
+            line for line in docs.splitlines() if line.startswith(f"| {generation.upper()} |")
+        )
+        assert f"| {layout.cpusubtypes[0]} |" in row
+        assert f"{len(layout.registers)} registers, {fields} fields" in row

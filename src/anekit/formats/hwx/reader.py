@@ -15,7 +15,7 @@ from anekit.formats.hwx.model import HwxFile
 from anekit.formats.hwx.registers import layout_for_cpusubtype
 from anekit.formats.hwx.relocations import read_relocations
 from anekit.formats.hwx.stream_maps import stream_map_for_cpusubtype
-from anekit.formats.hwx.stream_tasks import read_stream_tasks
+from anekit.formats.hwx.stream_tasks import read_stream_tasks, stream_register_locator
 from anekit.formats.hwx.symbols import read_catalog, read_symbols, read_tensors, read_weight_tiles
 
 DESCRIPTOR_SECTION = ("__TEXT", "__text")
@@ -69,7 +69,10 @@ def parse(data: bytes, where: str | None = None) -> HwxFile:
 
     relocations = read_relocations(view, sections, symbols)
     if descriptor_section is not None:
-        locate = register_locator(layout, descriptors)
+        if stream_layout is not None:
+            locate = stream_register_locator(stream_layout, descriptors)
+        else:
+            locate = register_locator(layout, descriptors)
         located = []
         for relocation in relocations:
             if relocation.section == descriptor_section.full_name:

@@ -9,6 +9,7 @@ whatever a map does not name is reported raw, never guessed.
 
 from __future__ import annotations
 
+import bisect
 from types import MappingProxyType
 
 from anekit.formats.hwx.binary import ByteView
@@ -128,3 +129,36 @@ def _decode(layout: StreamMap, header: tuple[int, ...], streams: list[Stream]):
         if stray := word & ~covered & 0xFFFFFFFF:
             unknown[address] = stray
     return MappingProxyType(fields), MappingProxyType(unknown)
+
+
+def stream_register_locator(layout: StreamMap, tasks: tuple[TaskDescriptor, ...]):
+    """A function: offset in `__text` -> (task index, register name) for relocations."""
+
+    starts = [td.offset for td in tasks]  # increasing: tasks are read in file order
+
+    def locate(section_offset: int) -> tuple[int | None, str | None]:
+        at = bisect.bisect_right(starts, section_offset) - 1
+        for td in tasks[max(at, 0) : at + 1]:
+            if td.offset <= section_offset < td.offset + td.size:
+                if section_offset < td.offset + 4 * len(td.header):
+                    return td.index, f"Header.Word{(section_offset - td.offset) // 4}"
+                for stream in td.streams:
+                    first = stream.offset + 4 + 4 * _values_before(td, stream)
+                    if first <= section_offset < first + 4 * len(stream.words):
+                        address = stream.address + (section_offset - first) // 4 * 4
+                        return td.index, layout.register_name(address)
+                return td.index, None
+        return None, None
+
+    return locate
+
+
+def _values_before(td: TaskDescriptor, run: Stream) -> int:
+    """How many values of the same command precede `run` (a sparse command has several runs)."""
+    count = 0
+    for stream in td.streams:
+        if stream is run:
+            return count
+        if stream.offset == run.offset:
+            count += len(stream.words)
+    return count
