@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-from importlib import resources
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 from anekit import targets
 from anekit.errors import FormatError
 from anekit.formats import hwx
-from anekit.formats.hwx.registers import generation_layout
+from anekit.formats.hwx.registers import generation_layout, map_document
 from anekit.formats.hwx.stream_maps import STREAM_GENERATIONS, stream_map
 
 from .helpers import fixture_bytes
@@ -32,8 +31,7 @@ CPUSUBTYPE_OFFSET = 8  # mach_header: magic, cputype, cpusubtype
 
 
 def _doc(generation: str) -> dict:
-    text = resources.files("anekit.formats.hwx").joinpath("regs", f"{generation}.json").read_text()
-    return json.loads(text)
+    return map_document(generation)
 
 
 def container(cpusubtype: int, text_words: list[int], fixture: str = "h13_relu") -> bytes:

@@ -8,12 +8,10 @@ records its source (repository, path, commit, licence) and what of it was left o
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from importlib import resources
 
 from anekit.errors import InternalError
-from anekit.formats.hwx.registers import BitRange
+from anekit.formats.hwx.registers import BitRange, map_document
 
 # Shipped maps of instruction-stream generations; each names the cpusubtypes that select it.
 STREAM_GENERATIONS = ("h14", "h15", "h16", "h17")
@@ -99,12 +97,7 @@ def stream_map(generation: str) -> StreamMap:
     """Load one shipped instruction-stream map (e.g. "h16")."""
     if generation not in STREAM_GENERATIONS:
         raise InternalError(f"no instruction-stream register map is shipped for {generation!r}")
-    text = (
-        resources.files("anekit.formats.hwx")
-        .joinpath("regs", f"{generation}.json")
-        .read_text("utf-8")
-    )
-    doc = json.loads(text)
+    doc = map_document(generation)
     f = doc["framing"]
     command = f["command"]
     framing = StreamFraming(
