@@ -17,8 +17,6 @@ from anekit.formats.hwx.container import Section
 from anekit.formats.hwx.descriptors import Stream, TaskDescriptor
 from anekit.formats.hwx.stream_maps import StreamMap
 
-MAX_TASKS = 1 << 16  # a section of padding alone could otherwise describe millions of empty steps
-
 
 def read_stream_tasks(
     view: ByteView, section: Section, layout: StreamMap
@@ -33,12 +31,7 @@ def read_stream_tasks(
     tasks: list[TaskDescriptor] = []
     padding = 0
     offset = 0
-    while offset + 4 <= section.size:
-        if len(tasks) + padding >= MAX_TASKS:
-            raise view.error(
-                f"expected at most {MAX_TASKS} tasks and padding blocks in {section.full_name}",
-                section.offset + offset,
-            )
+    while offset + 4 <= section.size:  # every step advances, so work is bounded by the section
         size_words = framing.task_size.extract(view.u32(section.offset + offset, "a task header"))
         if size_words == 0:
             padding += 1
