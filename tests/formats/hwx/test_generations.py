@@ -171,6 +171,25 @@ def test_h16_tile_dma_format_words_decode_to_their_documented_fields(word):
         assert got == H16_FORMAT_WORDS[word]
 
 
+# The guide (freedomtan/coreml_to_ane_hwx GUIDE_ANE_HWX_FORMAT.md §5, a different document
+# from the maps) gives the convolution word's bits: Kw 5:0, Kh 11:6, Sx 14:13, Sy 16:15,
+# Px 21:17, Py 26:22, at 0x20 on H14/H15 and 0x28 on H16+, and H14's packed InDim.
+CONV_BITS = {(0, 6), (6, 6), (13, 2), (15, 2), (17, 5), (22, 5)}
+
+
+@pytest.mark.parametrize("generation, address", [("h14", 0x20), ("h16", 0x28)])
+def test_conv_word_sits_where_the_guide_puts_it(generation, address):
+    register = stream_map(generation).registers[address]
+    assert register.name == "Common.ConvCfg"
+    assert CONV_BITS <= {(f.bit, f.width) for f in register.fields}
+
+
+def test_h14_packs_width_and_height_into_one_word_as_the_guide_says():
+    register = stream_map("h14").registers[0x0]
+    assert {(f.bit, f.width) for f in register.fields} == {(0, 15), (16, 15)}
+    assert stream_map("h14").registers[0x8].name == "Common.ChannelCfg"
+
+
 # ---------------------------------------------------------------- framing
 
 
