@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
               "formats", "runtime", "compiler"},
     # issue 14: language models drive the whole toolchain (build graphs, compile, run, estimate)
-    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost"},
+    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost", "codegen"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
 # (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh
