@@ -8,7 +8,9 @@ records its source (repository, path, commit, licence) and what of it was left o
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from anekit.errors import InternalError
 from anekit.formats.hwx.registers import BitRange, map_document
@@ -71,14 +73,11 @@ class StreamMap:
     framing: StreamFraming
     header_fields: tuple[HeaderField, ...]
     blocks: tuple[tuple[str, int], ...]  # (name, first byte address)
-    registers: dict[int, StreamRegister]
+    registers: Mapping[int, StreamRegister]
     source: str  # "repository path @ commit (licence)"
 
     def block_name(self, address: int) -> str | None:
-        for name, start in self.blocks:
-            if start <= address < start + BLOCK_SPAN:
-                return name
-        return None
+        return _block_name(self.blocks, address)
 
     def register_name(self, address: int) -> str:
         register = self.registers.get(address)
@@ -86,6 +85,13 @@ class StreamMap:
             return register.name
         block = self.block_name(address)
         return f"{block or 'unknown block'}@0x{address:05x}"
+
+
+def _block_name(blocks: tuple[tuple[str, int], ...], address: int) -> str | None:
+    for name, start in blocks:
+        if start <= address < start + BLOCK_SPAN:
+            return name
+    return None
 
 
 def _bits(bit: int, width: int) -> BitRange:
@@ -111,11 +117,10 @@ def stream_map(generation: str) -> StreamMap:
         mask=_bits(*command["mask"]),
     )
     blocks = tuple((name, int(start, 16)) for name, start in doc["blocks"])
-    layout = StreamMap(doc["generation"], tuple(doc["cpusubtypes"]), framing, (), blocks, {}, "")
     registers: dict[int, StreamRegister] = {}
     for address_text, name, fields in doc["registers"]:
         address = int(address_text, 16)
-        block = layout.block_name(address)
+        block = _block_name(blocks, address)
         if block is None or address % 4 or address in registers:
             raise InternalError(
                 f"{generation} register {name} at {address_text}: not a new word in a block"
@@ -133,7 +138,7 @@ def stream_map(generation: str) -> StreamMap:
         framing=framing,
         header_fields=header,
         blocks=blocks,
-        registers=registers,
+        registers=MappingProxyType(registers),
         source=f"{source['repository']} {source['path']} @ {source['commit'][:12]} ({source['licence']})",
     )
 

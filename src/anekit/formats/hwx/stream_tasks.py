@@ -10,6 +10,7 @@ whatever a map does not name is reported raw, never guessed.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from anekit.formats.hwx.binary import ByteView
@@ -102,7 +103,10 @@ def _runs(
     return runs
 
 
-def _decode(layout: StreamMap, header: tuple[int, ...], streams: list[Stream]):
+def _decode(
+    layout: StreamMap, header: tuple[int, ...], streams: list[Stream]
+) -> tuple[Mapping[str, int], Mapping[int, int]]:
+    """Named header and register fields; per register, the set bits no field names."""
     fields: dict[str, int] = {}
     for spec in layout.header_fields:
         if spec.word < len(header):
@@ -124,7 +128,9 @@ def _decode(layout: StreamMap, header: tuple[int, ...], streams: list[Stream]):
     return MappingProxyType(fields), MappingProxyType(unknown)
 
 
-def stream_register_locator(layout: StreamMap, tasks: tuple[TaskDescriptor, ...]):
+def stream_register_locator(
+    layout: StreamMap, tasks: tuple[TaskDescriptor, ...]
+) -> Callable[[int], tuple[int | None, str | None]]:
     """A function: offset in `__text` -> (task index, register name) for relocations."""
 
     starts = [td.offset for td in tasks]  # increasing: tasks are read in file order
