@@ -31,7 +31,7 @@ CPUSUBTYPE_OFFSET = 8  # mach_header: magic, cputype, cpusubtype
 
 
 def _doc(generation: str) -> dict:
-    return map_document(generation)
+    return map_document(generation, STREAM_GENERATIONS)
 
 
 def container(cpusubtype: int, text_words: list[int], fixture: str = "h13_relu") -> bytes:

@@ -101,9 +101,7 @@ def _bits(bit: int, width: int) -> BitRange:
 @functools.cache
 def stream_map(generation: str) -> StreamMap:
     """Load one shipped instruction-stream map (e.g. "h16")."""
-    if generation not in STREAM_GENERATIONS:
-        raise InternalError(f"no instruction-stream register map is shipped for {generation!r}")
-    doc = map_document(generation)
+    doc = map_document(generation, STREAM_GENERATIONS)
     f = doc["framing"]
     command = f["command"]
     framing = StreamFraming(
