@@ -175,7 +175,12 @@ def build_bundle(
         weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
-                graph, segment, target, weights=weights, executor=pool, conversions=conversions,
+                graph,
+                segment,
+                target,
+                weights=weights,
+                executor=pool,
+                conversions=conversions,
                 compressed=compressed,
             )
             if s.weight_file is not None:
@@ -274,15 +279,7 @@ def deterministic(data: Any) -> Any:
 
 def _write(path: Path, data: FileData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        for chunk in data.stream():  # straight from the arrays' memory, unbuffered
-            view = memoryview(chunk).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic.write_synced(path, data.stream())  # straight from the arrays' memory, unbuffered
 
 
 def _io(p: Any, source: Source | None) -> SegmentIO:
