@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,3 +22,14 @@ def write_json(path: Path, doc: Any, *, sort_keys: bool = False) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """The machine and its load average before and after a run (shared machines are noisy)."""
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "note": "a shared 2-core machine; wall-clock times are noisy",
+    }

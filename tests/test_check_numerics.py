@@ -3,7 +3,8 @@
 The expected magnitudes come from torch (fp32) and numpy, never from anekit: a randomly
 initialised MobileNetV3-small's logits are ~1e-9 (below fp16's smallest subnormal 6e-8),
 a sinusoidal timestep embedding at t = 500 has arguments where fp16 steps by 0.25 rad,
-and a layer_norm's squared deviations at std 1000 are ~1e6 > 65504.
+and squared deviations at std 1000 are ~1e6 > 65504 (decompose's layer_norm now avoids
+them; a hand-written variance does not).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import anekit
 from anekit.cli import main
@@ -73,16 +74,41 @@ def test_timestep_embedding_at_500_loses_precision_in_sin_and_cos() -> None:
     assert report.outputs[0]["rel_error"] > 0.05
 
 
-def test_layer_norm_at_std_1000_overflows_in_its_square() -> None:
+def test_layer_norm_at_std_1000_has_no_overflow_left() -> None:
+    """decompose's norms divide deviations by their peak before squaring, so no overflow
+    remains; the epsilon it scales by 1/peak^2 underflows, but nobody notices: not reported."""
     x = (np.random.default_rng(0).standard_normal((1, 8, 64)) * 1000).astype(np.float32)
+    assert (x - x.mean(-1, keepdims=True)).__pow__(2).max() > 65504  # a plain square would overflow
     ln = torch.nn.LayerNorm(64)
     cm = compile_model(anekit.from_torch(ln, (torch.from_numpy(x),), ["x"]), "m4")
     report = analyse(cm, {"x": x})
-    assert _kinds(report) == [("overflow", ("layer_norm",))]
-    assert "rescale" in report.findings[0].remedy
-    assert (x - x.mean(-1, keepdims=True)).__pow__(2).max() > 65504  # the premise, in numpy
-    at_output = [f for f in report.findings if f.seen_in == "sim"]
-    assert all("follows from the overflow" in f.detail for f in at_output)
+    assert report.findings == []
+    with torch.no_grad():
+        want = ln(torch.from_numpy(x)).numpy()
+    got = next(iter(cm.run({"x": x}, "sim").values())).astype(np.float32)
+    assert np.abs(got - want).max() < 0.01
+
+
+class SquaredDeviation(torch.nn.Module):
+    """A hand-written variance: the square of 1000-scale deviations overflows fp16."""
+
+    def forward(self, x):
+        d = x - x.mean(-1, keepdim=True)
+        return (d * d).mean(-1)
+
+
+def test_a_hand_written_variance_at_std_1000_overflows_in_its_square() -> None:
+    x = (np.random.default_rng(0).standard_normal((1, 8, 64)) * 1000).astype(np.float32)
+    cm = compile_model(anekit.from_torch(SquaredDeviation(), (torch.from_numpy(x),), ["x"]), "m4")
+    report = analyse(cm, {"x": x})
+    layer_findings = [f for f in report.findings if f.seen_in == "layers"]
+    assert [f.kind for f in layer_findings] == ["overflow"]
+    assert "mul" in layer_findings[0].ops and "rescale" in layer_findings[0].remedy
+    (out,) = report.outputs
+    assert out["nonfinite"] > 0  # the simulator's variance is infinite
+    assert all(
+        "follows from the overflow" in f.detail for f in report.findings if f.seen_in == "sim"
+    )
 
 
 def test_a_model_in_range_has_no_findings() -> None:
@@ -94,20 +120,24 @@ def test_a_model_in_range_has_no_findings() -> None:
     assert report.outputs[0]["rel_error"] < 2e-3
 
 
-def _ln_model(path) -> str:
-    w = numpy_helper.from_array(np.ones(16, np.float32), "g")
-    b = numpy_helper.from_array(np.zeros(16, np.float32), "b")
-    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1)
+def _variance_model(path) -> str:
+    """d = x - mean(x); mean(d * d) over the last axis (a hand-written variance)."""
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"], name="centre"),
+        helper.make_node("Mul", ["d", "d"], ["d2"], name="square"),
+        helper.make_node("ReduceMean", ["d2"], ["y"], name="variance", axes=[-1]),
+    ]
     graph = helper.make_graph(
-        [node], "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16])], [w, b],
+        nodes, "variance", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1])],
     )  # fmt: skip
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return str(path)
 
 
 def test_cli_numerics_json_with_inputs(tmp_path, capsys) -> None:
-    model = _ln_model(tmp_path / "ln.onnx")
+    model = _variance_model(tmp_path / "var.onnx")
     data = tmp_path / "x.npz"
     np.savez(
         data, x=(np.random.default_rng(2).standard_normal((1, 4, 16)) * 1000).astype(np.float32)
@@ -116,15 +146,15 @@ def test_cli_numerics_json_with_inputs(tmp_path, capsys) -> None:
     numerics = json.loads(capsys.readouterr().out)["numerics"]
     assert numerics["inputs"] == "given"
     assert [f["kind"] for f in numerics["findings"] if f["seen_in"] == "layers"] == ["overflow"]
-    assert numerics["findings"][0]["nodes"] == ["ln"]
+    assert numerics["findings"][0]["nodes"] == ["square"]
     assert main(["check", model, "--numerics"]) == 0  # synthetic inputs: in range
     assert "no overflow, underflow or precision loss found" in capsys.readouterr().out
 
 
 def test_cli_numerics_bad_inputs_exit_2(tmp_path, capsys) -> None:
-    model = _ln_model(tmp_path / "ln.onnx")
+    model = _variance_model(tmp_path / "var.onnx")
     wrong = tmp_path / "wrong.npz"
-    np.savez(wrong, y=np.zeros((1, 4, 16), np.float32))
+    np.savez(wrong, z=np.zeros((1, 4, 16), np.float32))
     assert main(["check", model, "--numerics", "--inputs", str(wrong)]) == 2
     assert "x" in capsys.readouterr().err
     assert main(["check", model, "--numerics", "--inputs", str(tmp_path / "none.npz")]) == 2

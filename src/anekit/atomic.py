@@ -25,7 +25,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from anekit.errors import AnekitError, PathError, os_error
@@ -189,6 +189,23 @@ def _remove(folder: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
     except FileNotFoundError:
         pass
+
+
+def write_synced(
+    path: Path, chunks: Iterable[bytes | memoryview], *, exclusive: bool = False
+) -> None:
+    """Write ``chunks`` to ``path`` unbuffered, straight from their memory, and fsync it;
+    ``exclusive`` refuses a path that exists (a temporary name must be new)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(folder: Path) -> None:

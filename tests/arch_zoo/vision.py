@@ -70,6 +70,20 @@ class Bottleneck(nn.Module):
         return F.relu(self.body(x) + self.down(x))
 
 
+class ResNeXtBlock(Bottleneck):
+    """torchvision's resnext50_32x4d bottleneck: 32 groups of width 4 per 64 channels."""
+
+    def __init__(self, cin: int, c: int, s: int) -> None:
+        super().__init__(cin, c, s, groups=32, width=c * 2)
+
+
+class WideBlock(Bottleneck):
+    """torchvision's wide_resnet50_2 bottleneck: twice the inner width."""
+
+    def __init__(self, cin: int, c: int, s: int) -> None:
+        super().__init__(cin, c, s, width=c * 2)
+
+
 class ResNet(nn.Module):
     def __init__(
         self, block: Any, depths: list[int], width: int = 64, classes: int = 1000, **kw

@@ -228,3 +228,25 @@ def test_pooled_reshape_before_the_classifier_is_no_layer_of_its_own() -> None:
     assert [n.attrs["main"] for n in cm.graph.nodes if n.op == "ane_layer"] == [
         "conv", "reduce_mean", "conv",
     ]  # fmt: skip
+
+
+def test_swin_window_partition_through_rank_6_runs_on_the_engine() -> None:
+    """[B, H, W, C] -> [B, H/w, w, W/w, w, C] -> windows: the rank-6 view and transpose
+    reach the engine (rank <= 5) once unit and adjacent axes merge."""
+    b, h, w, c, win = 2, 8, 8, 16, 4
+    feeds = {"x": _rand(b, h, w, c)}
+    consts = {
+        "s6": np.array([b, h // win, win, w // win, win, c], np.int64),
+        "s3": np.array([-1, win * win, c], np.int64),
+    }
+    nodes = [
+        helper.make_node("Reshape", ["x", "s6"], ["r6"]),
+        helper.make_node("Transpose", ["r6"], ["t6"], perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node("Reshape", ["t6", "s3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "windows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, h, w, c])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 3)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )  # fmt: skip
+    _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds)

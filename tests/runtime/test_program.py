@@ -107,8 +107,8 @@ def test_feed_errors(bundle) -> None:  # noqa: ANN001
         program.run({**feeds, "x": np.zeros((1, 16, 1, 2), np.float32)})
     with pytest.raises(InputError, match=r"unknown input\(s\) \['extra'\]"):
         program.run({**feeds, "extra": feeds["x"]})
-    with pytest.raises(AnekitError, match="unknown backend 'ane'"):
-        program.run(feeds, "ane")
+    with pytest.raises(AnekitError, match="unknown backend 'tpu'"):
+        program.run(feeds, "tpu")
     with pytest.raises(AnekitError, match="does not exist"):
         load(path.parent / "missing.anekit")
 

@@ -180,7 +180,7 @@ def test_a_crash_after_the_commit_point_is_rolled_forward(tmp_path: Path, monkey
     path = _compile(old).save(tmp_path / "m.anekit")
     changed = {k: new[k] for k in ("fc1.weight", "fc2.weight")}
 
-    def killed(root, renames):  # noqa: ANN001
+    def killed(*args):  # noqa: ANN002
         raise KeyboardInterrupt  # as if killed right after the journal was put in place
 
     monkeypatch.setattr(weight_update, "_finish", killed)

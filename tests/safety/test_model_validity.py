@@ -102,11 +102,18 @@ CASES = {
 }  # fmt: skip
 
 
+# onnxruntime has no rule against a 4e9-element Tile: it tries to allocate the 16 GB (and
+# the kernel's OOM killer ends the test run). anekit's rule there is its own loader's tensor
+# limit, which compile must apply before it writes a bundle.
+NO_ORT_RULE = {"Tile to 4e9 elements"}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_onnxruntime_refuses_and_so_does_compile(case, tmp_path, capsys) -> None:
     build, feeds, words = CASES[case]
     proto = build()
-    onnxruntime_refuses(proto, feeds)
+    if case not in NO_ORT_RULE:
+        onnxruntime_refuses(proto, feeds)
     path = save(proto, tmp_path)
     out = tmp_path / "out.anekit"
     status, err = cli(capsys, "compile", path, "-o", out)

@@ -155,3 +155,16 @@ def load_model_graph(path: str, shapes: Mapping[str, tuple[int, ...]]):
     from anekit.frontend.onnx import from_onnx
 
     return from_onnx(regular_file(path, "model file", error=ModelError), shapes or None)
+
+
+def compression_summary(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A CompiledModel's compression report without its per-weight rows (None: uncompressed)."""
+    return None if report is None else {k: v for k, v in report.items() if k != "per_weight"}
+
+
+def compression_line(summary: Mapping[str, Any]) -> str:
+    return (
+        f"weights {summary['scheme']}: {summary['fp16_bytes'] / 2**20:.2f} MiB fp16 -> "
+        f"{summary['stored_bytes'] / 2**20:.2f} MiB ({summary['weights']} weights, worst "
+        f"relative error {summary['worst_relative_error']:.4f})"
+    )

@@ -9,7 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import add_shape_option, existing_model_file, parse_shapes, print_json
+from anekit.cli.common import (
+    add_shape_option,
+    compression_line,
+    compression_summary,
+    existing_model_file,
+    parse_shapes,
+    print_json,
+)
+from anekit.codegen.compress import SCHEMES
 from anekit.errors import AnekitError
 
 MAX_CPU_ROWS = 10
@@ -30,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("fp16", "fp32"),
         default="fp16",
         help="how CPU segments store float weights (engine segments always use fp16)",
+    )
+    p.add_argument(
+        "--compress",
+        choices=SCHEMES,
+        default=None,
+        help="store the engine's convolution weights compressed (MIL constexpr ops)",
     )
     p.add_argument(
         "--emit",
@@ -67,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
-        compiled = compile_model(path, target, input_shapes=shapes)
+        compiled = compile_model(path, target, input_shapes=shapes, compress=args.compress)
         step("emitting MIL", len(compiled.segments))
         written = save(
             compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
@@ -98,6 +112,8 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
         )
     if args.mlpackage:
         raise AnekitError("--mlpackage goes with a bundle; drop it or drop --emit hwx")
+    if args.compress:
+        raise AnekitError("--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit hwx")
     output = Path(args.output) if args.output else Path(f"{path.stem}.hwx.d")
     if output.exists():
         raise AnekitError(
@@ -141,6 +157,7 @@ def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
             for s in manifest.segments
         ],
         "bytes": sum(f.size for f in manifest.files.values()),
+        "compression": compression_summary(compiled.compression_report),
     }
 
 
@@ -154,6 +171,9 @@ def _print_summary(compiled: Any, bundle: Path, package: Path | None) -> None:
     if package is not None:
         print(f"wrote {package}")
     print(compiled.summary_line())
+    report = compression_summary(compiled.compression_report)
+    if report:
+        print(compression_line(report))
     cpu = [r for r in compiled.report["ops"] if r["placement"] == "cpu"]
     for row in cpu[:MAX_CPU_ROWS]:
         print(f"  cpu: {row['node']} ({row['op']}): {row['reason']}")

@@ -119,7 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backend",
         default=None,
         choices=backends.names(),
-        help="where to run (default: sim for bundles and MIL programs, reference otherwise); "
+        help="where to run (default: sim for bundles and MIL programs, engine for .hwx, "
+        "reference otherwise); "
         + "; ".join(f"{b.name}: {b.summary}" for b in map(backends.get, backends.names())),
     )
     add_shape_option(p)

@@ -34,7 +34,7 @@ from anekit.formats.bundle import Manifest, Source
 _IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
 _NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
-          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64}  # fmt: skip
+          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64, "uint32": np.uint32}  # fmt: skip
 
 
 def _coremltools() -> Any:
@@ -133,7 +133,10 @@ class _Replay:
             if reader is None:
                 raise AnekitError(f"BLOBFILE {value.path!r} but the segment has no weight file")
             shape = tuple(int(d) for d in value.type.shape)  # type: ignore[arg-type]
-            return reader.read(value.offset, shape, value.type.dtype)
+            array = reader.read(value.offset, shape, value.type.dtype)
+            # coremltools tags sub-byte consts (compressed weights) by dtype metadata
+            sub_byte = getattr(self.types, f"np_{value.type.dtype}_dtype", None)
+            return array if sub_byte is None else array.astype(sub_byte)
         if isinstance(value, mil.Scalar):
             if value.dtype == "string":
                 return value.value

@@ -178,8 +178,10 @@ def run_graph(
                 ) from None
             except MemoryError:
                 raise MemoryBudgetError(
-                    f"node '{node.name}' ({node.op}) ran out of memory", requested=0,
-                    limit=budget.limit(), hint=f"lower {budget.ENV} below the free memory",
+                    f"node '{node.name}' ({node.op}) ran out of memory",
+                    requested=0,
+                    limit=budget.limit(),
+                    hint=f"lower {budget.ENV} below the free memory",
                 ) from None
             except Exception as exc:  # noqa: BLE001 - name the node for the user
                 raise InternalError(

@@ -149,9 +149,10 @@ def shuffle_as_conv(rw: Rewriter, node: Node) -> bool:
 # --- tile, cumsum, pow, 1-D transposed conv ---------------------------------------------
 
 
-# A concat of more copies than this is left a tile: the rewrite would build one input name per
-# copy (a model asking for 1e9 copies must reach the size check, not exhaust memory first).
-MAX_TILE_COPIES = 4096
+# One concat input per copy: past this many copies in all the rewrite would build a graph as
+# large as the repeat count (a hostile Tile asks for 1e9), so such a tile stays as it is and
+# reaches the size check.
+MAX_TILE_COPIES = 64
 
 
 @rule("tile")

@@ -13,6 +13,8 @@ and #18-#20), checked on a bundle and modelled byte for byte by :class:`Surfaces
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -29,9 +31,11 @@ SURFACE_DTYPE = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4"), "int32": np.d
                  "int8": np.dtype("i1"), "uint8": np.dtype("u1"), "bool": np.dtype("?")}  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
 def port_bytes(io: SegmentIO) -> int:
-    """The packed size of a port's value in the program's shape and dtype."""
-    return int(np.prod(io.mil_shape, dtype=np.int64)) * ITEMSIZE[io.mil_dtype]
+    """The packed size of a port's value in the program's shape and dtype (asked every
+    step: remembered per port)."""
+    return math.prod(io.mil_shape) * ITEMSIZE[io.mil_dtype]
 
 
 def min_surface_bytes(target_name: str) -> int:
@@ -93,7 +97,26 @@ def check_engine_segment(
     return max(sizes, default=min_bytes)
 
 
-class Surfaces:
+class PinnedInputs:
+    """Inputs filled outside the steps: state aliased to an output, or an input written
+    once (an adapter). Subclasses keep ``_fixed`` and define ``write_input``."""
+
+    _fixed: set[str]
+
+    def write_input(self, name: str, array: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def pin(self, input_name: str, array: np.ndarray) -> None:
+        """Write an input that stays the same from step to step (an adapter) once."""
+        self.write_input(input_name, array)
+        self._fixed.add(input_name)
+
+    def fixed(self, input_name: str) -> bool:
+        """The input's surface is filled outside the steps (aliased state, pinned input)."""
+        return input_name in self._fixed
+
+
+class Surfaces(PinnedInputs):
     """The I/O surfaces of one engine program: one byte buffer per port, all of one size,
     bound in alphabetical order of the ports' MIL names.
 
@@ -114,15 +137,6 @@ class Surfaces:
     def alias(self, input_name: str, output_name: str) -> None:
         self._in[input_name] = self._out[output_name]
         self._fixed.add(input_name)
-
-    def pin(self, input_name: str, array: np.ndarray) -> None:
-        """Write an input that stays the same from step to step (an adapter) once."""
-        self.write_input(input_name, array)
-        self._fixed.add(input_name)
-
-    def fixed(self, input_name: str) -> bool:
-        """The input's surface is filled outside the steps (aliased state, pinned input)."""
-        return input_name in self._fixed
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         _write(self._in[name], array, self.inputs[name])

@@ -73,6 +73,7 @@ class Program:
         self.root = root  # the bundle directory, for a bundle on disk
         self._weight_map_source = weight_map
         self._weight_map: Any = None
+        self._retired: list[Any] = []  # runners replaced by a weight update, not yet released
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -204,7 +205,18 @@ class Program:
         for name, runners in self._loaded.items():
             chosen = backends.get(name)
             for i in changed:
-                runners[i] = chosen.prepare(self.segment_source(i))
+                fresh = chosen.prepare(self.segment_source(i))
+                # the old one's state is read from it before release: see Session._rebind
+                self._retired.append(runners[i])
+                runners[i] = fresh
+
+    def release(self, backend: str) -> None:
+        """Unload every segment from ``backend`` (an engine program frees its slot)."""
+        for runner in (*self._loaded.pop(backend, ()), *self._retired):
+            close = getattr(runner, "release", None)
+            if close is not None:
+                close()
+        self._retired.clear()
 
     # --- export --------------------------------------------------------------------------
 

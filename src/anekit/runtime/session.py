@@ -44,14 +44,21 @@ class Session:
         self.backend = backend
         self.state = dict(state or {})
         self._check_state()
-        program.runners(backend)  # loaded now: errors surface here, not at the first step
-        self._surfaces: list[Surfaces | None] = [None] * len(program.segments)
-        if backend == "sim":  # the simulator models the engine's surfaces
-            min_bytes = min_surface_bytes(program.target.name)
-            for seg, mil_program in zip(program.segments, program.programs, strict=True):
-                if seg.device == "ane":
-                    size = check_engine_segment(seg, mil_program, min_bytes, program.where)
-                    self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
+        runners = program.runners(backend)  # loaded now: errors surface here
+        # an engine segment's surfaces: the engine's own buffers (a runner that can alias
+        # ports, as `anekit.runtime.e5rt.E5Program` does) or, on sim, modelled ones
+        self._surfaces: list[Any] = [None] * len(program.segments)
+        self._aliases: dict[int, list[tuple[str, str]]] = {}  # segment -> (input, output)
+        self._pinned: dict[int, set[str]] = {}  # segment -> inputs written once
+        min_bytes = min_surface_bytes(program.target.name)
+        for seg, mil_program in zip(program.segments, program.programs, strict=True):
+            if seg.device != "ane":
+                continue
+            if hasattr(runners[seg.index], "alias"):
+                self._surfaces[seg.index] = runners[seg.index]
+            elif backend == "sim":
+                size = check_engine_segment(seg, mil_program, min_bytes, program.where)
+                self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
         self._resident: dict[str, tuple[int, SegmentIO]] = {}  # state -> its aliased surface
         self._held: dict[str, Held] = {}
         self._bind_state()
@@ -122,6 +129,9 @@ class Session:
                 and _same_form(consumers[0][1], producer)
             ):
                 surfaces.alias(consumers[0][1].mil_name, producer.mil_name)
+                self._aliases.setdefault(src.segment, []).append(
+                    (consumers[0][1].mil_name, producer.mil_name)
+                )
                 self._resident[name] = (src.segment, consumers[0][1])
 
     @property
@@ -190,6 +200,7 @@ class Session:
                 for io in seg.inputs:
                     if surfaces is not None and io.source == Source(input=name):
                         surfaces.pin(io.mil_name, _store(io, array))
+                        self._pinned.setdefault(seg.index, set()).add(io.mil_name)
 
     # --- running -------------------------------------------------------------------------
 
@@ -244,6 +255,10 @@ class Session:
             }
             if surfaces is None:
                 results = run(args)
+            elif not isinstance(surfaces, Surfaces):  # the engine's buffers
+                if surfaces is not runner:  # reloaded by a weight update
+                    surfaces = self._rebind(i, surfaces, runner)
+                results = runner.run(args)
             else:
                 for name, array in args.items():
                     surfaces.write_input(name, array)
@@ -261,6 +276,19 @@ class Session:
             if name not in self._resident:
                 self._held[name] = env[_key(outs[target])]
         return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
+
+    def _rebind(self, index: int, old: Any, new: Any) -> Any:
+        """Carry resident state and pinned inputs from a released engine program to the
+        one that replaced it."""
+        for in_name, out_name in self._aliases.get(index, []):
+            value = old.read_input(in_name)
+            new.alias(in_name, out_name)
+            new.write_input(in_name, value)
+        for name in self._pinned.get(index, ()):
+            new.pin(name, old.read_input(name))
+        self._surfaces[index] = new
+        old.release()  # its engine program slot is free again
+        return new
 
     def __repr__(self) -> str:
         return (

@@ -6,7 +6,10 @@ replaced (their records checked first), hashed, and, for a bundle on disk, commi
 atomically: every new file is written beside its target and fsync'd, then a journal naming
 the renames is put in place with one rename (the commit point), the renames are done and
 the journal removed. A process killed before the commit leaves the old bundle; killed
-after it, the next load (:func:`recover`) finishes the renames. Leftovers of an update that
+after it, the next load (:func:`recover`) finishes the renames. File data is fsync'd
+before the commit point; the renames themselves are left to the file system's ordering
+(no directory fsync: atomic under a killed process, durable as far as the file system
+orders renames after the data they name). Leftovers of an update that
 never committed are removed by name (only files this module names).
 
 Loaded backends re-load the changed segments; with ``verify`` each reloaded segment is run
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anekit.atomic import write_synced
 from anekit.codegen.builder import cast_array
 from anekit.errors import AnekitError, FormatError, InputError, ModelError
 from anekit.formats.blob import BlobReader
@@ -65,9 +69,15 @@ def update_weights(
     wmap = program.weight_map()
     arrays = _checked(wmap, updates)
     by_segment: dict[int, list[tuple[Any, np.ndarray]]] = {}
+    converted: dict[tuple[str, str], np.ndarray] = {}
     for name, flat in arrays.items():
         for p in wmap.weights[name].placements:
-            by_segment.setdefault(p.segment, []).append((p, flat))
+            # converted once per stored dtype, contiguous (the conversion is elementwise, so
+            # a placement's view of the result is the compiler's conversion of its view)
+            key = (name, p.dtype)
+            if key not in converted:
+                converted[key] = cast_array(flat, p.dtype)
+            by_segment.setdefault(p.segment, []).append((p, converted[key]))
     root = program.root
     if root is not None:
         recover(root)
@@ -77,7 +87,8 @@ def update_weights(
         old = program.weights[index]
         if old is None:
             raise FormatError(f"segment {index} has no weight file", where=program.where)
-        chunks = _patched(old, by_segment[index], f"{program.where}: segment {index}")
+        data = old.read_bytes() if isinstance(old, Path) else old
+        chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
         digest = hashlib.sha256()
         for c in chunks:
             digest.update(c)
@@ -119,6 +130,16 @@ def update_weights(
     return report
 
 
+def update_many(
+    items: Sequence[tuple[Program, Mapping[str, Any]]], *, verify: bool = True
+) -> list[UpdateReport]:
+    """Update several programs at once (Orion's 60 per training step): each commits on its
+    own, on a few threads, so one program's fsync overlaps another's conversion."""
+    with ThreadPoolExecutor(min(4, max(1, len(items)))) as pool:
+        jobs = [pool.submit(update_weights, p, u, verify=verify) for p, u in items]
+        return [job.result() for job in jobs]
+
+
 def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Each update as a flat array of its source weight's dtype, shape checked."""
     out = {}
@@ -151,10 +172,10 @@ def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarra
 
 
 def _patched(
-    old: Path | bytes, changes: Sequence[tuple[Any, np.ndarray]], where: str
+    data: bytes | memoryview, changes: Sequence[tuple[Any, np.ndarray]], where: str
 ) -> list[bytes | memoryview]:
-    """The weight file with the changed blobs' data replaced, as chunks in file order."""
-    data = old.read_bytes() if isinstance(old, Path) else old
+    """The weight file with the changed blobs' data replaced, as chunks in file order
+    (``changes``: each placement with its source weight converted to the stored dtype)."""
     with BlobReader(data) as reader:
         replaced = []
         for p, flat in changes:
@@ -166,7 +187,7 @@ def _patched(
                     f"the weight map expects {count} {p.dtype}",
                     where=where,
                 )
-            new = cast_array(p.take(flat), p.dtype)
+            new = np.ascontiguousarray(p.take(flat))
             replaced.append((rec.data_offset, rec.size, memoryview(new).cast("B")))
     replaced.sort(key=lambda r: r[0])
     view = memoryview(data)
@@ -191,7 +212,7 @@ def _commit(
     renames: list[tuple[str, str]] = []
 
     def write(rel: str, chunks: Sequence[bytes | memoryview]) -> None:
-        _write_synced(root / _temp_name(rel, token), chunks)
+        write_synced(root / _temp_name(rel, token), chunks, exclusive=True)
 
     jobs = []
     for index, chunks, _, _ in rebuilt:
@@ -201,13 +222,12 @@ def _commit(
         jobs.append(pool.submit(write, rel, chunks))
     for job in jobs:
         job.result()
-    write(MANIFEST, [manifest.to_bytes()])
-    renames.append((_temp_name(MANIFEST, token), MANIFEST))
-    journal = json.dumps({"token": token, "renames": renames}).encode()
-    _write_synced(root / _temp_name(JOURNAL, token), [journal])
+    # the journal carries the new manifest: one fsync'd file besides the weights
+    text = manifest.to_bytes().decode("utf-8")
+    journal = json.dumps({"token": token, "renames": renames, "manifest": text}).encode()
+    write_synced(root / _temp_name(JOURNAL, token), [journal], exclusive=True)
     os.replace(root / _temp_name(JOURNAL, token), root / JOURNAL)  # the commit point
-    _sync_dir(root)
-    _finish(root, renames)
+    _finish(root, renames, text, token)
 
 
 def recover(root: Path) -> None:
@@ -215,38 +235,42 @@ def recover(root: Path) -> None:
     one that did not; a bundle without either is left as it is."""
     journal = root / JOURNAL
     if journal.is_file() and not journal.is_symlink():
-        renames = _read_journal(root, journal)
-        _finish(root, renames)
+        _finish(root, *_read_journal(root, journal))
     for stale in _leftovers(root):
         stale.unlink(missing_ok=True)
 
 
-def _finish(root: Path, renames: Sequence[tuple[str, str]]) -> None:
+def _finish(root: Path, renames: Sequence[tuple[str, str]], manifest: str, token: str) -> None:
     for temp, final in renames:
         source = root / temp
         if source.is_file() and not source.is_symlink():
             os.replace(source, root / final)
-            _sync_dir((root / final).parent)
+    staged = root / _temp_name(MANIFEST, token)
+    staged.unlink(missing_ok=True)
+    with open(staged, "x", encoding="utf-8") as f:
+        f.write(manifest)
+    os.replace(staged, root / MANIFEST)
     (root / JOURNAL).unlink(missing_ok=True)
-    _sync_dir(root)
 
 
-def _read_journal(root: Path, journal: Path) -> list[tuple[str, str]]:
+def _read_journal(root: Path, journal: Path) -> tuple[list[tuple[str, str]], str, str]:
     where = str(journal)
     try:
-        data = json.loads(journal.read_bytes()[: 1 << 20].decode("utf-8"))
-        token, pairs = data["token"], data["renames"]
+        data = json.loads(journal.read_bytes()[: 1 << 24].decode("utf-8"))
+        token, pairs, manifest = str(data["token"]), data["renames"], data["manifest"]
         renames = [(str(a), str(b)) for a, b in pairs]
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"an unreadable update journal: {exc}", where=where) from None
+    if not isinstance(manifest, str) or len(token) != 12:
+        raise FormatError("an update journal without a manifest or token", where=where)
     for temp, final in renames:
         check_relative(final, where)
-        if temp != _temp_name(final, str(token)):
+        if temp != _temp_name(final, token) or not final.endswith("/weight.bin"):
             raise FormatError(
                 f"the journal names {temp!r}, not a file an update writes", where=where
             )
         resolve_inside(root, final, where)
-    return renames
+    return renames, manifest, token
 
 
 def _temp_name(rel: str, token: str) -> str:
@@ -264,31 +288,6 @@ def _leftovers(root: Path) -> Iterator[Path]:
             token = p.name[: -len(_NEW)].rpartition(".")[2]
             if len(token) == 12 and all(c in "0123456789abcdef" for c in token) and p.is_file():
                 yield p
-
-
-def _write_synced(path: Path, chunks: Sequence[bytes | memoryview]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
-    try:
-        for chunk in chunks:
-            view = memoryview(chunk).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - directories cannot be opened on some systems
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 # --- verifying that loaded backends took the update ------------------------------------------

@@ -83,3 +83,20 @@ def test_the_reader_shows_unknown_bits_raw_and_inferred_fields_by_name():
     plain = hwx.read(HWX / "h13_sum.hwx").task_descriptors[0]
     assert not plain.unknown  # every bit Apple's programs set is named (mapped or inferred)
     assert plain.inferred["Planar.Cfg.SecSrc"] == 2 and plain.inferred["Common.ChCfg.Src2En"] == 1
+
+
+def test_l2_buffers_that_overlap_or_cannot_hold_the_tensor_are_refused():
+    # relu: source at L2 0 with 10 units per row; a result base of 5 units overlaps it
+    data = with_register("relu", 0x4834, lambda w: 5 << 4)
+    with pytest.raises(FormatError, match="L2 result and source buffers overlap"):
+        EngineProgram(data)
+    # a channel stride of 9 units cannot hold 77 fp16 (10 units)
+    data = with_register("relu", 0x480C, lambda w: 9 << 4)
+    with pytest.raises(FormatError, match="cannot hold 1 channels of 77 fp16"):
+        EngineProgram(data)
+
+
+def test_a_result_moved_elsewhere_in_l2_gives_the_same_values():
+    plain = EngineProgram.load(HWX / "h13_relu.hwx").run(_relu_feed())["probs"]
+    moved = EngineProgram(with_register("relu", 0x4834, lambda w: 0x400 << 4)).run(_relu_feed())
+    np.testing.assert_array_equal(moved["probs"], plain)

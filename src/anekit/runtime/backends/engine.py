@@ -16,7 +16,7 @@ from anekit.runtime.backends import Backend
 
 class EngineBackend(Backend):
     name = "engine"
-    summary = "H13 .hwx programs on the register-level engine emulator"
+    summary = "H13 programs on the register-level engine emulator (.hwx, or a graph emitted as one)"
     runs_hwx = True
     runs_graphs = True
 

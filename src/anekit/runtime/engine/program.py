@@ -78,19 +78,19 @@ class EngineProgram:
         return tuple(words[2 * i] | (words[2 * i + 1] << 32) for i in range(BASE_REGISTERS))
 
     def _relocated_tiles(self) -> dict[tuple[int, int], int]:
-        """(descriptor, lane) -> the weight tile's address as the loader would patch it."""
-        text = self.hwx.section("__TEXT", "__text")
+        """(descriptor, lane) -> the weight tile's address as the loader would patch it into
+        KernelDMASrc.CoeffBaseAddr[lane] (the reader located each relocation's register)."""
+        prefix = "KernelDMASrc.CoeffBaseAddr["
         found = {}
         for relocation in self.hwx.relocations:
             register = relocation.register or ""
-            if relocation.descriptor is None or not register.startswith(
-                "KernelDMASrc.CoeffBaseAddr["
+            if (
+                relocation.descriptor is not None
+                and relocation.target_address is not None
+                and register.startswith(prefix)
             ):
-                continue
-            lane = int(register[len("KernelDMASrc.CoeffBaseAddr[") : -1])
-            if relocation.target_address is None or text is None:
-                continue
-            found[(relocation.descriptor, lane)] = relocation.target_address
+                lane = int(register[len(prefix) : -1])
+                found[(relocation.descriptor, lane)] = relocation.target_address
         return found
 
     def _check_work(self, p: EnginePass) -> None:

@@ -34,7 +34,7 @@ from anekit.formats.mil import (
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
 from .movement import fuse_concat_transpose
 from .ops import REGISTRY
-from .registry import OpDef, Signature
+from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, literal_dtype
 
 _OPSET = re.compile(r"ios(\d+)\Z")
@@ -236,7 +236,7 @@ class _Loader:
             raise self.error(index, o, f"input {key}: {_detail(exc)}", exc.hint) from None
 
     def check_domain(
-        self, index: int, o: Operation, d: OpDef, name: str, dtype: str, domains: dict
+        self, index: int, o: Operation, d: SimOp, name: str, dtype: str, domains: dict
     ) -> None:
         p = d.params_by_name[name]
         allowed = d.allowed(p)
@@ -255,7 +255,7 @@ class _Loader:
                     "have the same type",
                 )
 
-    def outputs(self, index: int, o: Operation, d: OpDef, sig: Signature) -> tuple[Expect, ...]:
+    def outputs(self, index: int, o: Operation, d: SimOp, sig: Signature) -> tuple[Expect, ...]:
         try:
             produced = d.outputs(sig)
         except (KeyError, ValueError) as exc:

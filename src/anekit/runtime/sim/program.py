@@ -145,7 +145,11 @@ class SimProgram:
 
     def _feed(self, name: str, t: ScalarType | TensorType, value: Any, symbols: dict) -> Any:
         pattern, dtype = storage_shape(t)
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as exc:  # a ragged nested list, an unconvertible object
+            raise InputError(f"input '{name}' is not an array ({exc})",
+                             hint=f"the function takes {self.signature()}") from None  # fmt: skip
         if not shape_matches(array.shape, pattern, symbols):
             raise InputError(
                 f"input '{name}' has shape {list(array.shape)}, but the function expects {t}",
@@ -161,7 +165,7 @@ class SimProgram:
         if not ok:
             raise InputError(
                 f"input '{name}' has dtype {array.dtype}, but the function expects {t}",
-                hint="convert the array, e.g. array.astype(numpy.float32)",
+                hint=f"convert the array, e.g. array.astype(numpy.{STORAGE[dtype].name})",
             )
         storage = STORAGE[dtype]
         if kind in "iu" and storage.kind in "iu" and array.size:
