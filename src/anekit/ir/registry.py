@@ -146,6 +146,8 @@ class OpDef:
     ``activation`` marks the ops the engine's neuron unit applies, as a layer of their own
     or in an activation slot of another layer's epilogue. ``affine`` marks the binary ops
     that fold into the gain/offset unit when one operand is a constant (x*g+o).
+    ``no_engine_form`` is the reason the check report gives when the op runs on the CPU
+    (empty: the generic one).
     """
 
     name: str
@@ -162,6 +164,7 @@ class OpDef:
     layer_type: str = ""
     activation: bool = False
     affine: bool = False
+    no_engine_form: str = ""
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -256,6 +259,7 @@ def declare(
     layer_type: str = "",
     activation: bool = False,
     affine: bool = False,
+    no_engine_form: str = "",
 ) -> Callable[[KernelFn], KernelFn]:
     """Decorator declaring an op whose fp32 numpy reference kernel is the decorated function.
 
@@ -278,6 +282,7 @@ def declare(
                 layer_type=layer_type,
                 activation=activation,
                 affine=affine,
+                no_engine_form=no_engine_form,
             )
         )
         return kernel

@@ -255,8 +255,9 @@ def validate_layer(view: LayerView, graph: Graph, target: Target) -> Reject | No
 
 def no_engine_form(node: Node, graph: Graph) -> Reject:
     """Why a plain (unfused) op runs on the CPU."""
-    if node.op in _NO_FORM:
-        return Reject("no-engine-form", _NO_FORM[node.op])
+    reason = get_op(node.op).no_engine_form
+    if reason:
+        return Reject("no-engine-form", f"{node.op} has no engine form: {reason}")
     for name in (*node.inputs, *node.outputs):
         if name and not graph.values[name].dtype.is_float:
             dt = graph.values[name].dtype
@@ -265,18 +266,6 @@ def no_engine_form(node: Node, graph: Graph) -> Reject:
                 f"{node.op} on {dt} tensors has no engine form (the engine computes in fp16)",
             )
     return Reject("no-engine-form", f"{node.op} has no engine form")
-
-
-_NO_FORM: Mapping[str, str] = MappingProxyType(
-    {
-        "gather": "gather (an embedding or index lookup) has no engine form",
-        "gather_elements": "gather_elements (an index lookup) has no engine form",
-        "lstm": "lstm has no engine form: recurrent layers run on the CPU",
-        "gru": "gru has no engine form: recurrent layers run on the CPU",
-        "rnn": "rnn has no engine form: recurrent layers run on the CPU",
-        "einsum": "einsum has no engine form",
-    }
-)
 
 
 def unlowerable(node: Node) -> Reject | None:

@@ -82,7 +82,13 @@ def _einsum_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(tuple(out), ins[0].dtype)]
 
 
-@declare("einsum", inputs=("xs*",), attrs=(Attr("equation", "str"),), infer=_einsum_infer)
+@declare(
+    "einsum",
+    inputs=("xs*",),
+    attrs=(Attr("equation", "str"),),
+    infer=_einsum_infer,
+    no_engine_form="engine_forms rewrites the equations it can as transposes and matmuls",
+)
 def einsum(*xs, equation):
     """Einstein summation (numpy's einsum)"""
     return np.einsum(equation, *xs)

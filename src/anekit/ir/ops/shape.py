@@ -186,6 +186,7 @@ def _gather_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("axis", "int", 0),),
     infer=_gather_infer,
+    no_engine_form="an embedding or index lookup",
 )
 def gather(x, indices, axis):
     """take entries of x along axis at indices (negative indices count from the end)"""
@@ -210,6 +211,7 @@ def _gather_elements_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("axis", "int", 0),),
     infer=_gather_elements_infer,
+    no_engine_form="an index lookup",
 )
 def gather_elements(x, indices, axis):
     """out[i][j][k] = x[index along axis][...] (numpy take_along_axis)"""
