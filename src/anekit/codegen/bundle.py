@@ -38,7 +38,7 @@ from anekit.formats.bundle import (
     canonical_json,
     not_a_bundle,
 )
-from anekit.formats.mil import Program
+from anekit.formats.mil import MilProgram
 from anekit.ir.graph import Graph, Node, Value
 from anekit.naming import fresh_name
 
@@ -133,7 +133,7 @@ class BundleContents:
         return _Bytes(self.data)
 
     @property
-    def programs(self) -> tuple[Program, ...]:
+    def programs(self) -> tuple[MilProgram, ...]:
         return tuple(s.program for s in self.segments)
 
 

@@ -47,7 +47,7 @@ def _coremltools() -> Any:
 
 def export_mlpackage(
     manifest: Manifest,
-    programs: Sequence[mil.Program],
+    programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
     path: str | os.PathLike[str],
 ) -> Path:
@@ -109,7 +109,9 @@ def not_an_mlpackage(root: Path) -> str | None:
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             if rel == "Manifest.json" or rel in parents or rel in paths:
                 continue
-            if any(rel.startswith(f"{p}/") for p in paths) and not os.path.islink(Path(here) / name):
+            if any(rel.startswith(f"{p}/") for p in paths) and not os.path.islink(
+                Path(here) / name
+            ):
                 continue
             return f"its Manifest.json does not list '{rel}'"
     return None
@@ -160,7 +162,7 @@ class _Replay:
 def _build(
     ct: Any,
     manifest: Manifest,
-    programs: Sequence[mil.Program],
+    programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
 ) -> Any:
     from coremltools.converters.mil.mil import Builder as mb

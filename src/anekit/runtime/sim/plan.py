@@ -25,9 +25,9 @@ from anekit.formats.mil import (
     ArgList,
     Binding,
     Function,
+    MilTensorType,
     Operation,
     ScalarType,
-    TensorType,
     Var,
 )
 
@@ -95,7 +95,7 @@ class _Loader:
             )
         input_slots = []
         for b in f.inputs:
-            if not isinstance(b.type, (ScalarType, TensorType)):
+            if not isinstance(b.type, (ScalarType, MilTensorType)):
                 raise FormatError(
                     f"function '{f.name}' input {b.name} has the type {b.type}, which the "
                     "simulator does not support (tensors and scalars only)",
@@ -225,7 +225,7 @@ class _Loader:
         """(dtype, slot or NO_SLOT, known value) of one argument."""
         if isinstance(arg, Var):
             t = self.types[arg.name]
-            if not isinstance(t, (ScalarType, TensorType)):
+            if not isinstance(t, (ScalarType, MilTensorType)):
                 raise self.error(index, o, f"input {key} has the unsupported type {t}")
             if arg.name in self.known:
                 return t.dtype, NO_SLOT, self.known[arg.name]
