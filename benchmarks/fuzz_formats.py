@@ -20,6 +20,7 @@ Results go to benchmarks/results/fuzz_formats.json (written atomically).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -32,6 +33,7 @@ if _HERE not in sys.path:  # the helpers beside this script, also when a test lo
     sys.path.insert(0, _HERE)
 
 from _common import write_json  # noqa: E402
+from format_fuzzer import engine  # noqa: E402
 from format_fuzzer.binary_targets import hwx_target, weight_bin_target  # noqa: E402
 from format_fuzzer.emulator_targets import engine_target  # noqa: E402
 from format_fuzzer.engine import (  # noqa: E402
@@ -39,33 +41,53 @@ from format_fuzzer.engine import (  # noqa: E402
     Run,
     Tally,
     case_rng,
+    peak_rss,
     prepare,
     run_case,
 )
+from format_fuzzer.feed_targets import bundle_target, npy_target, npz_target  # noqa: E402
+from format_fuzzer.model_targets import mil_target, onnx_target  # noqa: E402
 from format_fuzzer.netplist_targets import netplist_target, netplist_weights_target  # noqa: E402
+
+from anekit import budget  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fuzz_formats.json"
 DEFAULT_SEED = 6
 DEFAULT_CASES = 12_000
+MEMORY_BUDGET = 256 << 20  # ANEKIT_MAX_MEMORY for the run
+MEMORY_SLACK = 64 << 20  # the interpreter's own growth beside what the budget counts
 
-# Add other readers here, one entry each (MIL text, ...).
+# Add other readers here, one entry each.
 TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {
     "hwx": hwx_target,
     "hwx.engine": engine_target,
     "weight.bin": weight_bin_target,
     "netplist": netplist_target,
     "netplist.weights": netplist_weights_target,
+    "onnx": onnx_target,
+    "mil": mil_target,
+    "npy": npy_target,
+    "npz": npz_target,
+    "bundle": bundle_target,
 }
 
 
 def fuzz(target_names: list[str], cases: int, seed: int) -> tuple[Run, float]:
-    """`cases` cases for each target, spread evenly over that target's fixtures."""
+    """`cases` cases for each target, spread evenly over that target's fixtures, under the
+    memory budget MEMORY_BUDGET: a case whose peak resident memory passes the process's
+    size before the run plus that budget (and MEMORY_SLACK) is a finding."""
     run = Run(seed)
     targets = [TARGET_FACTORIES[name]() for name in target_names]
     plan = []
     for target in targets:
         fixtures = prepare(target)
         plan += [(target, fixture, -(-cases // len(fixtures))) for fixture in fixtures]
+    engine.memory_ceiling = peak_rss() + MEMORY_BUDGET + MEMORY_SLACK
+    with budget.max_memory(MEMORY_BUDGET):
+        return _fuzz(run, plan, seed)
+
+
+def _fuzz(run: Run, plan: list, seed: int) -> tuple[Run, float]:
     start = time.perf_counter()
     for target, fixture, per_fixture in plan:
         tallies = run.tallies.setdefault(target.name, {})
@@ -114,6 +136,8 @@ def report(run: Run, seconds: float) -> dict[str, Any]:
             for name, fixtures in run.tallies.items()
         },
         "finding_records": run.findings,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "memory_budget_bytes": MEMORY_BUDGET,
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -128,7 +152,7 @@ def replay(spec: str) -> int:
     kind = rng.choice(sorted(table))
     data, description = table[kind](rng, fixture)
     print(f"{spec}: {description}")
-    target.decode(data)  # let the exception, if any, show its traceback
+    target.run(fixture, data)  # let the exception, if any, show its traceback
     print("decoded without error")
     return 0
 

@@ -19,7 +19,11 @@ load average is recorded before and after, and medians are taken over ``--repeat
   program does), greedy; torch at its default thread count;
 - agreement: the sim's greedy tokens against transformers' (random weights make the
   logits nearly flat, so top-1 may flip where two logits tie within fp16), and the cosine
-  of the first step's logits.
+  of the first step's logits;
+- compression: each scheme's decode bundle and weight bytes, the weights' worst relative
+  error, the logits' cosine against the uncompressed model's where both saw the same
+  context (the first step, and every step up to the first differing greedy token), how
+  many greedy tokens agree, tokens/s and the cost model's decode estimate.
 
     python benchmarks/llm_gpt2.py [--repeat 3] [--compress int8,int4,palettize4]
 """
@@ -27,6 +31,7 @@ load average is recorded before and after, and medians are taken over ``--repeat
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
@@ -157,21 +162,38 @@ def main() -> None:
         doc["bundle_bytes"] = {"uncompressed": bundle_bytes(decode_cm)}
         schemes = [s for s in args.compress.split(",") if s]
         doc["compression"] = {}
+        del model, prefill_cm, decode_cm
         for scheme in schemes:
+            # one model's programs at a time: GPT-2's graphs, bundles and loaded programs
+            # take a few GB per model, and the process-wide program cache keeps them all
+            anekit.llm.clear_cache()
+            gc.collect()
+            print(f"compression {scheme}", file=sys.stderr, flush=True)
             cm = anekit.llm.load(folder, target=args.target, max_context=args.max_context,
                                  compress=scheme)  # fmt: skip
             c_runs = [anekit_run(cm, prompt, args.new_tokens) for _ in range(args.repeat)]
             c_decode, _ = cm.decode_program()
-            cos = [cosine(a, b) for a, b in zip(c_runs[0]["logits"], first["logits"], strict=True)]
+            # logits compared only where both models saw the same context: up to and
+            # including the first step whose greedy token differs
+            pairs = list(zip(c_runs[0]["tokens"], first["tokens"], strict=True))
+            same = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs) - 1)
+            cos = [cosine(a, b) for a, b in zip(c_runs[0]["logits"][: same + 1],
+                                                first["logits"][: same + 1], strict=True)]  # fmt: skip
+            report = c_decode.compression_report
             doc["compression"][scheme] = {
                 **summarize(c_runs, args.prompt_tokens, args.new_tokens),
                 "decode_bundle_bytes": bundle_bytes(c_decode),
-                "logits_cosine_vs_uncompressed_min": round(min(cos), 6),
-                "logits_cosine_vs_uncompressed_first": round(cos[0], 6),
-                "greedy_tokens_equal_uncompressed": sum(
-                    a == b for a, b in zip(c_runs[0]["tokens"], first["tokens"], strict=True)),
+                "compressed_weights": report["weights"],
+                "weight_bytes_fp16": report["fp16_bytes"],
+                "weight_bytes_stored": report["stored_bytes"],
+                "worst_weight_relative_error": report["worst_relative_error"],
+                "logits_cosine_first_step": round(cos[0], 6),
+                "logits_cosine_min_same_context": round(min(cos), 6),
+                "same_context_steps": len(cos),
+                "greedy_tokens_equal_uncompressed": sum(a == b for a, b in pairs),
                 "estimate_decode_ms_per_token": round(cm.estimate(args.prompt_tokens)["decode_ms_per_token"], 3),
             }  # fmt: skip
+            del cm, c_decode, c_runs
     doc["machine"]["loadavg_after"] = os.getloadavg()
     write_json(RESULTS, doc)
     print({k: v for k, v in doc.items() if k != "machine"})

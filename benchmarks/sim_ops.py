@@ -41,7 +41,15 @@ import numpy as np
 
 from anekit.formats import mil
 from anekit.formats.blob import BlobWriter
-from anekit.formats.mil import Binding, Function, Program, TensorType, blob_const, const, operation
+from anekit.formats.mil import (
+    Binding,
+    Function,
+    MilProgram,
+    MilTensorType,
+    blob_const,
+    const,
+    operation,
+)
 from anekit.runtime.sim import SimProgram, gemm, round_to_fp16
 from anekit.runtime.sim.fp16 import ACCELERATED as C_ROUNDING
 from anekit.runtime.sim.fp16 import round_with_numpy
@@ -66,10 +74,10 @@ def median_seconds(fn, repeat: int) -> tuple[float, list[float]]:
 
 
 def overhead(n_ops: int, repeat: int) -> dict:
-    t = TensorType("fp16", (1, 8))
+    t = MilTensorType("fp16", (1, 8))
     ops = [operation("relu", (f"v{i}", t), {"x": f"v{i - 1}" if i else "x"}) for i in range(n_ops)]
     f = Function("main", "ios18", (Binding("x", t),), tuple(ops), (f"v{n_ops - 1}",))
-    prog = SimProgram(Program("1.3", (), (f,)))
+    prog = SimProgram(MilProgram("1.3", (), (f,)))
     x = np.ones((1, 8), np.float32)
     seconds, _ = median_seconds(lambda: prog.run({"x": x}), repeat)
     return {"ops": n_ops, "seconds": seconds, "microseconds_per_op": seconds / n_ops * 1e6}
@@ -139,8 +147,8 @@ def gpt2_mil(net: Net, directory: Path) -> Path:
     ops: list = []
     fp16 = "fp16"
 
-    def t(*shape: int, dtype: str = fp16) -> TensorType:
-        return TensorType(dtype, shape)
+    def t(*shape: int, dtype: str = fp16) -> MilTensorType:
+        return MilTensorType(dtype, shape)
 
     def blob(name: str, array: np.ndarray, shape: tuple[int, ...]) -> str:
         ops.append(blob_const(name, t(*shape), writer.add(array.reshape(shape))))
@@ -236,7 +244,7 @@ def gpt2_mil(net: Net, directory: Path) -> Path:
         Binding("input_ids", t(TOKENS, dtype="int32")),
         Binding("mask", t(1, 1, TOKENS, TOKENS)),
     )
-    program = Program("1.3", (("coremlc-version", "3520.5.1"),),
+    program = MilProgram("1.3", (("coremlc-version", "3520.5.1"),),
                       (Function("main", "ios18", inputs, tuple(ops), ("logits",)),))  # fmt: skip
     (directory / "weights").mkdir(parents=True, exist_ok=True)
     writer.write(directory / "weights" / "weight.bin")

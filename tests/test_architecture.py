@@ -31,8 +31,10 @@ ALLOWED: dict[str, set[str]] = {
     # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
     "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
               "formats", "runtime", "compiler"},
-    # issue 14: language models drive the whole toolchain (build graphs, compile, run, estimate)
-    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost"},
+    # issue 14: language models drive the whole toolchain (build graphs, compile, run,
+    # estimate); their channel-axis norms share the compiler's fp16-safe scale floor (passes)
+    "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost", "codegen",
+            "passes"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
 # (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh

@@ -2,7 +2,7 @@
 
 The browser test draws the page and reads the screenshot's pixels: the graph must show
 boxes in the engine colour and in the CPU colour (the model has a Floor, which has no
-engine form). .ci/run installs Debian's chromium, so in CI this test never skips.
+engine form). `make test` installs Debian's chromium, so in CI this test never skips.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_page_is_self_contained_and_says_everything(tmp_path: Path) -> None:
 def test_chromium_draws_the_graph(tmp_path: Path) -> None:
     if CHROMIUM is None:
         if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+            pytest.fail("chromium is missing: `make test` installs it (apt-get install chromium)")
         pytest.skip("no chromium on this machine (apt-get install chromium)")
     Image = pytest.importorskip("PIL.Image")
     out = tmp_path / "report.html"

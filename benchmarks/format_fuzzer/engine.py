@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import resource
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -10,9 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import FormatError
+from anekit.errors import AnekitError, FormatError
 
+# Case costs are CPU seconds of this process (time.process_time), not wall time: on a loaded
+# machine a case can wait for a core far longer than it runs.
 SLOW_CASE_SECONDS = 2.0
+HANG_SECONDS = 30  # a case still running after this much CPU time is stopped: a hang
+# Peak resident memory (bytes) a case may reach: set by the driver to the process's size
+# before the run plus the memory budget the run is under; None: not checked.
+memory_ceiling: int | None = None
 EXTREME_VALUES = (
     0,
     1,
@@ -57,9 +65,35 @@ class FuzzTarget:
     mutations: dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]] = field(
         default_factory=dict
     )
+    # what counts as a clean refusal: FormatError for the pure readers; any AnekitError (exit
+    # 2 on the command line) for targets that import, load and run what they decode
+    refusal: tuple[type[BaseException], ...] = (FormatError,)
+    slow_seconds: float = SLOW_CASE_SECONDS
+    # decode for targets whose cases need their fixture (a bundle file: the rest of its
+    # bundle); used instead of `decode` when set
+    decode_case: Callable[[Prepared, bytes], Any] | None = None
+
+    def run(self, fixture: Prepared, data: bytes) -> Any:
+        return self.decode_case(fixture, data) if self.decode_case else self.decode(data)
 
     def mutation_table(self) -> dict[str, Callable[[random.Random, Prepared], tuple[bytes, str]]]:
         return {**MUTATIONS, **self.mutations}
+
+
+def user_facing_target(
+    name: str,
+    fixtures: Callable[[], list[tuple[str, bytes]]],
+    decode: Callable[[bytes], Any],
+    fields: Callable[[bytes], list[Field]],
+    boundaries: Callable[[bytes], list[int]],
+    edit: Callable[[random.Random, Prepared], tuple[bytes, str]],
+    **extra: Any,
+) -> FuzzTarget:
+    """A target that imports, loads or runs what it decodes, as a command would: any
+    AnekitError (exit 2) is a clean refusal. Its structure-aware ``edit`` is drawn as often
+    as two byte-level mutations, so that cases get past the first checks."""
+    edits = {edit.__name__: edit, f"{edit.__name__}_2": edit}
+    return FuzzTarget(name, fixtures, decode, fields, boundaries, edits, (AnekitError,), **extra)
 
 
 @dataclass
@@ -191,21 +225,29 @@ def run_case(
     table = target.mutation_table()
     kind = rng.choice(sorted(table))
     data, description = table[kind](rng, fixture)
-    start = time.perf_counter()
+    start = time.process_time()
+    previous = signal.signal(signal.SIGPROF, _hang)
+    signal.setitimer(signal.ITIMER_PROF, HANG_SECONDS)
     try:
-        target.decode(data)
+        target.run(fixture, data)
         outcome, problem = "ok", None
-    except FormatError:
+    except target.refusal:
         outcome, problem = "format_error", None
-    except Exception as exc:  # noqa: BLE001 - the point of the fuzzer
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
+    except (Exception, Hang) as exc:  # noqa: BLE001 - the point of the fuzzer
+        frames = traceback.extract_tb(exc.__traceback__)
+        frame = frames[-2] if isinstance(exc, Hang) and len(frames) > 1 else frames[-1]
         outcome = "finding"
         problem = (
             f"{type(exc).__name__}: {exc}"[:300] + f" at {Path(frame.filename).name}:{frame.lineno}"
         )
-    elapsed = time.perf_counter() - start
-    if outcome != "finding" and elapsed > SLOW_CASE_SECONDS:
-        outcome, problem = "finding", f"slow: {elapsed:.2f}s"
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+    elapsed = time.process_time() - start
+    if outcome != "finding" and elapsed > target.slow_seconds:
+        outcome, problem = "finding", f"slow: {elapsed:.2f} CPU seconds"
+    if outcome != "finding" and memory_ceiling is not None and peak_rss() > memory_ceiling:
+        outcome, problem = "finding", f"memory: peak {peak_rss() >> 20} MiB, past the budget"
     if outcome != "finding":
         return kind, outcome, None
     record = {
@@ -218,6 +260,19 @@ def run_case(
         "problem": problem,
     }
     return kind, outcome, record
+
+
+class Hang(BaseException):
+    """A case that ran past HANG_SECONDS (a BaseException: nothing under test catches it)."""
+
+
+def _hang(*_: object) -> None:
+    raise Hang(f"still running after {HANG_SECONDS} s")
+
+
+def peak_rss() -> int:
+    """The process's peak resident memory in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def prepare(target: FuzzTarget) -> list[Prepared]:

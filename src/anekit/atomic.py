@@ -25,10 +25,10 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, PathError, os_error
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -56,19 +56,8 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
     then swap it in. An existing ``target`` is replaced only when ``check`` finds nothing
     wrong with it (or it is an empty folder); otherwise AnekitError, and nothing is touched.
     """
-    path = Path(os.path.abspath(os.fspath(target)))
-    if not path.name or path == path.parent:
-        raise AnekitError(f"cannot write {what} at '{target}': the path names no folder",
-                          hint="give a new path such as out/model.anekit")  # fmt: skip
+    path, existed = check_target(target, check, what)
     parent = path.parent
-    if not parent.is_dir():
-        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' does not exist",
-                          hint=f"create it first (mkdir -p '{parent}')")  # fmt: skip
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise AnekitError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
-                          hint="choose an output path in a folder you can write to")  # fmt: skip
-    recover_stale(parent, path.name)
-    existed = _replaceable(path, check, what)
     tmp = parent / temp_name(path.name, "tmp")
     try:
         os.mkdir(tmp)
@@ -82,12 +71,31 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
             _move_new(tmp, path)
         _fsync_dir(parent)
     except OSError as exc:
-        raise AnekitError(f"cannot write {what} '{target}': {exc.strerror or exc}",
-                          hint="check the free space and permissions of the output folder") from None  # fmt: skip
+        raise os_error(exc, f"write {what} '{target}'") from None
     finally:
         _remove(tmp)  # the new folder's remains on failure, the old folder after a swap
     checkpoint("removed the old folder")
     return path
+
+
+def check_target(target: str | os.PathLike[str], check: Check, what: str) -> tuple[Path, bool]:
+    """Whether :func:`replace_folder` may write ``target``, checked before any work (and by
+    it again): its absolute path, and whether a folder stands there (which ``check`` found
+    replaceable); AnekitError naming the path and what to do otherwise. Cleans up the
+    temporary folders of dead writers to the same place first."""
+    path = Path(os.path.abspath(os.fspath(target)))
+    if not path.name or path == path.parent:
+        raise PathError(f"cannot write {what} at '{target}': the path names no folder",
+                          hint="give a new path such as out/model.anekit")  # fmt: skip
+    parent = path.parent
+    if not parent.is_dir():
+        raise PathError(f"cannot write {what} '{target}': the folder '{parent}' does not exist",
+                          hint=f"create it first (mkdir -p '{parent}')")  # fmt: skip
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PathError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
+                          hint="choose an output path in a folder you can write to")  # fmt: skip
+    recover_stale(parent, path.name)
+    return path, _replaceable(path, check, what)
 
 
 def _replaceable(path: Path, check: Check, what: str) -> bool:
@@ -181,6 +189,23 @@ def _remove(folder: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
     except FileNotFoundError:
         pass
+
+
+def write_synced(
+    path: Path, chunks: Iterable[bytes | memoryview], *, exclusive: bool = False
+) -> None:
+    """Write ``chunks`` to ``path`` unbuffered, straight from their memory, and fsync it;
+    ``exclusive`` refuses a path that exists (a temporary name must be new)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import importlib
+import gc
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -18,11 +19,25 @@ from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
 from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
-from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
+from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
 from anekit.targets import Target
 
-# Issue 5's cost model plugs in here: ``anekit.cost.report_estimate(compiled) -> dict``.
-ESTIMATE_HOOK = ("anekit.cost", "report_estimate")
+# Allocations between two young-generation collections while compiling (Python's default: 700).
+COMPILE_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Compiling allocates many small objects that live until their pass ends; at Python's
+    default threshold the cyclic collector rescans them over and over (a fifth of the time
+    of a 20,000-node compile). Collect less often while compiling; restore the setting after."""
+    saved = gc.get_threshold()
+    gc.set_threshold(max(saved[0], COMPILE_GC_THRESHOLD), *saved[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
+
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
 
 
@@ -35,15 +50,16 @@ class CompiledModel:
     """
 
     def __init__(
-        self, source: Graph, graph: Graph, target: Target, ctx: PassContext,
+        self, source: Graph, result: PipelineResult, target: Target, ctx: PassContext,
         compress: str | None = None,
     ):  # fmt: skip
+        graph = result.graph
         self.source = source
-        self.graph = graph
+        self.graph = result.graph
         self.target = target
         self.options = ctx.options
-        self.placement: Mapping[str, Placement] = MappingProxyType(dict(ctx.placement))
-        self.segments: tuple[Segment, ...] = tuple(ctx.segments)
+        self.placement: Mapping[str, Placement] = MappingProxyType(dict(result.placement))
+        self.segments: tuple[Segment, ...] = tuple(result.segments)
         self.diagnostics: tuple[Diagnostic, ...] = tuple(ctx.diagnostics)
         self.pass_log: tuple[PassRecord, ...] = tuple(ctx.records)
         # weight compression (`anekit.codegen.compress`): each compressed convolution weight
@@ -57,8 +73,8 @@ class CompiledModel:
         self.weight_bytes: Mapping[str, int] = MappingProxyType(
             {name: c.nbytes for name, c in self.compressed.items()}
         )
-        self._ops = tuple(explain(source, graph, ctx))
-        self._summary = MappingProxyType(summarize(source, graph, ctx))
+        self._ops = tuple(explain(source, result, ctx))
+        self._summary = MappingProxyType(summarize(source, result))
 
     @property
     def ops(self) -> tuple[OpReport, ...]:
@@ -76,6 +92,8 @@ class CompiledModel:
     @cached_property
     def report(self) -> dict[str, Any]:
         """The check report (the shape of `anekit check --json`), with the estimate if any."""
+        with fewer_collections():
+            estimate = _estimate(self)
         return {
             "target": self.target.name,
             "summary": dict(self._summary),
@@ -90,7 +108,7 @@ class CompiledModel:
                 }
                 for r in self.pass_log
             ],
-            "estimate": _estimate(self),
+            "estimate": estimate,
         }
 
     @cached_property
@@ -108,7 +126,8 @@ class CompiledModel:
         """The emitted MIL programs, weights, manifest and report (`anekit.codegen.bundle`)."""
         from anekit.runtime.compiled import bundle_contents
 
-        return bundle_contents(self)
+        with fewer_collections():
+            return bundle_contents(self)
 
     @cached_property
     def program(self) -> Any:
@@ -153,16 +172,10 @@ class CompiledModel:
 
 
 def _estimate(cm: CompiledModel) -> Any:
-    """The cost model's estimate for the report, or None while `anekit.cost` does not exist."""
-    module_name, attr = ESTIMATE_HOOK
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    fn = getattr(module, attr, None)
-    return fn(cm) if fn is not None else None
+    """The cost model's estimate for the report (imported here: most compiles never ask)."""
+    from anekit.cost import report_estimate
+
+    return report_estimate(cm)
 
 
 def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -211,15 +224,22 @@ def compile(  # noqa: A001 - the public name the API promises
         from anekit.codegen.compress import check_scheme
 
         check_scheme(compress, chip.mil.opset)
-    source = load_graph(model, input_shapes)
-    if lora is not None:
-        from anekit import lora as adapters
+    with fewer_collections():
+        source = load_graph(model, input_shapes)
+        if lora is not None:
+            from anekit import lora as adapters
 
-        source = adapters.apply(source, lora)
-    ctx = PassContext(chip, PassOptions(**options))
-    graph = run_pipeline(stamp_origins(source), ctx, passes)
-    check_tensor_sizes(graph)
-    return CompiledModel(source, graph, chip, ctx, compress)
+            source = adapters.apply(source, lora)
+        ctx = PassContext(chip, PassOptions(**options))
+        if "segment" not in passes:
+            raise AnekitError(
+                "a compile pipeline must place the nodes: it ends with the segment pass",
+                hint=f"the default pipeline: {', '.join(DEFAULT_PIPELINE)}",
+            )
+        check_tensor_sizes(source)  # before any pass builds on an impossible size
+        result = run_pipeline(stamp_origins(source), ctx, passes)
+        check_tensor_sizes(result.graph)
+        return CompiledModel(source, result, chip, ctx, compress)
 
 
 def check_tensor_sizes(graph: Graph) -> None:

@@ -73,10 +73,12 @@ class InputError(AnekitError):
     """Bad feeds passed to run(): a missing input, a wrong shape or dtype."""
 
 
-def check_input_names(expected: Iterable[str], given: Mapping[str, Any], takes: str) -> None:
+def check_input_names(
+    expected: Iterable[str], given: Mapping[str, Any] | Iterable[str], takes: str
+) -> None:
     """Raise one InputError naming every missing and every unknown input, then what the
     callee takes (e.g. "the graph takes (x: fp32[1x3])")."""
-    if not isinstance(given, Mapping):
+    if not isinstance(given, Mapping) and not _names(given):  # feeds, or their names
         raise InputError(
             f"the inputs must map each input name to an array, not a {type(given).__name__}; "
             f"{takes}",
@@ -89,6 +91,11 @@ def check_input_names(expected: Iterable[str], given: Mapping[str, Any], takes: 
         parts = [f"missing input(s) {missing}"] if missing else []
         parts += [f"unknown input(s) {extra}"] if extra else []
         raise InputError("; ".join(parts) + f"; {takes}")
+
+
+def _names(given: Any) -> bool:
+    """True when ``given`` is a list or tuple of input names."""
+    return isinstance(given, list | tuple) and all(isinstance(n, str) for n in given)
 
 
 class TargetError(AnekitError):
@@ -145,3 +152,4 @@ class MemoryBudgetError(AnekitError):
         self.requested = requested
         self.limit = limit
         super().__init__(message, hint=hint, where=where)
+

@@ -185,3 +185,13 @@ def test_run_works_on_the_same_files(files) -> None:
     assert result.stdout.startswith("y  float32[1x4] = [0., 2., 0., 4.]")
     with np.load(files["dir"] / "out.npz") as saved:
         np.testing.assert_array_equal(saved["y"], [[0.0, 2.0, 0.0, 4.0]])
+
+
+def test_every_command_module_registers_a_command() -> None:
+    """A command module that fails to import is an error of the CLI, never a silently
+    missing command."""
+    from anekit.cli import COMMAND_MODULES, build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    assert set(sub.choices) >= {m.rsplit(".", 1)[1] for m in COMMAND_MODULES}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +49,7 @@ def test_a_tied_embedding_is_converted_once_with_unchanged_bytes(
         return cast_array(array, dtype)
 
     monkeypatch.setattr(bundle, "cast_array", counting)
-    # build_bundle returns while weights still convert on worker threads: reading the files
-    # waits for every conversion, so count only after that
-    shared = _build(compiled)
+    shared = _build(compiled)  # every conversion is done when it returns
     shared_files = dict(shared.files)
     assert converted.count(table.size) == 1 and sum(converted) < 2 * table.size
     # the oracle: every request converted on its own (no sharing), as before
@@ -93,7 +92,7 @@ def test_a_failed_conversion_surfaces_in_the_write_and_leaves_nothing(
         raise MemoryError("no room for the weights")
 
     monkeypatch.setattr(bundle, "cast_array", failing)
-    contents = _build(compiled)  # returns while the conversions run
+    contents = _build(compiled)  # the failure is kept in the weight file's data
     with pytest.raises(MemoryError, match="no room"):
         bundle.write_bundle(contents, tmp_path / "lm.anekit")
     assert list(tmp_path.iterdir()) == []
@@ -120,3 +119,13 @@ def test_a_failed_emission_stops_the_conversions(monkeypatch: pytest.MonkeyPatch
     for t in workers:  # queued conversions were cancelled: the threads end on their own
         t.join(timeout=30)
     assert not [t for t in workers if t.is_alive()]
+
+
+def test_no_worker_thread_outlives_build_bundle() -> None:
+    graph, _ = _tied_lm()
+    compiled = anekit.compile(graph, "m4")
+    before = {t.ident for t in threading.enumerate()}
+    contents = _build(compiled)
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == []
+    assert all(not isinstance(f.digest, Future) or f.digest.done() for f in contents.payload.values())

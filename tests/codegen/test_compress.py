@@ -37,13 +37,15 @@ def conv_graph() -> anekit.Graph:
 
 def read_blob(reader, blob: mil.BlobFile) -> np.ndarray:
     dtype = blob.type.dtype
-    data = np.asarray(getattr(reader, f"read_{'fp16' if dtype == 'fp16' else dtype}_data")(blob.offset))
+    data = np.asarray(
+        getattr(reader, f"read_{'fp16' if dtype == 'fp16' else dtype}_data")(blob.offset)
+    )
     if dtype == "fp16":
         data = data.view(np.float16)
     return data.reshape(blob.type.shape) if data.size == np.prod(blob.type.shape) else data
 
 
-def coremltools_decode(program: mil.Program, weights: Path) -> tuple[str, np.ndarray]:
+def coremltools_decode(program: mil.MilProgram, weights: Path) -> tuple[str, np.ndarray]:
     """The constexpr op's operands, read from the weight.bin by coremltools, decompressed by
     coremltools' definition of the op."""
     reader = cml._BlobStorageReader(str(weights))
@@ -65,7 +67,9 @@ def coremltools_decode(program: mil.Program, weights: Path) -> tuple[str, np.nda
 
 
 @pytest.mark.parametrize(("scheme", "target"), CASES)
-def test_coremltools_reads_and_decodes_every_compressed_weight(scheme: str, target: str, tmp_path) -> None:
+def test_coremltools_reads_and_decodes_every_compressed_weight(
+    scheme: str, target: str, tmp_path
+) -> None:
     cm = anekit.compile(conv_graph(), target, compress=scheme)
     bundle = cm.save(tmp_path / "m.anekit")
     (segment,) = cm.bundle.manifest.segments
@@ -116,3 +120,42 @@ def test_refusals() -> None:
         anekit.compile(conv_graph(), "m1", compress="int4")
     with pytest.raises(TargetError, match="unknown compression 'int3'"):
         anekit.compile(conv_graph(), "m4", compress="int3")
+
+
+# one iOS 16 case and every iOS 18 sub-byte type (int4, uint6, uint1)
+@pytest.mark.parametrize(("scheme", "target"),
+                         [("palettize4", "m1"), ("int4", "m4"), ("palettize6", "m4"), ("sparse", "m4")])  # fmt: skip
+def test_compressed_bundles_export_to_core_ml(scheme: str, target: str, tmp_path) -> None:
+    """The .mlpackage reloads through coremltools' milproto loader, which type-checks each
+    constexpr op (sub-byte consts included) against Apple's definitions."""
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto import load as milproto_load
+
+    cm = anekit.compile(conv_graph(), target, compress=scheme)
+    path = cm.save_mlpackage(tmp_path / "m.mlpackage")
+    model = ct.models.MLModel(str(path), skip_model_load=True)
+    spec = model.get_spec()
+    program = milproto_load.load(spec, spec.specificationVersion, model.weights_dir)
+    found = [
+        op for op in program.functions["main"].operations if op.op_type.startswith("constexpr_")
+    ]
+    assert len(found) == 1
+    decoded = np.asarray(found[0].materialized_val_inference(), np.float32).reshape(WEIGHT.shape)
+    np.testing.assert_array_equal(
+        decoded, cm.compressed["w"].dense.astype(np.float16).astype(np.float32)
+    )
+
+
+def test_compile_cli_compresses_and_reports(capsys, tmp_path) -> None:
+    import json
+
+    from anekit.cli import main
+
+    digits = Path(__file__).parents[2] / "examples" / "digits_cnn.onnx"
+    code = main(["compile", str(digits), "-t", "m1", "-o", str(tmp_path / "d.anekit"),
+                 "--compress", "int8", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)["compression"]
+    assert code == 0 and report["scheme"] == "int8" and report["weights"] == 2
+    assert report["stored_bytes"] < report["fp16_bytes"] / 1.9
+    y = anekit.load(tmp_path / "d.anekit").run({"image": np.zeros((1, 1, 8, 8), np.float32)})
+    assert all(np.isfinite(v).all() for v in y.values())

@@ -26,11 +26,11 @@ from anekit.ir.graph import Graph
 M1, M4 = targets.get("m1"), targets.get("m4")
 
 
-def _ops(program: mil.Program) -> list[mil.Operation]:
+def _ops(program: mil.MilProgram) -> list[mil.Operation]:
     return list(program.function("main").operations)
 
 
-def _const(program: mil.Program, name: str) -> mil.Operation:
+def _const(program: mil.MilProgram, name: str) -> mil.Operation:
     return program.function("main").producers[name]
 
 

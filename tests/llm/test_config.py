@@ -80,7 +80,7 @@ def test_a_shard_index_pointing_outside_the_folder_is_refused(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
-    with pytest.raises(ModelError, match="not a regular file inside the model folder"):
+    with pytest.raises(ModelError, match="not a file inside the model folder"):
         anekit.llm.load(tmp_path)
 
 
@@ -90,5 +90,5 @@ def test_a_config_symlink_leading_out_of_the_folder_is_refused(tmp_path) -> None
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").symlink_to(outside)
-    with pytest.raises(ModelError, match="not a regular file inside the model folder"):
+    with pytest.raises(ModelError, match="not a file inside the model folder"):
         anekit.llm.load(folder)

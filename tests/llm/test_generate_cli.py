@@ -42,6 +42,8 @@ def test_stream_yields_the_same_tokens_and_token_id_prompts(tiny_gpt2) -> None:
     assert "".join(t.text for t in streamed) == whole.text
     by_ids = tiny_gpt2.generate(whole.prompt_ids, max_new_tokens=10)
     assert by_ids.token_ids == whole.token_ids
+    fp32 = tiny_gpt2.generate(PROMPT, max_new_tokens=10, backend="sim-fp32")
+    assert fp32.token_ids == whole.token_ids  # the fp32 twin of the same programs
     sampled = [tiny_gpt2.generate(PROMPT, max_new_tokens=10, temperature=1.0, top_p=0.9, seed=4)
                .token_ids for _ in range(2)]  # fmt: skip
     assert sampled[0] == sampled[1]

@@ -28,7 +28,6 @@ def hf_greedy(folder, prompt_ids: list[int], n: int) -> tuple[list[int], list[np
     return out.sequences[0, len(prompt_ids):].tolist(), [l[0].numpy() for l in out.logits]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny_gpt2", "tiny_llama"])
 def test_greedy_64_tokens_match_transformers(which: str, request) -> None:
     model = request.getfixturevalue(which)

@@ -18,7 +18,7 @@ RNG = np.random.default_rng(6)
 
 def _canonical(graph, **options):
     ctx = PassContext(targets.get("m4"), PassOptions(**options))
-    out = run_pipeline(stamp_origins(graph), ctx, ["canonicalize"], check=True)
+    out = run_pipeline(stamp_origins(graph), ctx, ["canonicalize"], check=True).graph
     feeds = random_feeds(graph)
     want, got = graph.run(feeds), out.run(feeds)
     for k in want:

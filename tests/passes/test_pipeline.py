@@ -7,7 +7,7 @@ import pytest
 
 import anekit
 from anekit import ops, targets
-from anekit.errors import InternalError
+from anekit.errors import AnekitError, InternalError
 from anekit.ir.graph import Graph
 from anekit.passes.context import PassContext
 from anekit.passes.pipeline import DEFAULT_PIPELINE, PASSES, run_pipeline, stamp_origins
@@ -72,8 +72,34 @@ def test_rules_sweep_to_a_fixed_point_and_count_rewrites() -> None:
 
 def test_pipeline_names_and_unknown_passes() -> None:
     assert set(DEFAULT_PIPELINE) == set(PASSES)
-    with pytest.raises(ValueError, match="unknown pass"):
+    with pytest.raises(AnekitError, match="unknown pass"):
         run_pipeline(_chain(), _ctx(), ["canonicalize", "optimize_everything"])
+
+
+@pytest.mark.parametrize(
+    ("passes", "message"),
+    [
+        (["canonicalize", "segment"], "pass 'segment' needs verdicts"),
+        (["canonicalize", "validate", "segment"], "pass 'validate' needs engine_layers"),
+        (["fuse_epilogues", "segment", "validate"], "pass 'segment' needs verdicts"),
+    ],
+)
+def test_a_pipeline_lacking_a_needed_pass_is_an_error(passes: list[str], message: str) -> None:
+    """Without validate, segment used to put every node on the CPU without a word."""
+    with pytest.raises(AnekitError, match=message) as info:
+        anekit.compile(anekit.graph([ops.relu(anekit.input("x", (1, 4, 2, 2)), name="y")]),
+                       "m4", passes=passes)  # fmt: skip
+    assert "before" in info.value.hint
+
+
+def test_the_pipeline_returns_its_facts_and_the_context_holds_none() -> None:
+    ctx = PassContext(targets.get("m4"))
+    result = run_pipeline(stamp_origins(_chain()), ctx)
+    assert set(result.verdicts) == set(result.placement) == {n.name for n in result.graph.nodes}
+    assert [s.nodes for s in result.segments] == [tuple(n.name for n in result.graph.nodes)]
+    assert not {"placement", "segments", "verdicts"} & set(vars(ctx))
+    with pytest.raises(AnekitError, match="ends with the segment pass"):
+        anekit.compile(_chain(), "m4", passes=["canonicalize"])
 
 
 def test_check_mode_names_the_pass_that_broke_the_graph(monkeypatch) -> None:
@@ -83,7 +109,7 @@ def test_check_mode_names_the_pass_that_broke_the_graph(monkeypatch) -> None:
 
     import anekit.passes.pipeline as pipeline
 
-    monkeypatch.setattr(pipeline, "PASSES", {**PASSES, "broken": broken})
+    monkeypatch.setattr(pipeline, "PASSES", {**PASSES, "broken": pipeline.Pass(broken)})
     with pytest.raises(InternalError, match="pass 'broken' produced an invalid graph"):
         pipeline.run_pipeline(_chain(), _ctx(), ["broken"], check=True)
 

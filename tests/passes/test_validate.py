@@ -116,3 +116,17 @@ def test_validator_accepts_a_layer_within_every_limit() -> None:
     steps = [EpilogueStep(Slot.POST_ACT, "relu")]
     g, view = _layer_graph("conv", {"pads": (1, 1, 1, 1)}, [x], {"w": w}, out, steps)
     assert validate_layer(view, g, targets.get("m1")) is None
+
+
+def test_every_feature_gate_gates_an_engine_layer() -> None:
+    """A gate on an op without an engine form would never be consulted (eight such entries
+    were removed); each gate names a feature of the chip database."""
+    import dataclasses
+
+    from anekit.ir.engine import layer_type_of
+    from anekit.targets.model import Features
+
+    features = {f.name for f in dataclasses.fields(Features)}
+    for op, (feature, _, _) in FEATURE_GATES.items():
+        assert layer_type_of(op), op
+        assert feature in features, (op, feature)

@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 import anekit
-from anekit.errors import InputError, ModelError, PathError
+from anekit.errors import InputError, ModelError
 from tests.safety.model_cases import assert_user_error, cli, model, relu, save, value
 
 
@@ -48,7 +48,7 @@ def test_outputs_the_file_system_refuses(relu_file, x_file, capsys) -> None:
     assert_user_error(status, err, "/proc/y.npz")
     status, err = cli(capsys, "run", relu_file, "-i", f"x={x_file}", "-o", "/missing/y.npz")
     assert_user_error(status, err, "/missing")
-    with pytest.raises(PathError, match="/proc/m.anekit"):
+    with pytest.raises(anekit.AnekitError, match="/proc/m.anekit"):
         anekit.compile(relu_file).save("/proc/m.anekit")
 
 
@@ -169,3 +169,34 @@ def test_memory_error_is_reported_as_the_users(monkeypatch, relu_file, capsys) -
     monkeypatch.setattr(importer.Importer, "run", exhausted)
     status, err = cli(capsys, "compile", relu_file, "-o", relu_file.with_suffix(".anekit"))
     assert_user_error(status, err, "out of memory")
+
+
+def test_simulator_feeds_are_checked_the_same_way() -> None:
+    """A MIL program run directly on the simulator: its own dtype named, ragged lists refused."""
+    from anekit.runtime.sim import SimProgram
+
+    proto = model([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)],
+                  [value("x", [4], onnx.TensorProto.INT64)], [value("y", [4])])  # fmt: skip
+    program = SimProgram(anekit.compile(proto).bundle.programs[0], None)
+    with pytest.raises(InputError, match=r"astype\(numpy.int32\)"):
+        program.run({"x": np.ones(4, np.float32)})
+    with pytest.raises(InputError, match="is not an array"):
+        program.run({"x": [[1, 2], [3]]})
+
+
+@pytest.mark.parametrize(
+    ("elem", "feed", "words"),
+    [
+        (onnx.TensorProto.INT32, np.array([1, 2, 3, 2**40]), "outside the range of int32"),
+        (
+            onnx.TensorProto.FLOAT16,
+            np.array([1, 2, 3, 1e5], np.float32),
+            "outside the range of fp16",
+        ),
+    ],
+)
+def test_feeds_beyond_the_graphs_dtype_are_refused_not_wrapped(elem, feed, words) -> None:
+    proto = model([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)],
+                  [value("x", [4], elem)], [value("y", [4])])  # fmt: skip
+    with pytest.raises(InputError, match=words):
+        anekit.from_onnx(proto).run({"x": feed})

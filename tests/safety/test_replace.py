@@ -185,3 +185,13 @@ def test_mlpackage_proof(tmp_path: Path) -> None:
     (pkg / "Data" / "readme.txt").unlink()
     (pkg / "Manifest.json").write_text("{}")
     assert "no readable Manifest.json" in not_an_mlpackage(pkg)
+
+
+def test_compile_checks_both_outputs_before_the_work(cli, model_file: Path, tmp_path: Path) -> None:
+    """A refused --mlpackage path: nothing is written, not even the bundle."""
+    notes = tmp_path / "notes.mlpackage"
+    before = _precious(notes, {"todo.txt": "keep me"})
+    user_error(cli("compile", model_file, "-o", tmp_path / "m.anekit", "--mlpackage", notes),
+               str(notes), "refusing to replace")  # fmt: skip
+    assert tree(notes) == before
+    assert sorted(os.listdir(tmp_path)) == ["notes.mlpackage"]

@@ -40,7 +40,7 @@ def bundles(tmp_path: Path, model_file: Path) -> tuple[Path, Path]:
     return mine, theirs
 
 
-@pytest.mark.parametrize("backend", ["sim", "reference"])
+@pytest.mark.parametrize("backend", ["sim", "sim-fp32"])
 def test_weights_swapped_between_load_and_run_are_not_used(bundles, backend: str) -> None:
     mine, theirs = bundles
     expected = anekit.load(mine).run({"x": X}, backend)["y"]
@@ -104,5 +104,5 @@ def test_no_bundle_file_is_opened_after_load(bundles, monkeypatch: pytest.Monkey
     monkeypatch.setattr(BlobReader, "__init__", spy)
     monkeypatch.setattr(mil, "parse_file", lambda *a: opened.append(a))
     program.run({"x": X})
-    program.run({"x": X}, "reference")
+    program.run({"x": X}, "sim-fp32")
     assert all(isinstance(source, bytes) for source in opened), opened

@@ -58,3 +58,27 @@ def test_fp16_clamp_before_softmax_and_norms():
     assert len(clip) == 1 and clip[0].attrs["max"] == 65504.0
     out = graph.run({"x": np.array([[1, 0, -1], [0, 0, 0]], np.float32)})[graph.output_names[0]]
     assert np.isfinite(out).all()
+
+
+def test_batch_norm_training_gradients_match_torch():
+    from anekit.frontend.builder import ops
+    from anekit.train import grad
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 2, 4, 4)).astype(np.float32)
+    r = rng.standard_normal(x.shape).astype(np.float32)
+    scale, bias = (
+        rng.standard_normal(2).astype(np.float32),
+        rng.standard_normal(2).astype(np.float32),
+    )
+    xi, ri = anekit.input("x", x.shape), anekit.input("r", x.shape)
+    y = record("batch_norm", [xi, anekit.parameter(scale, name="s"), anekit.parameter(bias, name="b"),
+                              anekit.constant(np.zeros(2, np.float32), name="rm"),
+                              anekit.constant(np.ones(2, np.float32), name="rv")])  # fmt: skip
+    graph, _ = batch_statistics(anekit.graph([ops.reduce_sum(y * ri, keepdims=False)]))
+    out = grad(graph, graph.output_names[0], ["x", "s", "b"]).run({"x": x, "r": r})
+    tx, ts, tb = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x, scale, bias))
+    ref = F.batch_norm(tx, None, None, ts, tb, training=True)
+    (ref * torch.tensor(r, dtype=torch.float64)).sum().backward()
+    for name, t in (("x", tx), ("s", ts), ("b", tb)):
+        np.testing.assert_allclose(out[f"{name}_grad"], t.grad.numpy(), rtol=1e-3, atol=1e-5)

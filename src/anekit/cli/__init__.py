@@ -39,14 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"anekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # command not built yet
-                continue
-            raise
-        module.register(sub)
+    for module_name in COMMAND_MODULES:  # a missing module is a broken install: let it raise
+        importlib.import_module(module_name).register(sub)
     return parser
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, InputError, ModelError
+from anekit.errors import AnekitError, InputError, ModelError, PathError, os_error
 from anekit.files import regular_file
 
 
@@ -86,7 +86,7 @@ def check_npz_target(path: Path) -> Path:
     if path.suffix != ".npz":
         raise AnekitError(f"output '{path}' must end in .npz")
     if not path.parent.is_dir():
-        raise AnekitError(f"output directory '{path.parent}' does not exist",
+        raise PathError(f"output directory '{path.parent}' does not exist",
                           hint=f"create it first (mkdir -p '{path.parent}')")  # fmt: skip
     if os.path.lexists(path):
         try:
@@ -98,7 +98,7 @@ def check_npz_target(path: Path) -> Path:
             raise AnekitError(f"'{path}' exists and is not an .npz archive; refusing to replace it",
                               hint="choose another output path")  # fmt: skip
     if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise AnekitError(f"cannot write '{path}': the folder '{path.parent}' is not writable")
+        raise PathError(f"cannot write '{path}': the folder '{path.parent}' is not writable")
     return path
 
 
@@ -108,13 +108,13 @@ def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
     except OSError as exc:
-        raise AnekitError(f"cannot write '{path}': {exc.strerror}") from None
+        raise os_error(exc, f"write '{path}'") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **dict(arrays))
         os.replace(tmp, path)
     except OSError as exc:
-        raise AnekitError(f"cannot write '{path}': {exc.strerror or exc}") from None
+        raise os_error(exc, f"write '{path}'") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -155,3 +155,16 @@ def load_model_graph(path: str, shapes: Mapping[str, tuple[int, ...]]):
     from anekit.frontend.onnx import from_onnx
 
     return from_onnx(regular_file(path, "model file", error=ModelError), shapes or None)
+
+
+def compression_summary(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A CompiledModel's compression report without its per-weight rows (None: uncompressed)."""
+    return None if report is None else {k: v for k, v in report.items() if k != "per_weight"}
+
+
+def compression_line(summary: Mapping[str, Any]) -> str:
+    return (
+        f"weights {summary['scheme']}: {summary['fp16_bytes'] / 2**20:.2f} MiB fp16 -> "
+        f"{summary['stored_bytes'] / 2**20:.2f} MiB ({summary['weights']} weights, worst "
+        f"relative error {summary['worst_relative_error']:.4f})"
+    )

@@ -9,7 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import add_shape_option, existing_model_file, parse_shapes, print_json
+from anekit.cli.common import (
+    add_shape_option,
+    compression_line,
+    compression_summary,
+    existing_model_file,
+    parse_shapes,
+    print_json,
+)
+from anekit.codegen.compress import SCHEMES
 from anekit.errors import AnekitError
 
 MAX_CPU_ROWS = 10
@@ -32,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how CPU segments store float weights (engine segments always use fp16)",
     )
     p.add_argument(
+        "--compress",
+        choices=SCHEMES,
+        default=None,
+        help="store the engine's convolution weights compressed (MIL constexpr ops)",
+    )
+    p.add_argument(
         "--emit",
         choices=("bundle", "hwx"),
         default="bundle",
@@ -45,7 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit import targets
+    from anekit.atomic import check_target
+    from anekit.codegen.mlpackage import not_an_mlpackage
     from anekit.compiler import compile as compile_model
+    from anekit.formats.bundle import not_a_bundle
     from anekit.runtime.compiled import save
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
@@ -57,10 +74,14 @@ def run(args: argparse.Namespace) -> int:
         raise AnekitError(f"the bundle '{output}' must end in .anekit")
     if args.mlpackage and not args.mlpackage.endswith(".mlpackage"):
         raise AnekitError(f"'{args.mlpackage}' must end in .mlpackage")
+    # both outputs checked before the work: a refused path leaves nothing half-written
+    check_target(output, not_a_bundle, "an anekit bundle")
+    if args.mlpackage:
+        check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
-        compiled = compile_model(path, target, input_shapes=shapes)
+        compiled = compile_model(path, target, input_shapes=shapes, compress=args.compress)
         step("emitting MIL", len(compiled.segments))
         written = save(
             compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
@@ -91,6 +112,8 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
         )
     if args.mlpackage:
         raise AnekitError("--mlpackage goes with a bundle; drop it or drop --emit hwx")
+    if args.compress:
+        raise AnekitError("--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit hwx")
     output = Path(args.output) if args.output else Path(f"{path.stem}.hwx.d")
     if output.exists():
         raise AnekitError(
@@ -134,6 +157,7 @@ def _json(compiled: Any, bundle: Path, package: Path | None) -> dict[str, Any]:
             for s in manifest.segments
         ],
         "bytes": sum(f.size for f in manifest.files.values()),
+        "compression": compression_summary(compiled.compression_report),
     }
 
 
@@ -147,6 +171,9 @@ def _print_summary(compiled: Any, bundle: Path, package: Path | None) -> None:
     if package is not None:
         print(f"wrote {package}")
     print(compiled.summary_line())
+    report = compression_summary(compiled.compression_report)
+    if report:
+        print(compression_line(report))
     cpu = [r for r in compiled.report["ops"] if r["placement"] == "cpu"]
     for row in cpu[:MAX_CPU_ROWS]:
         print(f"  cpu: {row['node']} ({row['op']}): {row['reason']}")

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-COMPRESSIONS = ("int8", "int4", "palettize4", "palettize6", "sparse")
+from anekit.cli.common import compression_line, compression_summary
+from anekit.codegen.compress import SCHEMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
     p.add_argument("--max-context", type=int, default=None, help="decode cache length in positions")
-    p.add_argument("--compress", choices=COMPRESSIONS, default=None, help="compress the weights")
+    p.add_argument("--compress", choices=SCHEMES, default=None, help="compress the weights")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=run)
 
@@ -72,14 +73,8 @@ def run(args: argparse.Namespace) -> int:
         f"decode {est['decode_ms_per_token']:.2f} ms/token ({est['decode_tokens_per_s']:.0f} tokens/s)",
         file=sys.stderr,
     )
-    report = speeds["compression"]
-    if report:
-        print(
-            f"weights {report['scheme']}: {report['fp16_bytes'] / 2**20:.2f} MiB fp16 -> "
-            f"{report['stored_bytes'] / 2**20:.2f} MiB ({report['weights']} weights, worst "
-            f"relative error {report['worst_relative_error']:.4f})",
-            file=sys.stderr,
-        )
+    if speeds["compression"]:
+        print(compression_line(speeds["compression"]), file=sys.stderr)
     return 0
 
 
@@ -90,9 +85,5 @@ def _speeds(model: Any, result: Any) -> dict[str, Any]:
         "compile_s": result.compile_seconds,
         "stop_reason": result.stop_reason,
         "estimate": model.estimate(len(result.prompt_ids)),
-        "compression": _summary(model.decode_program()[0].compression_report),
+        "compression": compression_summary(model.decode_program()[0].compression_report),
     }
-
-
-def _summary(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if report is None else {k: v for k, v in report.items() if k != "per_weight"}

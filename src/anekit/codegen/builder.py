@@ -24,11 +24,11 @@ from anekit.formats.mil import (
     ArgList,
     Binding,
     BlobFile,
+    MilTensorType,
     Operation,
     Scalar,
     ScalarType,
     Tensor,
-    TensorType,
     Var,
     string,
 )
@@ -50,9 +50,11 @@ _NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.
           "uint8": np.uint8, "bool": np.bool_}  # fmt: skip
 
 
-def mil_type(shape: Sequence[int], dtype: str) -> ScalarType | TensorType:
+def mil_type(shape: Sequence[int], dtype: str) -> ScalarType | MilTensorType:
     """The MIL type of a value: a scalar type for rank 0, else a tensor type."""
-    return ScalarType(dtype) if len(shape) == 0 else TensorType(dtype, tuple(int(d) for d in shape))
+    return (
+        ScalarType(dtype) if len(shape) == 0 else MilTensorType(dtype, tuple(int(d) for d in shape))
+    )
 
 
 def numpy_of(dtype: str) -> type:
@@ -196,7 +198,7 @@ class FunctionBuilder:
             literal = (
                 Scalar(ScalarType(dtype), typed.item())
                 if typed.ndim == 0
-                else Tensor(TensorType(dtype, typed.shape), typed)
+                else Tensor(MilTensorType(dtype, typed.shape), typed)
             )
             shared = (key, dtype, typed.shape, typed.tobytes())
         found = self._params.get(shared)
@@ -221,7 +223,7 @@ class FunctionBuilder:
             literal = (
                 Scalar(ScalarType(dtype), typed.item())
                 if typed.ndim == 0
-                else Tensor(TensorType(dtype, typed.shape), typed)
+                else Tensor(MilTensorType(dtype, typed.shape), typed)
             )
             var = self._const(self.namer.fresh(hint), literal)
             self._stored[var] = var
@@ -243,11 +245,12 @@ class FunctionBuilder:
                 data, padding = encode(part.array, part.dtype)
                 offset = self.blobs.add_encoded(data, part.dtype, padding)
                 value: Scalar | Tensor | BlobFile = BlobFile(
-                    mil_type(part.array.shape, part.dtype), WEIGHT_PATH, offset)  # type: ignore[arg-type]
+                    mil_type(part.array.shape, part.dtype), WEIGHT_PATH, offset
+                )  # type: ignore[arg-type]
             elif part.array.ndim == 0:
                 value = Scalar(ScalarType(part.dtype), part.array.item())
             else:
-                value = Tensor(TensorType(part.dtype, part.array.shape), part.array)
+                value = Tensor(MilTensorType(part.dtype, part.array.shape), part.array)
             inputs[part.name] = self._const(name, value)
         var = self.op(c.op, inputs, c.dense.shape, "fp16", hint=hint)
         self._tensors[ir_name] = var

@@ -38,7 +38,7 @@ from anekit.formats.bundle import (
     canonical_json,
     not_a_bundle,
 )
-from anekit.formats.mil import Program
+from anekit.formats.mil import MilProgram
 from anekit.ir.graph import Graph, Node, Value
 from anekit.naming import fresh_name
 
@@ -133,7 +133,7 @@ class BundleContents:
         return _Bytes(self.data)
 
     @property
-    def programs(self) -> tuple[Program, ...]:
+    def programs(self) -> tuple[MilProgram, ...]:
         return tuple(s.program for s in self.segments)
 
 
@@ -166,7 +166,7 @@ def build_bundle(
     # once (a tied embedding serves both segments that read it); each weight file is hashed
     # on a thread of its own as soon as its segment is emitted, chunk by chunk as the
     # conversions finish (separate pools: hashing waits for conversions, never the reverse).
-    # The pools outlive this call: the contents are returned while they work.
+    # Both pools are joined before the call returns: no thread outlives it.
     pool = ThreadPoolExecutor(workers, thread_name_prefix="anekit-convert")
     hashers = ThreadPoolExecutor(workers, thread_name_prefix="anekit-sha256")
     failed = True
@@ -175,7 +175,12 @@ def build_bundle(
         weight_files: dict[str, FileData] = {}
         for k, segment in enumerate(segments):
             s = emit_segment(
-                graph, segment, target, weights=weights, executor=pool, conversions=conversions,
+                graph,
+                segment,
+                target,
+                weights=weights,
+                executor=pool,
+                conversions=conversions,
                 compressed=compressed,
             )
             if s.weight_file is not None:
@@ -187,9 +192,9 @@ def build_bundle(
             if progress is not None:
                 progress(k + 1, len(segments))
         failed = False
-    finally:  # queued work goes on (unless emission failed); the threads end when it is done
-        pool.shutdown(wait=False, cancel_futures=failed)
-        hashers.shutdown(wait=False, cancel_futures=failed)
+    finally:  # conversions first (the hashes wait for them); a failure cancels what is queued
+        pool.shutdown(wait=True, cancel_futures=failed)
+        hashers.shutdown(wait=True, cancel_futures=failed)
     files: dict[str, FileData] = {}
     entries: list[SegmentEntry] = []
     produced: dict[str, tuple[int, str]] = {}
@@ -274,15 +279,7 @@ def deterministic(data: Any) -> Any:
 
 def _write(path: Path, data: FileData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        for chunk in data.stream():  # straight from the arrays' memory, unbuffered
-            view = memoryview(chunk).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic.write_synced(path, data.stream())  # straight from the arrays' memory, unbuffered
 
 
 def _io(p: Any, source: Source | None) -> SegmentIO:

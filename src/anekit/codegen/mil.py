@@ -36,7 +36,7 @@ from anekit.codegen.compress import Compressed
 from anekit.codegen.lower import Call, lower_call
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
-from anekit.formats.mil import Binding, Function, Program, print_program
+from anekit.formats.mil import Binding, Function, MilProgram, print_program
 from anekit.ir.graph import Graph
 
 if TYPE_CHECKING:  # codegen reads targets and segments by their attributes only
@@ -105,7 +105,7 @@ class EmittedSegment:
 
     index: int
     device: str
-    program: Program
+    program: MilProgram
     weight_file: WeightFile | None
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
@@ -233,7 +233,7 @@ def emit_segment(
         tuple(b.operations),
         tuple(s.mil_name for s in outputs),
     )
-    program = Program(target.mil.program_version, BUILD_INFO, (function,))
+    program = MilProgram(target.mil.program_version, BUILD_INFO, (function,))
     return EmittedSegment(
         index=segment.index,
         device=device,

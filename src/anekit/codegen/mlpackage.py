@@ -34,7 +34,7 @@ from anekit.formats.bundle import Manifest, Source
 _IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
 _NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
-          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64}  # fmt: skip
+          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64, "uint32": np.uint32}  # fmt: skip
 
 
 def _coremltools() -> Any:
@@ -47,7 +47,7 @@ def _coremltools() -> Any:
 
 def export_mlpackage(
     manifest: Manifest,
-    programs: Sequence[mil.Program],
+    programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
     path: str | os.PathLike[str],
 ) -> Path:
@@ -109,7 +109,9 @@ def not_an_mlpackage(root: Path) -> str | None:
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             if rel == "Manifest.json" or rel in parents or rel in paths:
                 continue
-            if any(rel.startswith(f"{p}/") for p in paths) and not os.path.islink(Path(here) / name):
+            if any(rel.startswith(f"{p}/") for p in paths) and not os.path.islink(
+                Path(here) / name
+            ):
                 continue
             return f"its Manifest.json does not list '{rel}'"
     return None
@@ -133,7 +135,10 @@ class _Replay:
             if reader is None:
                 raise AnekitError(f"BLOBFILE {value.path!r} but the segment has no weight file")
             shape = tuple(int(d) for d in value.type.shape)  # type: ignore[arg-type]
-            return reader.read(value.offset, shape, value.type.dtype)
+            array = reader.read(value.offset, shape, value.type.dtype)
+            # coremltools tags sub-byte consts (compressed weights) by dtype metadata
+            sub_byte = getattr(self.types, f"np_{value.type.dtype}_dtype", None)
+            return array if sub_byte is None else array.astype(sub_byte)
         if isinstance(value, mil.Scalar):
             if value.dtype == "string":
                 return value.value
@@ -157,7 +162,7 @@ class _Replay:
 def _build(
     ct: Any,
     manifest: Manifest,
-    programs: Sequence[mil.Program],
+    programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
 ) -> Any:
     from coremltools.converters.mil.mil import Builder as mb

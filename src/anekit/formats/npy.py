@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+import zlib
+from tokenize import TokenError
 from typing import BinaryIO
 
 import numpy as np
@@ -23,6 +25,9 @@ from anekit.files import open_regular
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
 _MAX_HEADER = 10_000  # numpy's own default limit on a header's length
+# what zipfile, zlib and numpy's header reader raise for damaged bytes
+_DAMAGED = (zipfile.BadZipFile, zlib.error, OSError, ValueError, EOFError, NotImplementedError,
+            RuntimeError, KeyError, OverflowError)  # fmt: skip
 
 
 def read_array(path: str | os.PathLike[str], what: str) -> np.ndarray:
@@ -51,7 +56,7 @@ def _header(f: BinaryIO, what: str, where: str) -> tuple[tuple[int, ...], bool, 
             shape, fortran, dtype = npy_format.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
         else:
             raise ValueError(f"unknown .npy version {version}")
-    except (ValueError, OSError, SyntaxError, TypeError, EOFError) as exc:
+    except (*_DAMAGED, SyntaxError, TypeError, TokenError, RecursionError) as exc:
         raise InputError(f"{what} '{where}' has no valid .npy header ({exc})") from None
     if dtype.hasobject:
         raise InputError(
@@ -59,11 +64,19 @@ def _header(f: BinaryIO, what: str, where: str) -> tuple[tuple[int, ...], bool, 
             "load (it would need pickle)",
             hint="save a numeric array, e.g. numpy.save(path, array.astype(numpy.float32))",
         )
-    return tuple(int(d) for d in shape), bool(fortran), dtype
+    if not all(isinstance(d, int) and d >= 0 for d in shape) or dtype.itemsize == 0:
+        raise InputError(
+            f"{what} '{where}' declares the array {dtype}{list(shape)}, which cannot hold data"
+        )
+    return tuple(shape), bool(fortran), dtype
 
 
-def _from_bytes(data: bytes, shape: tuple[int, ...], fortran: bool, dtype: np.dtype) -> np.ndarray:
-    array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+def _from_bytes(data: bytes, shape: tuple[int, ...], fortran: bool, dtype: np.dtype,
+                what: str, where: str) -> np.ndarray:  # fmt: skip
+    try:
+        array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    except ValueError as exc:  # dims numpy cannot index (beyond its intp), a 0-size claim
+        raise InputError(f"{what} '{where}' declares {dtype}{list(shape)}: {exc}") from None
     return np.array(array, order="C")  # writable, owns its memory, C order
 
 
@@ -81,14 +94,14 @@ def _read_npy(f: BinaryIO, size: int, what: str, where: str) -> np.ndarray:
             f"{what} '{where}' is truncated: its header declares {dtype}{list(shape)} "
             f"({nbytes} bytes) but {max(size - f.tell(), 0)} bytes of data follow"
         )
-    return _from_bytes(f.read(nbytes), shape, fortran, dtype)
+    return _from_bytes(f.read(nbytes), shape, fortran, dtype, what, where)
 
 
 def _read_npz(f: BinaryIO, what: str, where: str) -> np.ndarray:
     try:
         archive = zipfile.ZipFile(f)
         members = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except _DAMAGED as exc:
         raise InputError(f"{what} '{where}' is not a readable .npz archive ({exc})") from None
     with archive:
         if len(members) != 1:
@@ -101,13 +114,12 @@ def _read_npz(f: BinaryIO, what: str, where: str) -> np.ndarray:
                 shape, fortran, dtype = _header(stream, what, f"{where}/{member.filename}")
                 nbytes = _checked_size(shape, dtype, what, where)
                 data = stream.read(nbytes)  # inflated up to the declared size, no further
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
-                RuntimeError) as exc:  # fmt: skip
+        except _DAMAGED as exc:
             raise InputError(f"{what} '{where}' is a damaged .npz archive ({exc})") from None
     if len(data) != nbytes:
         raise InputError(
             f"{what} '{where}' is truncated: its header declares {dtype}{list(shape)} "
             f"({nbytes} bytes) but the archive holds {len(data)}"
         )
-    return _from_bytes(data, shape, fortran, dtype)
+    return _from_bytes(data, shape, fortran, dtype, what, where)
 

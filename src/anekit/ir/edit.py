@@ -14,6 +14,9 @@ from anekit.ir.graph import Graph, Node, Value
 from anekit.ir.registry import InferError, infer_types
 from anekit.naming import fresh_name
 
+# The head and tail of the node order's linked list (never a node name: names are not empty).
+_ENDS = ""
+
 
 class GraphEditor:
     """A mutable working copy of a Graph. Nothing changes the source graph.
@@ -39,16 +42,16 @@ class GraphEditor:
         self._original_outputs = list(graph.output_names)
         self.values: dict[str, Value] = dict(graph.values)
         self.constants: dict[str, np.ndarray] = dict(graph.constants)
-        # Each node has a sort key (a tuple); build() orders ready nodes by key. A node
-        # inserted before an anchor gets a key between the anchor and its predecessors.
+        # The nodes' order is a doubly linked list (a node inserted before an anchor goes
+        # right ahead of it, in O(1)); build() orders ready nodes by their place in it.
         self._nodes: dict[str, Node] = {}
-        self._keys: dict[str, tuple[float, ...]] = {}
+        self._next: dict[str, str] = {_ENDS: _ENDS}
+        self._prev: dict[str, str] = {_ENDS: _ENDS}
         self._producer: dict[str, str] = {}
-        for i, n in enumerate(graph.nodes):
+        for n in graph.nodes:
             self._nodes[n.name] = n
-            self._keys[n.name] = (float(i),)
+            self._link(n.name, _ENDS)
             self._producer.update((o, n.name) for o in n.outputs)
-        self._counter = len(graph.nodes)
         self._taken: set[str] = set(self.values) | set(self._nodes)
         self._next_suffix: dict[str, int] = {}
 
@@ -65,7 +68,21 @@ class GraphEditor:
 
     @property
     def nodes(self) -> list[Node]:
-        return sorted(self._nodes.values(), key=lambda n: self._keys[n.name])
+        return [self._nodes[name] for name in self._order()]
+
+    def _order(self) -> list[str]:
+        """Node names in list order."""
+        names, name = [], self._next[_ENDS]
+        while name != _ENDS:
+            names.append(name)
+            name = self._next[name]
+        return names
+
+    def _link(self, name: str, before: str) -> None:
+        """Put ``name`` right ahead of ``before`` (``_ENDS``: at the end)."""
+        prev = self._prev[before]
+        self._next[prev], self._prev[name] = name, prev
+        self._next[name], self._prev[before] = before, name
 
     def node(self, name: str) -> Node:
         return self._nodes[name]
@@ -182,7 +199,8 @@ class GraphEditor:
         for o in self._nodes.pop(name).outputs:
             if self._producer.get(o) == name:
                 del self._producer[o]
-        del self._keys[name]
+        prev, after = self._prev.pop(name), self._next.pop(name)
+        self._next[prev], self._prev[after] = after, prev
 
     def replace_uses(self, old: str, new: str) -> None:
         """Make every reader of ``old`` (and the graph outputs) read ``new`` instead."""
@@ -199,14 +217,11 @@ class GraphEditor:
         self.output_names = [new if o == old else o for o in self.output_names]
 
     def _insert(self, node: Node, before: Node | str | None) -> None:
-        self._counter += 1
-        if before is None:
-            key: tuple[float, ...] = (float(self._counter),)
-        else:
-            anchor = self._keys[before if isinstance(before, str) else before.name]
-            key = anchor[:-1] + (anchor[-1] - 0.5, float(self._counter))
+        anchor = _ENDS if before is None else before if isinstance(before, str) else before.name
+        if anchor not in self._prev:
+            raise KeyError(f"cannot insert before '{anchor}': no such node")
         self._nodes[node.name] = node
-        self._keys[node.name] = key
+        self._link(node.name, anchor)
         self._producer.update((o, node.name) for o in node.outputs)
 
     # --- build ---------------------------------------------------------------------------
@@ -293,7 +308,8 @@ class GraphEditor:
             for i in n.inputs:
                 if i and i not in producer and i not in self.values:
                     raise ModelError(f"node '{n.name}' ({n.op}) reads unknown value '{i}'")
-        heap = [(self._keys[n.name], n.name) for n in nodes if not deps[n.name]]
+        rank = {name: k for k, name in enumerate(self._order())}
+        heap = [(rank[n.name], n.name) for n in nodes if not deps[n.name]]
         heapq.heapify(heap)
         order: list[Node] = []
         while heap:
@@ -302,7 +318,7 @@ class GraphEditor:
             for u in users[name]:
                 deps[u].discard(name)
                 if not deps[u]:
-                    heapq.heappush(heap, (self._keys[u], u))
+                    heapq.heappush(heap, (rank[u], u))
         if len(order) != len(nodes):
             stuck = sorted(set(self._nodes) - {n.name for n in order})[:5]
             raise ModelError(f"the graph has a cycle through nodes {stuck}")

@@ -53,41 +53,6 @@ class EpilogueStep:
         return f"{self.slot.name.lower()}:{self.op}" + (f"({args})" if args else "")
 
 
-# main IR op -> engine layer type (the netplist unit family it becomes)
-LAYER_TYPES: Mapping[str, str] = MappingProxyType(
-    {
-        "conv": "conv",
-        "matmul": "matmul",
-        "add": "elementwise",
-        "sub": "elementwise",
-        "mul": "elementwise",
-        "div": "elementwise",
-        "maximum": "elementwise",
-        "minimum": "elementwise",
-        "goc": "goc",
-        "max_pool": "pool",
-        "avg_pool": "pool",
-        "softmax": "softmax",
-        "reduce_sum": "reduction",
-        "reduce_mean": "reduction",
-        "reduce_max": "reduction",
-        "reduce_min": "reduction",
-        "concat": "concat",
-        "reshape": "reshape",
-        "transpose": "transpose",
-        "resize": "texture",
-        "pad": "texture",
-        "slice": "texture",
-        "identity": "neuron",
-        "conv_transpose": "deconv",
-        "instance_norm": "norm",
-        "attention": "sdpa",
-    }
-)
-ACTIVATIONS = frozenset(
-    {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu", "elu", "clip", "hard_sigmoid",
-     "hard_swish", "softplus", "exp", "sqrt", "reciprocal", "abs", "neg", "log", "erf", "sin", "cos"}
-)  # fmt: skip
 # Which engine unit executes a layer type: the multiply-accumulate array, the planar
 # engine, or the DMA/transpose path (no compute).
 UNITS: Mapping[str, str] = MappingProxyType(
@@ -112,17 +77,31 @@ UNITS: Mapping[str, str] = MappingProxyType(
 
 
 def layer_type_of(main: str) -> str:
-    if main in LAYER_TYPES:
-        return LAYER_TYPES[main]
-    if main in ACTIVATIONS:
+    """The engine layer type of an IR op, from its record: its own layer type, or 'neuron'
+    for an activation (KeyError when the op has no engine form)."""
+    record = get_op(main)
+    if record.layer_type:
+        return record.layer_type
+    if record.activation:
         return "neuron"
     raise KeyError(f"IR op '{main}' has no engine layer form")
+
+
+def is_activation(op: str) -> bool:
+    """Whether the engine's neuron unit applies ``op`` (a layer of its own or an epilogue slot)."""
+    return get_op(op).activation
+
+
+def has_engine_form(op: str) -> bool:
+    """Whether ``op`` can be the main op of an engine layer."""
+    record = get_op(op)
+    return bool(record.layer_type) or record.activation
 
 
 # --- the gain/offset unit as an op of its own -------------------------------------------
 
 
-@declare("goc", inputs=("x", "gain?", "offset?"), infer=broadcast(), kind="goc")
+@declare("goc", layer_type="goc", inputs=("x", "gain?", "offset?"), infer=broadcast())
 def goc(x, gain, offset):
     """x * gain + offset with gain/offset broadcast (per-channel [C,1,1] or scalar)"""
     y = x if gain is None else x * gain
@@ -172,7 +151,6 @@ def _layer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("main_origin", "strs", (), doc="the original nodes the main op implements"),
     ),
     infer=_layer_infer,
-    kind="layer",
 )
 def ane_layer(*xs, main, main_attrs, n_main, epilogue, layer_type, main_origin):
     """main op, then each filled epilogue slot in order"""

@@ -167,7 +167,10 @@ def run_graph(
             args = [env[i] if i else None for i in node.inputs]
             try:
                 outs = run_node(node, args, [graph.values[o] for o in node.outputs])
-            except (InternalError, AnekitError):
+            except InternalError:
+                raise
+            except AnekitError as exc:
+                exc.where = exc.where or f"node '{node.name}' ({node.op})"
                 raise
             except KernelError as exc:  # the values break the op's rules (as in onnxruntime)
                 raise InputError(
@@ -175,8 +178,10 @@ def run_graph(
                 ) from None
             except MemoryError:
                 raise MemoryBudgetError(
-                    f"node '{node.name}' ({node.op}) ran out of memory", requested=0,
-                    limit=budget.limit(), hint=f"lower {budget.ENV} below the free memory",
+                    f"node '{node.name}' ({node.op}) ran out of memory",
+                    requested=0,
+                    limit=budget.limit(),
+                    hint=f"lower {budget.ENV} below the free memory",
                 ) from None
             except Exception as exc:  # noqa: BLE001 - name the node for the user
                 raise InternalError(

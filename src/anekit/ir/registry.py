@@ -137,11 +137,17 @@ KernelFn = Callable[..., Any]
 
 @dataclass(frozen=True)
 class OpDef:
-    """One op: its inputs ('x', optional 'bias?', variadic 'xs*'), attributes, inference and kernel.
+    """One op: its inputs ('x', optional 'bias?', variadic 'xs*'), attributes, inference and
+    kernel, and what the compiler needs to know about it (docs/adding-an-op.md).
 
-    ``kind`` groups ops for the passes (e.g. 'unary', 'binary', 'conv', 'matmul', 'pool',
-    'norm', 'reduce', 'shape', 'compare', 'logic', 'misc'); ``num_outputs`` gives the output
-    count of ops with a variadic output, from the attributes and the input count.
+    ``num_outputs`` gives the output count of ops with a variadic output, from the attributes
+    and the input count. ``layer_type`` is the engine layer the op becomes as a layer's main
+    op ("" when it has none; ir/engine.py's UNITS says which unit runs each type);
+    ``activation`` marks the ops the engine's neuron unit applies, as a layer of their own
+    or in an activation slot of another layer's epilogue. ``affine`` marks the binary ops
+    that fold into the gain/offset unit when one operand is a constant (x*g+o).
+    ``no_engine_form`` is the reason the check report gives when the op runs on the CPU
+    (empty: the generic one).
     """
 
     name: str
@@ -150,12 +156,15 @@ class OpDef:
     attrs: tuple[Attr, ...]
     infer: InferFn
     kernel: KernelFn
-    kind: str
     doc: str = ""
     num_outputs: Callable[[Mapping[str, Any], int], int] | None = None
     # why code generation cannot emit the op ("" when it has a MIL lowering): validate turns
     # it into an error, so `check` never places a node that `save` cannot write
     no_lowering: str = ""
+    layer_type: str = ""
+    activation: bool = False
+    affine: bool = False
+    no_engine_form: str = ""
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -243,11 +252,14 @@ def declare(
     inputs: Sequence[str],
     attrs: Sequence[Attr] = (),
     infer: InferFn,
-    kind: str,
     outputs: Sequence[str] = ("y",),
     num_outputs: Callable[[Mapping[str, Any], int], int] | None = None,
     doc: str = "",
     no_lowering: str = "",
+    layer_type: str = "",
+    activation: bool = False,
+    affine: bool = False,
+    no_engine_form: str = "",
 ) -> Callable[[KernelFn], KernelFn]:
     """Decorator declaring an op whose fp32 numpy reference kernel is the decorated function.
 
@@ -264,10 +276,13 @@ def declare(
                 attrs=tuple(attrs),
                 infer=infer,
                 kernel=kernel,
-                kind=kind,
                 doc=doc or (kernel.__doc__ or "").strip(),
                 num_outputs=num_outputs,
                 no_lowering=no_lowering,
+                layer_type=layer_type,
+                activation=activation,
+                affine=affine,
+                no_engine_form=no_engine_form,
             )
         )
         return kernel

@@ -64,7 +64,7 @@ def read_config(folder: Path) -> LMConfig:
             f"no {CONFIG_FILE} in '{folder}'",
             hint="pass a Hugging Face model folder (config.json, *.safetensors, tokenizer files)",
         )
-    raw = read_json(path)
+    raw = read_json(path, MAX_CONFIG_BYTES)
     if not isinstance(raw, dict):
         raise ModelError(f"{CONFIG_FILE} holds no JSON object", where=str(path))
     return parse_config(raw, str(path))

@@ -36,6 +36,7 @@ from anekit.frontend.builder.tensor import Tensor, constant, graph, input
 from anekit.ir.graph import Graph
 from anekit.llm.config import LMConfig
 from anekit.llm.weights import WeightSet
+from anekit.passes.decompose.norms import SCALE_FLOOR
 
 # A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out].
 Linear = tuple[np.ndarray, np.ndarray | None]
@@ -85,7 +86,7 @@ def _gpt2_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
     for i in range(cfg.layers):
         p = f"h.{i}"
         w, b = conv1d(f"{p}.attn.c_attn", c, 3 * c)
-        q, k, v = ((w[j * c:(j + 1) * c], b[j * c:(j + 1) * c]) for j in range(3))  # type: ignore[index]
+        q, k, v = ((w[j * c : (j + 1) * c], b[j * c : (j + 1) * c]) for j in range(3))  # type: ignore[index]
         layers.append(LayerWeights(
             norm(f"{p}.ln_1"), q, k, v, conv1d(f"{p}.attn.c_proj", c, c), norm(f"{p}.ln_2"),
             conv1d(f"{p}.mlp.c_fc", c, f), None, conv1d(f"{p}.mlp.c_proj", f, c),
@@ -120,9 +121,7 @@ def _llama_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
         ))  # fmt: skip
     embed = ws.take("embed_tokens.weight", (cfg.vocab_size, c))
     head = embed if cfg.tied_embeddings else ws.take("lm_head.weight", (cfg.vocab_size, c))
-    return ModelWeights(
-        embed, None, tuple(layers), (ws.take("norm.weight", (c,)), None), head
-    )
+    return ModelWeights(embed, None, tuple(layers), (ws.take("norm.weight", (c,)), None), head)
 
 
 def rotary_tables(cfg: LMConfig, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,13 +160,24 @@ class _Builder:
         return ops.conv2d(x, conv_weight(f"{name}.weight", weight), b, name=name)
 
     def norm(self, x: Tensor, params: tuple[np.ndarray, np.ndarray | None], name: str) -> Tensor:
-        """LayerNorm or RMSNorm over the channel axis of [1, C, 1, S]."""
+        """LayerNorm or RMSNorm over the channel axis of [1, C, 1, S], fp16-safe at any scale.
+
+        The IR's norm ops normalise trailing axes, not the channel axis of this layout, so the
+        norm is written out here in the compiler's own fp16-safe form
+        (`anekit.passes.decompose.norms.normalize`): the deviations are divided by their peak
+        before they are squared, since real checkpoints' residual streams exceed 256, where a
+        plain x*x overflows fp16.
+        """
         weight, bias = params
         eps = self.cfg.norm_eps
         if self.cfg.norm == "layer_norm":
             x = x - ops.reduce_mean(x, axes=1)
-        var = ops.reduce_mean(x * x, axes=1)
-        y = x * ops.rsqrt(var + np.float32(eps)) * constant(weight.reshape(1, -1, 1, 1))
+        peak = ops.maximum(ops.reduce_max(ops.abs(x), axes=1), np.float32(SCALE_FLOOR))
+        inv = ops.reciprocal(peak)
+        unit = x * inv  # |unit| <= 1
+        var = ops.reduce_mean(unit * unit, axes=1)
+        std = ops.sqrt(var + (inv * np.float32(eps)) * inv)  # eps / peak^2, in fp16 range
+        y = ops.div(unit, std) * constant(weight.reshape(1, -1, 1, 1))
         return y if bias is None else y + constant(bias.reshape(1, -1, 1, 1))
 
     def embed(self, ids: Tensor, positions: Tensor) -> Tensor:

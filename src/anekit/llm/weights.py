@@ -31,7 +31,7 @@ def shard_files(folder: Path) -> list[Path]:
             hint="save the model with save_pretrained(..., safe_serialization=True)",
         )
     try:
-        names = sorted(set(read_json(index)["weight_map"].values()))
+        names = sorted(set(read_json(index, MAX_INDEX_BYTES)["weight_map"].values()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ModelError(f"{INDEX} has no valid weight_map ({exc})", where=str(index)) from None
     if not all(isinstance(n, str) for n in names):

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from anekit.passes.results import Diagnostic, PassRecord, Placement, Segment
+from anekit.passes.results import Diagnostic, PassRecord
 from anekit.targets import Target
 
 DEAD_CODE = "dead code: nothing reads its result"
@@ -47,8 +47,9 @@ class NodeEvent:
 class PassContext:
     """Mutable state threaded through one compile (one context per compile, never shared).
 
-    ``events`` maps each original node name to what happened to it; ``placement`` and
-    ``segments`` are filled by the segment pass; ``verdicts`` by validate.
+    ``events`` maps each original node name to what happened to it. What a pass decides
+    about the graph (verdicts, placement, segments) is not kept here: the pipeline hands it
+    from the pass that provides it to the passes that need it, and returns it.
     """
 
     target: Target
@@ -56,9 +57,6 @@ class PassContext:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     events: dict[str, list[NodeEvent]] = field(default_factory=dict)
     records: list[PassRecord] = field(default_factory=list)
-    verdicts: dict[str, tuple[str, str] | None] = field(default_factory=dict)
-    placement: dict[str, Placement] = field(default_factory=dict)
-    segments: list[Segment] = field(default_factory=list)
     # original nodes merged into another node's weights or constants (never a main op)
     absorbed: set[str] = field(default_factory=set)
     current: str = ""

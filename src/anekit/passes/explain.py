@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph, Node
 from anekit.passes.context import DEAD_CODE, PassContext
+from anekit.passes.results import PipelineResult
 
 MAX_LAYER_NAMES = 3
 _LAYOUT_OPS = frozenset({"reshape", "transpose", "expand"})
@@ -62,24 +63,26 @@ def _primary(node: Node) -> tuple[str, ...]:
     return node.attrs["main_origin"] if node.op == "ane_layer" else node.origin
 
 
-def _device(ctx: PassContext, node: Node) -> str:
+def _device(result: PipelineResult, node: Node) -> str:
     """Where the segment pass placed ``node`` (before it runs: layers on the engine)."""
-    placed = ctx.placement.get(node.name)
+    placed = result.placement.get(node.name)
     if placed is not None:
         return placed.device
     return "ane" if node.op == "ane_layer" else "cpu"
 
 
-def _reason(ctx: PassContext, node: Node) -> str | None:
-    placed = ctx.placement.get(node.name)
+def _reason(result: PipelineResult, node: Node) -> str | None:
+    placed = result.placement.get(node.name)
     if placed is not None:
         return placed.reason
-    verdict = ctx.verdicts.get(node.name)
+    verdict = result.verdicts.get(node.name)
     return verdict[1] if verdict else None
 
 
-def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
-    """One OpReport per node of ``source`` (whose node names are the origins in ``graph``)."""
+def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpReport]:
+    """One OpReport per node of ``source`` (whose node names are the origins in the result's
+    graph), from the pipeline's facts and the context's event log."""
+    graph = result.graph
     holders: dict[str, list[Node]] = {}
     for n in graph.nodes:
         for o in n.origin:
@@ -96,16 +99,16 @@ def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
             rows.append(OpReport(s.name, s.op, "removed", None, reason))
             continue
         mains = [h for h in hs if s.name in _primary(h)]
-        cpu_mains = [h for h in mains if _device(ctx, h) == "cpu"]
+        cpu_mains = [h for h in mains if _device(result, h) == "cpu"]
         if cpu_mains:
             rows.append(
-                OpReport(s.name, s.op, "cpu", _names(cpu_mains), _reason(ctx, cpu_mains[0]))
+                OpReport(s.name, s.op, "cpu", _names(cpu_mains), _reason(result, cpu_mains[0]))
             )
         elif mains:
             note = _notes(ctx, s.name, ("split", "decomposed", "rewritten"))
             rows.append(OpReport(s.name, s.op, "ane", _names(mains), note))
-        elif all(_device(ctx, h) == "cpu" for h in hs):
-            why = f"folded into '{hs[0].name}', which runs on the CPU: {_reason(ctx, hs[0])}"
+        elif all(_device(result, h) == "cpu" for h in hs):
+            why = f"folded into '{hs[0].name}', which runs on the CPU: {_reason(result, hs[0])}"
             rows.append(OpReport(s.name, s.op, "cpu", _names(hs), why))
         else:
             notes = [
@@ -117,16 +120,17 @@ def explain(source: Graph, graph: Graph, ctx: PassContext) -> list[OpReport]:
     return rows
 
 
-def summarize(source: Graph, graph: Graph, ctx: PassContext) -> dict[str, int]:
+def summarize(source: Graph, result: PipelineResult) -> dict[str, int]:
     """The check summary: nodes, engine layers, segments, CPU ops, dispatches."""
-    ane_layers = sum(1 for n in graph.nodes if n.op == "ane_layer" and _device(ctx, n) == "ane")
-    ane_segments = sum(1 for s in ctx.segments if s.device == "ane")
+    graph = result.graph
+    ane_layers = sum(1 for n in graph.nodes if n.op == "ane_layer" and _device(result, n) == "ane")
+    ane_segments = sum(1 for s in result.segments if s.device == "ane")
     return {
         "nodes": len(source.nodes),
         "engine_layers": ane_layers,
         "ane_segments": ane_segments,
-        "cpu_segments": len(ctx.segments) - ane_segments,
-        "cpu_ops": sum(1 for n in graph.nodes if _device(ctx, n) == "cpu"),
+        "cpu_segments": len(result.segments) - ane_segments,
+        "cpu_ops": sum(1 for n in graph.nodes if _device(result, n) == "cpu"),
         "dispatches": ane_segments,
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.ir.engine import ACTIVATIONS
+from anekit.ir.engine import is_activation
 from anekit.ir.graph import Node
 from anekit.ir.ops.shape import slice_bounds
 from anekit.passes.chains import is_unit_reshape, reshape_groups
@@ -269,7 +269,7 @@ def _slice_maker(rw: Rewriter, prod: Node, axis: int, rank: int):
             return rw.add(prod.op, ins, hint=f"{prod.name}/{start}", origin=o, before=sl)
 
         return binary_part
-    if (prod.op in ACTIVATIONS or prod.op == "identity") and len(prod.inputs) == 1:
+    if (is_activation(prod.op) or prod.op == "identity") and len(prod.inputs) == 1:
         if not rw.single_use(prod.inputs[0]):
             return None
         return lambda s, e, sl: rw.add(

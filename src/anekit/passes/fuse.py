@@ -23,27 +23,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from anekit.ir.engine import (
-    ACTIVATIONS,
-    LAYER_TYPES,
     EpilogueStep,
     Slot,
+    has_engine_form,
+    is_activation,
     layer_attrs,
     layer_type_of,
 )
 from anekit.ir.graph import Graph, Node
-from anekit.ir.registry import infer_types
+from anekit.ir.registry import get_op, infer_types
 from anekit.passes.context import PassContext
 from anekit.passes.rewrite import Rewriter, live_and_const
 
 EPILOGUE_HOSTS = frozenset({"conv", "deconv", "matmul", "pool", "elementwise", "goc", "neuron"})
-_AFFINE = frozenset({"add", "sub", "mul", "div"})
 
 
 def engine_capable(rw: Rewriter, node: Node) -> bool:
     """The op has an engine layer form and all its tensors are floating point."""
     if node.op == "ane_layer" or len(node.outputs) != 1:
         return False
-    if node.op not in LAYER_TYPES and node.op not in ACTIVATIONS:
+    if not has_engine_form(node.op):
         return False
     present = [bool(i) for i in node.inputs]
     if False in present and True in present[present.index(False) :]:
@@ -137,7 +136,7 @@ def _start(rw: Rewriter, node: Node) -> _Layer:
     while inputs and not inputs[-1]:  # absent trailing optional inputs
         inputs.pop()
     layer = _Layer(node, node.op, inputs, dict(node.attrs), node.output, rank)
-    found = live_and_const(rw, node) if node.op in _AFFINE else None
+    found = live_and_const(rw, node) if get_op(node.op).affine else None
     if found is not None and goc_compatible(found[1], rw.shape(node.output)):
         live, c, ci = found
         affine = _Affine(origin=list(node.origin))
@@ -167,7 +166,7 @@ def _absorb(rw: Rewriter, layer: _Layer, c: Node) -> Slot | None:
     """Take consumer ``c`` into the layer; return the slot it went to (None: not fusable)."""
     if not engine_capable(rw, c):
         return None
-    if c.op in _AFFINE:
+    if get_op(c.op).affine:
         found = live_and_const(rw, c)
         if found is None or found[0] != layer.out or rw.shape(c.output) != rw.shape(layer.out):
             return None
@@ -178,7 +177,7 @@ def _absorb(rw: Rewriter, layer: _Layer, c: Node) -> Slot | None:
             return None
         target.origin += list(c.origin)
         return Slot.GOC
-    if c.op in ACTIVATIONS and len(c.inputs) == 1:
+    if is_activation(c.op) and len(c.inputs) == 1:
         slot = layer.activation_slot()
         if slot is not None:
             layer.steps[slot] = (c.op, dict(c.attrs), list(c.origin))

@@ -18,13 +18,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anekit.ir.engine import ACTIVATIONS
+from anekit.ir.engine import is_activation
 from anekit.ir.graph import Graph, Node
+from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
 from anekit.passes.rewrite import Rewriter
 
-_BINARY = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
-_REDUCE = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"})
+
+def layer_of(op: str) -> str:
+    """The engine layer type the op record declares ("" for none)."""
+    return get_op(op).layer_type
+
+
 _NC_PRODUCERS = frozenset(
     {
         "conv",
@@ -178,13 +183,13 @@ class _Layout:
             kind = "seq"
         form = Form(kind, out.shape)
         attrs = dict(node.attrs)
-        if node.op in ACTIVATIONS and len(node.inputs) == 1:
+        if is_activation(node.op) and len(node.inputs) == 1:
             ins = [self.twin(node.inputs[0], kind, out.rank, node)]
-        elif node.op in _BINARY:
+        elif layer_of(node.op) == "elementwise":
             if not self.operands_fit(list(node.inputs), out.shape, kind):
                 return False
             ins = [self.twin(i, kind, out.rank, node) for i in node.inputs]
-        elif node.op in _REDUCE or node.op == "softmax":
+        elif layer_of(node.op) in ("reduction", "softmax"):
             return self.axis_op(node, form)
         elif node.op in ("concat", "slice"):
             return self.axis_op(node, form)
@@ -206,7 +211,7 @@ class _Layout:
         x = node.inputs[0]
         r = len(form.shape)
         attrs = dict(node.attrs)
-        if node.op in _REDUCE:
+        if layer_of(node.op) == "reduction":
             in_form = Form(form.kind, rw.shape(x))
             axes = attrs["axes"] or tuple(range(in_form.shape.__len__()))
             mapped = [in_form.axis(a) for a in axes]

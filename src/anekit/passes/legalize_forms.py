@@ -149,8 +149,9 @@ def shuffle_as_conv(rw: Rewriter, node: Node) -> bool:
 # --- tile, cumsum, pow, 1-D transposed conv ---------------------------------------------
 
 
-# One concat input per copy: past this many copies on an axis the rewrite would build a graph
-# as large as the repeat count (a hostile Tile asks for 1e9), so such a tile stays as it is.
+# One concat input per copy: past this many copies in all the rewrite would build a graph as
+# large as the repeat count (a hostile Tile asks for 1e9), so such a tile stays as it is and
+# reaches the size check.
 MAX_TILE_COPIES = 64
 
 
@@ -159,7 +160,7 @@ def tile_as_concat(rw: Rewriter, node: Node) -> bool:
     x = node.inputs[0]
     if not _is_float(rw, node) or rw.is_const(x):
         return False
-    if max(node.attrs["repeats"], default=1) > MAX_TILE_COPIES:
+    if sum(r for r in node.attrs["repeats"] if r > 1) > MAX_TILE_COPIES:
         return False
     e = Emit(rw, node)
     y = x

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.ir.engine import ACTIVATIONS
+from anekit.ir.engine import is_activation
 from anekit.ir.graph import Node
 from anekit.passes.chains import is_unit_reshape, reshape_groups
 from anekit.passes.rewrite import Rewriter, live_and_const, rule
@@ -71,7 +71,7 @@ def _from_matmul(rw: Rewriter, v: str, depth: int = 8) -> bool:
             return False
         if p.op == "matmul":
             return True
-        if p.op in ACTIVATIONS and len(p.inputs) == 1:
+        if is_activation(p.op) and len(p.inputs) == 1:
             v = p.inputs[0]
         elif p.op in ("add", "sub", "mul", "div") and live_and_const(rw, p) is not None:
             v = live_and_const(rw, p)[0]
@@ -91,7 +91,7 @@ def sink_unit_reshape(rw: Rewriter, node: Node) -> bool:
     nxt = rw.sole_user(node.output)
     if nxt is None:
         return False
-    if nxt.op in ACTIVATIONS and len(nxt.inputs) == 1:
+    if is_activation(nxt.op) and len(nxt.inputs) == 1:
         y = rw.add(nxt.op, [x], nxt.attrs, hint=nxt.name, origin=nxt.origin, before=nxt)
     elif nxt.op in ("add", "sub", "mul", "div"):
         found = live_and_const(rw, nxt)

@@ -1,12 +1,14 @@
-"""The pipeline as data: pass names in order, each a pure (Graph, PassContext) -> Graph."""
+"""The pipeline as data: pass names in order, each pass with the facts it needs and provides."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
-from anekit.errors import InternalError
+from anekit.errors import AnekitError, InternalError
 from anekit.ir.graph import Graph
 from anekit.passes.canonicalize import canonicalize
 from anekit.passes.context import PassContext
@@ -18,6 +20,7 @@ from anekit.passes.legalize_forms import engine_forms
 from anekit.passes.legalize_kernels import split_kernels
 from anekit.passes.legalize_reshapes import fold_reshapes
 from anekit.passes.matmul_to_conv import matmul_to_conv
+from anekit.passes.results import PipelineResult
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
 
@@ -25,23 +28,36 @@ from anekit.passes.validate import validate
 # "before" of benchmarks/cpu_fallback_zoo.py.
 LEGALISING_PASSES = ("engine_forms", "split_kernels", "fold_reshapes")
 
-PassFn = Callable[[Graph, PassContext], Graph]
 # (pass name, graph before, graph after): lets tests check every step
 Observer = Callable[[str, Graph, Graph], None]
 
-PASSES = MappingProxyType(
+
+@dataclass(frozen=True)
+class Pass:
+    """A pass and its contract: the facts it ``needs`` from earlier passes (handed to it as
+    keyword arguments) and the facts it ``provides``. A fact is a value a pass returns beside
+    the graph (validate's verdicts, segment's placement) or a property of the graph it leaves
+    (``engine_layers``: nodes the engine can run are ane_layer nodes). A pass with facts to
+    provide returns (graph, {fact: value}); the others return the graph."""
+
+    run: Callable[..., Any]
+    needs: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+
+
+PASSES: Mapping[str, Pass] = MappingProxyType(
     {
-        "canonicalize": canonicalize,
-        "decompose": decompose,
-        "engine_forms": engine_forms,
-        "layout": layout,
-        "split_kernels": split_kernels,
-        "matmul_to_conv": matmul_to_conv,
-        "fold_reshapes": fold_reshapes,
-        "fuse_epilogues": fuse_epilogues,
-        "legalize": legalize,
-        "validate": validate,
-        "segment": segment,
+        "canonicalize": Pass(canonicalize),
+        "decompose": Pass(decompose),
+        "engine_forms": Pass(engine_forms),
+        "layout": Pass(layout),
+        "split_kernels": Pass(split_kernels),
+        "matmul_to_conv": Pass(matmul_to_conv),
+        "fold_reshapes": Pass(fold_reshapes),
+        "fuse_epilogues": Pass(fuse_epilogues, provides=("engine_layers",)),
+        "legalize": Pass(legalize, needs=("engine_layers",)),
+        "validate": Pass(validate, needs=("engine_layers",), provides=("verdicts",)),
+        "segment": Pass(segment, needs=("verdicts",), provides=("placement", "segments")),
     }
 )
 
@@ -62,10 +78,30 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "validate",
     "segment",
 )
+_GRAPH_PROPERTIES = ("engine_layers",)  # facts that are properties of the graph, not values
 
 
 def origins(graph: Graph) -> set[str]:
     return {o for n in graph.nodes for o in n.origin}
+
+
+def check_contracts(passes: Sequence[str]) -> None:
+    """Every pass of ``passes`` is known and finds the facts it needs provided before it."""
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        raise AnekitError(f"unknown pass(es) {unknown}", hint=f"known passes: {', '.join(PASSES)}")
+    provided: set[str] = set()
+    for name in passes:
+        spec = PASSES[name]
+        missing = [f for f in spec.needs if f not in provided]
+        if missing:
+            givers = sorted({p for p, s in PASSES.items() if set(missing) & set(s.provides)})
+            raise AnekitError(
+                f"pass '{name}' needs {', '.join(missing)}, which no earlier pass provides",
+                hint=f"run {' and '.join(givers)} before {name} (the default pipeline: "
+                f"{', '.join(DEFAULT_PIPELINE)})",
+            )
+        provided.update(spec.provides)
 
 
 def run_pipeline(
@@ -75,19 +111,26 @@ def run_pipeline(
     *,
     observe: Observer | None = None,
     check: bool = False,
-) -> Graph:
-    """Run ``passes`` in order, logging a PassRecord and per-node events for each.
+) -> PipelineResult:
+    """Run ``passes`` in order, logging a PassRecord and per-node events for each, and return
+    the final graph with the facts the passes provided. The contracts are checked first: a
+    pipeline lacking a pass another one needs is an error before any pass runs.
 
     ``check`` validates the graph after every pass (a failure is a bug in that pass).
     """
-    unknown = [p for p in passes if p not in PASSES]
-    if unknown:
-        raise ValueError(f"unknown pass(es) {unknown}; known: {', '.join(PASSES)}")
+    check_contracts(passes)
+    facts: dict[str, Any] = {}
     for name in passes:
+        spec = PASSES[name]
         ctx.begin(name)
         before = origins(graph)
         start = time.perf_counter()
-        out = PASSES[name](graph, ctx)
+        out = spec.run(
+            graph, ctx, **{f: facts[f] for f in spec.needs if f not in _GRAPH_PROPERTIES}
+        )
+        out, provided = out if isinstance(out, tuple) else (out, {})
+        facts.update(provided)
+        facts.update({f: True for f in spec.provides if f in _GRAPH_PROPERTIES})
         ctx.vanished(sorted(before - origins(out)))
         ctx.end(time.perf_counter() - start)
         if check:
@@ -98,7 +141,12 @@ def run_pipeline(
         if observe is not None:
             observe(name, graph, out)
         graph = out
-    return graph
+    return PipelineResult(
+        graph,
+        verdicts=facts.get("verdicts", MappingProxyType({})),
+        placement=facts.get("placement", MappingProxyType({})),
+        segments=facts.get("segments", ()),
+    )
 
 
 def stamp_origins(graph: Graph) -> Graph:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
+
+from anekit.ir.graph import Graph
 
 Severity = Literal["error", "warning", "info"]
 Device = Literal["ane", "cpu"]
@@ -66,3 +70,21 @@ class PassRecord:
     changes: int
     notes: tuple[str, ...] = field(default=())
     seconds: float = 0.0
+
+
+# validate's verdict on a node: None (the engine accepts it) or (code, message)
+Verdict = tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """What the pass pipeline returns: the engine graph and the facts passes provided about it.
+
+    ``verdicts`` come from validate; ``placement`` and ``segments`` from segment (empty when
+    the pipeline did not run those passes, e.g. a canonicalize-only run in a test).
+    """
+
+    graph: Graph
+    verdicts: Mapping[str, Verdict] = field(default_factory=lambda: MappingProxyType({}))
+    placement: Mapping[str, Placement] = field(default_factory=lambda: MappingProxyType({}))
+    segments: tuple[Segment, ...] = ()

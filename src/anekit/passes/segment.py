@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 from anekit.ir.engine import UNITS, LayerView
 from anekit.ir.graph import Graph, Node
 from anekit.passes.context import PassContext
-from anekit.passes.results import Placement, Segment
+from anekit.passes.results import Placement, Segment, Verdict
 
 LAYOUT_ONLY_REASON = "a layout-only layer between CPU ops runs on the CPU (saves a dispatch)"
 
@@ -91,12 +93,15 @@ def _io(graph: Graph, nodes: list[Node]) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(inputs), tuple(outputs)
 
 
-def segment(graph: Graph, ctx: PassContext) -> Graph:
-    """Place every node, cut ANE/CPU segments with the fewest transitions, count dispatches."""
+def segment(
+    graph: Graph, ctx: PassContext, verdicts: Mapping[str, Verdict]
+) -> tuple[Graph, dict[str, Any]]:
+    """Place every node, cut ANE/CPU segments with the fewest transitions, count dispatches.
+    Needs validate's ``verdicts``; provides ``placement`` and ``segments``."""
     device: dict[str, str] = {}
     reason: dict[str, str | None] = {}
     for n in graph.nodes:
-        verdict = ctx.verdicts.get(n.name, ("unvalidated", "not validated"))
+        verdict = verdicts[n.name]  # validate judged every node of this graph
         ok = n.op == "ane_layer" and verdict is None
         device[n.name] = "ane" if ok else "cpu"
         reason[n.name] = None if ok else verdict[1]
@@ -112,16 +117,17 @@ def segment(graph: Graph, ctx: PassContext) -> Graph:
                 moved = True
         if moved:
             groups = group_by_device(graph, device)
-    ctx.placement.clear()
-    ctx.segments.clear()
+    placement: dict[str, Placement] = {}
+    segments: list[Segment] = []
     order: list[Node] = []
     for i, (klass, nodes) in enumerate(groups):
         dev = "cpu" if klass == "cpu" else "ane"
         inputs, outputs = _io(graph, nodes)
-        ctx.segments.append(Segment(i, dev, tuple(n.name for n in nodes), inputs, outputs))
+        segments.append(Segment(i, dev, tuple(n.name for n in nodes), inputs, outputs))
         for n in nodes:
-            ctx.placement[n.name] = Placement(dev, i, reason[n.name])
+            placement[n.name] = Placement(dev, i, reason[n.name])
         order += nodes
-    ane = sum(1 for s in ctx.segments if s.device == "ane")
-    ctx.note(f"{ane} ANE segment(s) = {ane} dispatch(es), {len(ctx.segments) - ane} CPU segment(s)")
-    return graph.replace(nodes=order)
+    ane = sum(1 for s in segments if s.device == "ane")
+    ctx.note(f"{ane} ANE segment(s) = {ane} dispatch(es), {len(segments) - ane} CPU segment(s)")
+    facts = {"placement": MappingProxyType(placement), "segments": tuple(segments)}
+    return graph.replace(nodes=order), facts

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from anekit.ir.dtypes import DType
 from anekit.ir.engine import UNITS, LayerView
 from anekit.ir.graph import Graph, Node
 from anekit.ir.registry import get_op
 from anekit.passes.context import PassContext
-from anekit.passes.results import Diagnostic
+from anekit.passes.results import Diagnostic, Verdict
 from anekit.targets import Target
 
 FP16_BYTES = 2
@@ -27,7 +28,9 @@ class Reject:
     message: str
 
 
-# IR op (main op or epilogue activation) -> (feature gate, code, Apple-style message)
+# IR op (main op or epilogue activation) -> (feature gate, code, Apple-style message). Only
+# ops with an engine layer form are gated here (tests/passes/test_validate.py checks it): an
+# op without one never reaches a layer validator, it runs on the CPU with no-engine-form.
 FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
     {
         "softmax": (
@@ -41,36 +44,8 @@ FEATURE_GATES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
             "Instance norm is not supported by this ANE architecture",
         ),
         "resize": ("resize", "resize-unsupported", "resize is not supported on this architecture"),
-        "grid_sample": (
-            "affine",
-            "affine-unsupported",
-            "affine transform is not supported on this architecture",
-        ),
-        "affine": (
-            "affine",
-            "affine-unsupported",
-            "affine transform is not supported on this architecture",
-        ),
-        "dropout": (
-            "dropout",
-            "dropout-unsupported",
-            "Dropout layer is not supported on this architecture.",
-        ),
-        "random_normal": (
-            "random",
-            "random-unsupported",
-            "Random layer is not supported on this architecture.",
-        ),
-        "random_uniform": (
-            "random",
-            "random-unsupported",
-            "Random layer is not supported on this architecture.",
-        ),
         "sin": ("sin_cos", "sin-cos-unsupported", "sin is not supported on this architecture"),
         "cos": ("sin_cos", "sin-cos-unsupported", "cos is not supported on this architecture"),
-        "topk": ("topk", "topk-unsupported", "TopK layer is not supported on this architecture"),
-        "sort": ("sort", "sort-unsupported", "Sort layer is not supported on this architecture"),
-        "argsort": ("sort", "sort-unsupported", "Sort layer is not supported on this architecture"),
         "attention": ("sdpa", "sdpa-unsupported", "SDPA is not supported on this architecture"),
         "concat": ("concat", "concat-unsupported", "Concat is not supported on this architecture"),
     }
@@ -280,8 +255,9 @@ def validate_layer(view: LayerView, graph: Graph, target: Target) -> Reject | No
 
 def no_engine_form(node: Node, graph: Graph) -> Reject:
     """Why a plain (unfused) op runs on the CPU."""
-    if node.op in _NO_FORM:
-        return Reject("no-engine-form", _NO_FORM[node.op])
+    reason = get_op(node.op).no_engine_form
+    if reason:
+        return Reject("no-engine-form", f"{node.op} has no engine form: {reason}")
     for name in (*node.inputs, *node.outputs):
         if name and not graph.values[name].dtype.is_float:
             dt = graph.values[name].dtype
@@ -290,18 +266,6 @@ def no_engine_form(node: Node, graph: Graph) -> Reject:
                 f"{node.op} on {dt} tensors has no engine form (the engine computes in fp16)",
             )
     return Reject("no-engine-form", f"{node.op} has no engine form")
-
-
-_NO_FORM: Mapping[str, str] = MappingProxyType(
-    {
-        "gather": "gather (an embedding or index lookup) has no engine form",
-        "gather_elements": "gather_elements (an index lookup) has no engine form",
-        "lstm": "lstm has no engine form: recurrent layers run on the CPU",
-        "gru": "gru has no engine form: recurrent layers run on the CPU",
-        "rnn": "rnn has no engine form: recurrent layers run on the CPU",
-        "einsum": "einsum has no engine form",
-    }
-)
 
 
 def unlowerable(node: Node) -> Reject | None:
@@ -317,13 +281,15 @@ def unlowerable(node: Node) -> Reject | None:
     return None
 
 
-def validate(graph: Graph, ctx: PassContext) -> Graph:
+def validate(graph: Graph, ctx: PassContext) -> tuple[Graph, dict[str, Any]]:
     """Record a verdict for every node: None (the engine accepts it) or the rejection. A node
-    code generation cannot emit at all is an error: `check` must not place what `save` fails on."""
+    code generation cannot emit at all is an error: `check` must not place what `save` fails on.
+    Provides ``verdicts``."""
+    verdicts: dict[str, Verdict] = {}
     for node in graph.nodes:
         missing = unlowerable(node)
         if missing is not None:
-            ctx.verdicts[node.name] = (missing.code, missing.message)
+            verdicts[node.name] = (missing.code, missing.message)
             ctx.count(f"rejected: {missing.code}")
             hint = "the model cannot be saved as a bundle for any target until the op is lowered"
             ctx.diagnose(Diagnostic("error", missing.code, node.name, missing.message, hint))
@@ -334,12 +300,12 @@ def validate(graph: Graph, ctx: PassContext) -> Graph:
         else:
             found = no_engine_form(node, graph)
             severity = "info"
-        ctx.verdicts[node.name] = None if found is None else (found.code, found.message)
+        verdicts[node.name] = None if found is None else (found.code, found.message)
         if found is not None:
             ctx.count(f"rejected: {found.code}")
             ctx.diagnose(
                 Diagnostic(severity, found.code, node.name, found.message, "it runs on the CPU")
             )
-    accepted = sum(1 for v in ctx.verdicts.values() if v is None)
+    accepted = sum(1 for v in verdicts.values() if v is None)
     ctx.note(f"{accepted} layer(s) accepted by the {ctx.target.name} validators")
-    return graph
+    return graph, {"verdicts": MappingProxyType(verdicts)}

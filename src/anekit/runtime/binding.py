@@ -48,7 +48,7 @@ def min_surface_bytes(target_name: str) -> int:
 
 
 def check_engine_segment(
-    segment: SegmentEntry, program: mil.Program, min_bytes: int, where: str
+    segment: SegmentEntry, program: mil.MilProgram, min_bytes: int, where: str
 ) -> int:
     """Refuse an engine segment whose I/O breaks a binding rule; returns the one size every
     surface of the segment gets (its input and output allocations' maximum)."""

@@ -54,7 +54,7 @@ class Program:
     def __init__(
         self,
         manifest: Manifest,
-        programs: Sequence[mil.Program],
+        programs: Sequence[mil.MilProgram],
         weights: Sequence[Path | bytes | None],
         *,
         where: str = "program",
@@ -304,7 +304,7 @@ def _load_mil_file(path: Path) -> Program:
 def _static(t: Any, where: str, name: str) -> tuple[tuple[int, ...], str]:
     if isinstance(t, mil.ScalarType):
         dtype, shape = t.dtype, ()
-    elif isinstance(t, mil.TensorType) and t.is_static:
+    elif isinstance(t, mil.MilTensorType) and t.is_static:
         dtype, shape = t.dtype, tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
     else:
         raise FormatError(f"'{name}' has the type {t}; only static tensors can be run", where=where)
@@ -313,7 +313,7 @@ def _static(t: Any, where: str, name: str) -> tuple[tuple[int, ...], str]:
     return shape, dtype
 
 
-def _check_signature(segment: SegmentEntry, program: mil.Program, where: str) -> None:
+def _check_signature(segment: SegmentEntry, program: mil.MilProgram, where: str) -> None:
     """The program's main function takes and returns what the manifest says."""
     function = program.function(segment.function)
     declared = {b.name: b.type for b in function.inputs}

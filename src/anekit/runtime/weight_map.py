@@ -19,9 +19,11 @@ bounds-checked against the source weight's size.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,9 +159,11 @@ def record(source: Any, graph: Any, segments: Sequence[Any], min_blob: int) -> W
         for name, array in source.constants.items()
         if array.dtype in (np.float16, np.float32) and array.flags.c_contiguous and array.size
     }
-    spans = sorted(
-        (array.ctypes.data, array.ctypes.data + array.nbytes, name)
-        for name, array in candidates.items()
+    spans = _Spans(
+        sorted(
+            (array.ctypes.data, array.ctypes.data + array.nbytes, name)
+            for name, array in candidates.items()
+        )
     )
     found: dict[str, list[Placement]] = {name: [] for name in candidates}
     copies: dict[str, str] = {}  # source weight -> an engine constant derived by computation
@@ -219,16 +223,35 @@ def _blobfiles(program: Any) -> dict[str, tuple[int, str, tuple[int, ...]]]:
     return out
 
 
+class _Spans:
+    """The source weights' memory ranges (lo, hi, name), sorted by start, with the furthest
+    end reached by any range up to each one: the ranges holding an address are found by
+    bisection and a backward walk that stops where no earlier range reaches it (a scan of
+    every range per engine constant is quadratic in a model's weights)."""
+
+    def __init__(self, spans: list[tuple[int, int, str]]):
+        self.spans = spans
+        self.starts = [lo for lo, _, _ in spans]
+        self.reach = list(itertools.accumulate((hi for _, hi, _ in spans), max))
+
+    def holding(self, ptr: int) -> Iterator[tuple[int, int, str]]:
+        """The ranges with lo <= ptr < hi, the latest start first."""
+        k = bisect.bisect_right(self.starts, ptr) - 1
+        while k >= 0 and self.reach[k] > ptr:
+            lo, hi, name = self.spans[k]
+            if ptr < hi:
+                yield lo, hi, name
+            k -= 1
+
+
 def _owner(
-    array: np.ndarray, spans: list[tuple[int, int, str]], candidates: Mapping[str, np.ndarray]
+    array: np.ndarray, spans: _Spans, candidates: Mapping[str, np.ndarray]
 ) -> tuple[str, int, tuple[int, ...]] | None:
     """The source weight ``array`` is a view of, with its element start and strides."""
     if not array.size:
         return None
     ptr = array.ctypes.data
-    for lo, hi, name in spans:
-        if not lo <= ptr < hi:
-            continue
+    for lo, _hi, name in reversed(list(spans.holding(ptr))):  # earliest start first, as before
         source = candidates[name]
         item = source.itemsize
         if array.dtype != source.dtype or (ptr - lo) % item or any(s % item for s in array.strides):

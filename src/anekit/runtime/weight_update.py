@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anekit.atomic import write_synced
 from anekit.codegen.builder import cast_array
 from anekit.errors import AnekitError, FormatError, InputError, ModelError
 from anekit.formats.blob import BlobReader
@@ -211,7 +212,7 @@ def _commit(
     renames: list[tuple[str, str]] = []
 
     def write(rel: str, chunks: Sequence[bytes | memoryview]) -> None:
-        _write_synced(root / _temp_name(rel, token), chunks)
+        write_synced(root / _temp_name(rel, token), chunks, exclusive=True)
 
     jobs = []
     for index, chunks, _, _ in rebuilt:
@@ -224,7 +225,7 @@ def _commit(
     # the journal carries the new manifest: one fsync'd file besides the weights
     text = manifest.to_bytes().decode("utf-8")
     journal = json.dumps({"token": token, "renames": renames, "manifest": text}).encode()
-    _write_synced(root / _temp_name(JOURNAL, token), [journal])
+    write_synced(root / _temp_name(JOURNAL, token), [journal], exclusive=True)
     os.replace(root / _temp_name(JOURNAL, token), root / JOURNAL)  # the commit point
     _finish(root, renames, text, token)
 
@@ -287,18 +288,6 @@ def _leftovers(root: Path) -> Iterator[Path]:
             token = p.name[: -len(_NEW)].rpartition(".")[2]
             if len(token) == 12 and all(c in "0123456789abcdef" for c in token) and p.is_file():
                 yield p
-
-
-def _write_synced(path: Path, chunks: Sequence[bytes | memoryview]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
-    try:
-        for chunk in chunks:
-            view = memoryview(chunk).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- verifying that loaded backends took the update ------------------------------------------

@@ -14,7 +14,7 @@ from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import MODEL_PATH
 
 
-def inline_blobs(program: mil.Program, reader: BlobReader | None) -> mil.Program:
+def inline_blobs(program: mil.MilProgram, reader: BlobReader | None) -> mil.MilProgram:
     """``program`` with every ``BLOBFILE`` replaced by the tensor it names (read from ``reader``)."""
 
     def value(v: Any) -> Any:
@@ -30,14 +30,14 @@ def inline_blobs(program: mil.Program, reader: BlobReader | None) -> mil.Program
     return _map_values(program, value, lambda t: t)
 
 
-def widen_program(program: mil.Program) -> mil.Program:
+def widen_program(program: mil.MilProgram) -> mil.MilProgram:
     """``program`` with fp16 replaced by fp32 everywhere: types, literals and cast targets."""
 
     def widen_type(t: Any) -> Any:
         if isinstance(t, mil.ScalarType) and t.dtype == "fp16":
             return mil.ScalarType("fp32")
-        if isinstance(t, mil.TensorType) and t.dtype == "fp16":
-            return mil.TensorType("fp32", t.shape)
+        if isinstance(t, mil.MilTensorType) and t.dtype == "fp16":
+            return mil.MilTensorType("fp32", t.shape)
         return t
 
     def value(v: Any) -> Any:
@@ -56,7 +56,7 @@ def widen_program(program: mil.Program) -> mil.Program:
     return _map_values(program, value, widen_type)
 
 
-def _map_values(program: mil.Program, value: Any, widen_type: Any) -> mil.Program:
+def _map_values(program: mil.MilProgram, value: Any, widen_type: Any) -> mil.MilProgram:
     functions = []
     for f in program.functions:
         ops = []

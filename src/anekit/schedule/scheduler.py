@@ -71,7 +71,7 @@ class ListScheduler:
         self._left_succ = [len(s) for s in dag.succs]  # unscheduled readers per producer
         self._left_pred = [len(p) for p in dag.preds]  # unscheduled producers per layer
         self._scheduled = [False] * len(dag)
-        self._merge_cache: dict[int, tuple[int, ...]] = {}
+        self._merge_table: list[tuple[int, ...]] | None = None
         self._memberships: dict[int, list[tuple[int, int, int]]] | None = None
         self._diamonds: dict[int, Diamond] = {}
 
@@ -118,25 +118,9 @@ class ListScheduler:
 
     def _merges(self, i: int) -> tuple[int, ...]:
         """The first multi-producer layers reached from ``i`` through single-producer layers."""
-        cached = self._merge_cache.get(i)
-        if cached is not None:
-            return cached
-        dag = self.dag
-        found: list[int] = []
-        stack = list(dag.succs[i])
-        seen: set[int] = set()
-        while stack:
-            c = stack.pop()
-            if c in seen:
-                continue
-            seen.add(c)
-            if len(dag.preds[c]) > 1:
-                found.append(c)
-            else:
-                stack.extend(dag.succs[c])
-        result = tuple(sorted(found))
-        self._merge_cache[i] = result
-        return result
+        if self._merge_table is None:
+            self._merge_table = first_merges(self.dag)
+        return self._merge_table[i]
 
     def _branches_of(self, i: int) -> list[tuple[int, int, int]]:
         """(fork, head, merge) of every diamond branch ``i`` belongs to."""
@@ -153,6 +137,22 @@ class ListScheduler:
         score = branch_test(self.dag, self.onchip, self.limit, head, fork, self._diamonds)
         self._branch_scores[(head, fork)] = score
         return score
+
+
+def first_merges(dag: LayerDag) -> list[tuple[int, ...]]:
+    """For every layer, the first multi-producer layers its private chain reaches (through
+    single-producer layers), from the last layer back: each layer's answer is built from
+    its consumers' answers, once (a search per layer walks every chain again: quadratic)."""
+    table: list[tuple[int, ...]] = [()] * len(dag)
+    for i in range(len(dag) - 1, -1, -1):
+        found: set[int] = set()
+        for c in dag.succs[i]:
+            if len(dag.preds[c]) > 1:
+                found.add(c)
+            else:
+                found.update(table[c])
+        table[i] = tuple(sorted(found))
+    return table
 
 
 @dataclass(frozen=True)

@@ -76,3 +76,53 @@ def fashion_mnist(
         out[split] = {"x": (images[:, None].astype(np.float32) / 255.0),
                       "target": labels.astype(np.int64)}  # fmt: skip
     return out
+
+
+def python_source_text(limit: int = 400_000) -> str:
+    """Real text without a download: the Python standard library's own sources (sorted
+    .py files of the running interpreter's stdlib directory, up to ``limit`` characters,
+    non-ASCII characters replaced by '?')."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts: list[str] = []
+    size = 0
+    for path in sorted(root.glob("*.py")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        size += len(text)
+        if size >= limit:
+            break
+    text = "".join(parts)[:limit]
+    return "".join(c if 32 <= ord(c) < 127 or c == "\n" else "?" for c in text)
+
+
+class CharVocab:
+    """Printable ASCII plus newline: 96 symbols; id = position in ``symbols``."""
+
+    symbols = "\n" + "".join(chr(c) for c in range(32, 127))
+
+    def __init__(self) -> None:
+        self.index = {c: i for i, c in enumerate(self.symbols)}
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> np.ndarray:
+        unknown = self.index["?"]
+        return np.array([self.index.get(c, unknown) for c in text], dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return "".join(self.symbols[int(i)] for i in ids)
+
+
+def char_windows(
+    ids: np.ndarray, seq: int, count: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """``count`` random windows: inputs ids[i:i+seq] and targets ids[i+1:i+seq+1]."""
+    starts = rng.integers(0, len(ids) - seq - 1, count)
+    x = np.stack([ids[s : s + seq] for s in starts]).astype(np.int32)
+    y = np.stack([ids[s + 1 : s + seq + 1] for s in starts]).astype(np.int64)
+    return {"ids": x, "target": y}

@@ -25,16 +25,53 @@ def export_graph(model: Graph, state: Mapping[str, np.ndarray]) -> Graph:
     return ed.build()
 
 
-def export_onnx(proto, state: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
+def onnx_sources(proto, graph: Graph) -> dict[str, tuple[str, bool]]:
+    """For each float constant of ``graph`` that holds an ONNX initializer: (initializer
+    name, transposed). The importer keeps initializer names, except where it folded a
+    transpose into the weight (Gemm with transB): those are matched by value."""
+    from onnx import numpy_helper
+
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    found: dict[str, tuple[str, bool]] = {}
+    for name, array in graph.constants.items():
+        if array.dtype.kind != "f":
+            continue
+        if name in inits and inits[name].shape == array.shape:
+            found[name] = (name, False)
+            continue
+        if array.ndim == 2:
+            matches = [n for n, a in inits.items()
+                       if a.shape == array.shape[::-1] and np.array_equal(a.T, array)]  # fmt: skip
+            if len(matches) == 1:
+                found[name] = (matches[0], True)
+    return found
+
+
+def export_onnx(proto, sources: Mapping[str, tuple[str, bool]], state: Mapping[str, np.ndarray],
+                path: str | os.PathLike[str]) -> Path:  # fmt: skip
+    """``proto`` with the initializers behind trained constants replaced (atomic write)."""
     import onnx
     from onnx import numpy_helper
 
+    from anekit.errors import ModelError
+
+    lost = sorted(n for n in state if n not in sources)
+    values = {}
+    for name, value in state.items():
+        if name not in sources:
+            continue
+        init, transposed = sources[name]
+        values[init] = np.asarray(value).T if transposed else np.asarray(value)
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     for init in out.graph.initializer:
-        if init.name in state:
+        if init.name in values:
             dtype = numpy_helper.to_array(init).dtype
-            init.CopyFrom(numpy_helper.from_array(np.asarray(state[init.name], dtype), init.name))
+            init.CopyFrom(
+                numpy_helper.from_array(np.ascontiguousarray(values[init.name], dtype), init.name)
+            )
+    if lost:
+        raise ModelError(f"trained values {lost} have no ONNX initializer to go back to")
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     onnx.save(out, tmp)

@@ -75,3 +75,55 @@ def cnn(batch: int, weights: dict[str, np.ndarray], side: int = 28) -> anekit.Gr
         weights["fcb"], name="fcb"
     )
     return anekit.graph([h], name="cnn")
+
+
+def char_transformer_weights(vocab: int, d: int = 64, layers: int = 2, seq: int = 64,
+                             seed: int = 0) -> dict[str, np.ndarray]:  # fmt: skip
+    """A pre-norm decoder: token and position embeddings, per layer q/k/v/o projections and
+    a 4x GELU MLP, a final norm and an untied classifier."""
+    rng = np.random.default_rng(seed)
+    w = {"tok": (rng.standard_normal((vocab, d)) * 0.02).astype(np.float32),
+         "pos": (rng.standard_normal((seq, d)) * 0.02).astype(np.float32)}  # fmt: skip
+    for i in range(layers):
+        for name in ("q", "k", "v", "o"):
+            w[f"l{i}.{name}"] = _uniform(rng, (d, d), d)
+        w[f"l{i}.ln1"], w[f"l{i}.ln2"] = np.ones(d, np.float32), np.ones(d, np.float32)
+        w[f"l{i}.up"], w[f"l{i}.upb"] = _uniform(rng, (d, 4 * d), d), np.zeros(4 * d, np.float32)
+        w[f"l{i}.down"], w[f"l{i}.downb"] = (
+            _uniform(rng, (4 * d, d), 4 * d),
+            np.zeros(d, np.float32),
+        )
+    w["lnf"] = np.ones(d, np.float32)
+    w["head"] = _uniform(rng, (d, vocab), d)
+    return w
+
+
+def char_transformer(
+    batch: int, seq: int, weights: dict[str, np.ndarray], heads: int = 4
+) -> anekit.Graph:
+    """Logits [batch, seq, vocab] for token ids [batch, seq] (causal self-attention)."""
+    vocab, d = weights["tok"].shape
+    layers = sum(1 for k in weights if k.endswith(".q"))
+    hd = d // heads
+    p = {k: anekit.parameter(v, name=k) for k, v in weights.items()}
+    ids = anekit.input("ids", (batch, seq), "int32")
+    pos = ops.slice(p["pos"], [0], [seq], [0]) if weights["pos"].shape[0] != seq else p["pos"]
+    h = ops.gather(p["tok"], ids, axis=0) + pos
+    mask = np.triu(np.full((seq, seq), -1e4, np.float32), 1)  # fp16-safe, never -inf
+    causal = anekit.constant(mask, name="causal_mask")
+
+    def split(t):  # [B, T, d] -> [B, H, T, hd]
+        return ops.transpose(ops.reshape(t, (batch, seq, heads, hd)), (0, 2, 1, 3))
+
+    for i in range(layers):
+        x = ops.layer_norm(h, p[f"l{i}.ln1"], None)
+        q, k, v = (split(x @ p[f"l{i}.{n}"]) for n in ("q", "k", "v"))
+        scores = q @ ops.transpose(k, (0, 1, 3, 2)) * float(1 / np.sqrt(hd)) + causal
+        att = ops.softmax(scores, -1) @ v
+        att = ops.reshape(ops.transpose(att, (0, 2, 1, 3)), (batch, seq, d))
+        h = h + att @ p[f"l{i}.o"]
+        x = ops.layer_norm(h, p[f"l{i}.ln2"], None)
+        x = ops.gelu(x @ p[f"l{i}.up"] + p[f"l{i}.upb"], approximate="tanh")
+        h = h + x @ p[f"l{i}.down"] + p[f"l{i}.downb"]
+    h = ops.layer_norm(h, p["lnf"], None)
+    return anekit.graph([h @ p["head"]], name="char_transformer")

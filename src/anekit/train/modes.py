@@ -83,6 +83,32 @@ def convs_as_matmuls(graph: Graph, weights: Iterable[str]) -> Graph:
     return ed.build()
 
 
+BROADCASTING = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "prelu")
+
+
+def explicit_ranks(graph: Graph, computed: Iterable[str]) -> Graph:
+    """Give every computed operand of a broadcasting op its output's rank (leading 1s).
+
+    A parameter broadcast against activations ([d] against [B, T, d]) was a constant the
+    compiler folded into the layer; as a state input it is a tensor the layout pass must
+    move to the engine's layout, which it does for operands of the output's rank."""
+    computed = set(computed)
+    ed = graph.edit()
+    e = Emitter(ed, prefix="rank")
+    for node in graph.nodes:
+        if node.op not in BROADCASTING:
+            continue
+        rank = len(graph.values[node.outputs[0]].shape)
+        ins = list(node.inputs)
+        for k, name in enumerate(ins):
+            shape = graph.values[name].shape if name else None
+            if name in computed and shape is not None and len(shape) < rank:
+                ins[k] = e.reshape(name, (1,) * (rank - len(shape)) + shape)
+        if ins != list(node.inputs):
+            ed.set_node(node.with_(inputs=tuple(ins)))
+    return ed.build()
+
+
 def batch_statistics(graph: Graph, momentum: float = 0.1) -> tuple[Graph, dict[str, str]]:
     """batch_norm with the batch's statistics; returns the graph and, for each running
     statistic that is a constant, the output carrying its update."""

@@ -25,7 +25,12 @@ from anekit.ir.graph import Graph, Value
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
 from anekit.train.losses import FP16_MAX
-from anekit.train.modes import batch_statistics, clamp_for_fp16, convs_as_matmuls, dropout_rate
+from anekit.train.modes import (
+    batch_statistics,
+    clamp_for_fp16,
+    convs_as_matmuls,
+    explicit_ranks,
+)
 from anekit.train.optim import Optimizer
 
 TARGET = "target"
@@ -83,6 +88,9 @@ def build_step(
     for name in state_inputs:  # constants become state inputs
         del ed.constants[name]
         ed.inputs.append(ed.values[name])
+    model = explicit_ranks(ed.build(), state_inputs)
+    ed = model.edit()
+    e = Emitter(ed, prefix="step")
     ed.declare_value(TARGET, target.shape, target.dtype)
     ed.inputs.append(ed.values[TARGET])
     data_inputs.append(TARGET)
@@ -168,7 +176,3 @@ def _global_norm(e: Emitter, grads: list[str]) -> str:
     top = e.add(top, e.scalar(1e-12, top))
     total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
     return e.mul(top, e("sqrt", total))
-
-
-def is_dropout_mask(name: str) -> bool:
-    return dropout_rate(name) is not None

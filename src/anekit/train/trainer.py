@@ -76,7 +76,12 @@ class Trainer:
         self.backend = backend
         self.resident_state = resident_state
         self.freeze = tuple(freeze)
-        self.params = select_parameters(self.model, self.freeze)
+        self._sources = {}
+        if self._onnx is not None:
+            from anekit.train.export import onnx_sources
+
+            self._sources = onnx_sources(self._onnx, self.model)
+        self.params = [p for p in select_parameters(self.model) if not self._frozen(p)]
         if not self.params:
             raise ModelError("the model has no trainable parameters",
                              hint="check the freeze= patterns")  # fmt: skip
@@ -97,6 +102,11 @@ class Trainer:
         self._state: dict[str, np.ndarray] | None = None
         self._programs: dict[tuple, tuple[StepGraph, Any, Any]] = {}
         self._active: tuple | None = None
+
+    def _frozen(self, name: str) -> bool:
+        """A freeze pattern matches the value's name or its ONNX initializer's name."""
+        names = [name] + ([self._sources[name][0]] if name in self._sources else [])
+        return any(fnmatch.fnmatchcase(n, p) for n in names for p in self.freeze)
 
     # --- the step ------------------------------------------------------------------------
 
@@ -161,6 +171,20 @@ class Trainer:
         scalars.update(loss_scale=self.loss_scale, inv_loss_scale=1.0 / self.loss_scale)
         feeds.update({k: np.array([v], np.float32) for k, v in scalars.items()})
         return feeds
+
+    def prepare(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Compile (or pick) the step program for this batch's shapes now, not in step()."""
+        self._program(batch)
+
+    def check(self, batch: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+        """Where the step program for this batch's shapes runs off the engine, and why (the
+        compiler's placement reasons: an embedding gather, a class-label one-hot, a matmul
+        wider than the engine's 65536 limit, the NaN checks on booleans)."""
+        self._program(batch)
+        compiled = self._programs[self._active][2]
+        if compiled is None:
+            return []
+        return [r.as_dict() for r in compiled.ops if r.as_dict()["placement"] == "cpu"]
 
     def step(self, batch: Mapping[str, np.ndarray]) -> float:
         """One training step on ``batch``; returns its loss (before the update)."""
@@ -237,7 +261,8 @@ class Trainer:
         if self._onnx is None:
             raise ModelError("export_onnx needs a model that came as ONNX (or from torch)",
                              hint="use export() for a Graph")  # fmt: skip
-        return export_onnx(self._onnx, self.state_values(), path)
+        trained = {k: v for k, v in self.state_values().items() if k in self.model.constants}
+        return export_onnx(self._onnx, self._sources, trained, path)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         state = self.state_values()
@@ -274,7 +299,10 @@ class Trainer:
         if manifest["onnx"]:
             import onnx
 
+            from anekit.train.export import onnx_sources
+
             t._onnx = onnx.load_from_string(bytes.fromhex(manifest["onnx"]))
+            t._sources = onnx_sources(t._onnx, model)
         t.params = list(manifest["params"])
         t._state = {k[len("state/") :]: v for k, v in arrays.items() if k.startswith("state/")}
         t.step_count, t.skipped, t.epoch = manifest["step"], manifest["skipped"], manifest["epoch"]

@@ -124,12 +124,13 @@ def test_output_dims_match_the_output_tensor(decoded):
 
 
 def test_unknown_generation_decodes_to_raw_words_with_a_note():
-    data = patched(fixture_bytes("h13_relu"), 8, "I", 9)
+    data = patched(fixture_bytes("h13_relu"), 8, "I", 10)  # H18: no map is shipped
     f = hwx.read(data)
     assert f.generation is None
     (descriptor,) = f.task_descriptors
     assert (
-        descriptor.fields == {} and "no register table is known for cpusubtype 9" in descriptor.note
+        descriptor.fields == {}
+        and "no register table is known for cpusubtype 10" in descriptor.note
     )
     text = f.section("__TEXT", "__text")
     raw = data[text.offset : text.offset + text.size]

@@ -17,13 +17,13 @@ from anekit.formats.mil import (
     Function,
     ListType,
     ListValue,
+    MilProgram,
+    MilTensorType,
     Operation,
-    Program,
     Scalar,
     ScalarType,
     StateType,
     Tensor,
-    TensorType,
     TupleType,
     TupleValue,
     Var,
@@ -53,7 +53,7 @@ def element(dtype: str) -> st.SearchStrategy:
 def scalar_values(draw: st.DrawFn, dtype: str | None = None) -> Scalar:
     dtype = dtype or draw(DTYPE_NAMES)
     legacy = draw(st.booleans())
-    t = TensorType(dtype, ()) if legacy else ScalarType(dtype)
+    t = MilTensorType(dtype, ()) if legacy else ScalarType(dtype)
     return Scalar(t, draw(element(dtype)))
 
 
@@ -69,8 +69,8 @@ def tensor_values(draw: st.DrawFn) -> Tensor:
     else:
         data = np.array(items, dtype=DTYPES[dtype].numpy_dtype if count else None)
     if draw(st.booleans()) and len(shape) == 1:
-        return Tensor(TensorType(dtype, ("?",)), data.astype(DTYPES[dtype].numpy_dtype))
-    return Tensor(TensorType(dtype, shape), data.reshape(shape))
+        return Tensor(MilTensorType(dtype, ("?",)), data.astype(DTYPES[dtype].numpy_dtype))
+    return Tensor(MilTensorType(dtype, shape), data.reshape(shape))
 
 
 @st.composite
@@ -78,7 +78,7 @@ def blob_values(draw: st.DrawFn) -> BlobFile:
     dtype = draw(st.sampled_from(["fp16", "fp32", "int8", "uint8", "int4"]))
     shape = tuple(draw(st.lists(st.integers(0, 2048), min_size=1, max_size=4)))
     return BlobFile(
-        TensorType(dtype, shape), draw(st.text(max_size=30)), draw(st.integers(0, 2**64 - 1))
+        MilTensorType(dtype, shape), draw(st.text(max_size=30)), draw(st.integers(0, 2**64 - 1))
     )
 
 
@@ -114,7 +114,7 @@ VALUES = st.one_of(LEAF_VALUES, composite_values())
 
 TYPES = st.one_of(
     DTYPE_NAMES.map(ScalarType),
-    st.builds(TensorType, DTYPE_NAMES, st.lists(DIMS, max_size=4).map(tuple)),
+    st.builds(MilTensorType, DTYPE_NAMES, st.lists(DIMS, max_size=4).map(tuple)),
 )
 INPUT_TYPES = st.one_of(
     TYPES,
@@ -158,11 +158,11 @@ def functions(draw: st.DrawFn, name: str) -> Function:
 
 
 @st.composite
-def programs(draw: st.DrawFn) -> Program:
+def programs(draw: st.DrawFn) -> MilProgram:
     names = draw(st.lists(NAMES, min_size=1, max_size=3, unique=True))
     version = draw(st.sampled_from(["1.0", "1.3", "2", "1.10"]))
     build_info = tuple(
         draw(st.lists(st.tuples(st.text(max_size=10), st.text(max_size=10)), max_size=3))
     )
     extra = draw(st.sampled_from([(), (("docString", draw(scalar_values("string"))),)]))
-    return Program(version, build_info, tuple(draw(functions(n)) for n in names), extra)
+    return MilProgram(version, build_info, tuple(draw(functions(n)) for n in names), extra)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from anekit.formats.mil import BlobFile, TensorType, format_operation, parse, print_program
+from anekit.formats.mil import BlobFile, MilTensorType, format_operation, parse, print_program
 
 LEGACY = [
     'tensor<fp32, [500]> const_1 = const()[name = tensor<string, []>("const_1"), val = tensor<fp32, [500]>(BLOBFILE(path = tensor<string, []>("@model_path/weights/weight.bin"), offset = tensor<uint64, []>(64)))];',
@@ -54,7 +54,7 @@ def test_legacy_lines_print_back_exactly_in_legacy_spelling(line: str):
     text = wrap(line, "1.0", "ios16")
     program = parse(text)
     op = program.function().operations[0]
-    assert op.attribute("val").type == TensorType("fp32", (500,))
+    assert op.attribute("val").type == MilTensorType("fp32", (500,))
     assert op.name == line.split('"')[1]
     assert format_operation(op, legacy_scalars=True) == line
     assert print_program(program, legacy_scalars=True) == text
@@ -80,4 +80,4 @@ def test_fragments_appear_verbatim_in_printed_programs():
     for fragment in FRAGMENTS:
         assert fragment in printed
     mask = program.function().producers["w"].input("data_mask")
-    assert mask == BlobFile(TensorType("uint1", (32, 32)), "@model_path/weights/weight.bin", 64)
+    assert mask == BlobFile(MilTensorType("uint1", (32, 32)), "@model_path/weights/weight.bin", 64)

@@ -17,12 +17,12 @@ from anekit.formats.mil import (
     Function,
     ListType,
     ListValue,
+    MilProgram,
+    MilTensorType,
     Operation,
-    Program,
     Scalar,
     ScalarType,
     Tensor,
-    TensorType,
     TupleType,
     TupleValue,
     Var,
@@ -52,7 +52,7 @@ def test_scalar_equality_is_bitwise():
     assert Scalar(FP16, math.nan) == Scalar(FP16, float("nan"))
     assert Scalar(FP16, 0.0) != Scalar(FP16, -0.0)
     assert Scalar(FP16, 1.0) != Scalar(FP32, 1.0)
-    assert Scalar(FP16, 1.0) != Scalar(TensorType("fp16", ()), 1.0)
+    assert Scalar(FP16, 1.0) != Scalar(MilTensorType("fp16", ()), 1.0)
     assert len({Scalar(FP16, math.nan), Scalar(FP16, math.nan), Scalar(FP16, 1.0)}) == 2
 
 
@@ -67,7 +67,7 @@ def test_scalar_equality_is_bitwise():
         (ScalarType("bool"), 1, "True or False"),
         (ScalarType("string"), 1, "must be str"),
         (FP16, "1", "not a number"),
-        (TensorType("fp16", (1,)), 1.0, "cannot have the tensor type"),
+        (MilTensorType("fp16", (1,)), 1.0, "cannot have the tensor type"),
     ],
 )
 def test_scalar_validation(t, value, match):
@@ -76,43 +76,43 @@ def test_scalar_validation(t, value, match):
 
 
 def test_tensor_holds_a_read_only_array_of_the_storage_dtype():
-    t = Tensor(TensorType("fp16", (2, 2)), [1.0, 2.0, 3.0, 0.1])
+    t = Tensor(MilTensorType("fp16", (2, 2)), [1.0, 2.0, 3.0, 0.1])
     assert t.data.dtype == np.float16 and t.data.shape == (2, 2)
     assert not t.data.flags.writeable
-    assert t == Tensor(TensorType("fp16", (2, 2)), np.array([[1, 2], [3, 0.1]], np.float32))
-    assert t != Tensor(TensorType("fp16", (4,)), [1.0, 2.0, 3.0, 0.1])
-    assert Tensor(TensorType("int4", (2,)), [-8, 7]).data.dtype == np.int8
-    assert Tensor(TensorType("uint3", (1,)), [7]).data.dtype == np.uint8
+    assert t == Tensor(MilTensorType("fp16", (2, 2)), np.array([[1, 2], [3, 0.1]], np.float32))
+    assert t != Tensor(MilTensorType("fp16", (4,)), [1.0, 2.0, 3.0, 0.1])
+    assert Tensor(MilTensorType("int4", (2,)), [-8, 7]).data.dtype == np.int8
+    assert Tensor(MilTensorType("uint3", (1,)), [7]).data.dtype == np.uint8
 
 
 def test_tensor_nan_payloads_are_canonical():
     odd_nan = np.array([0x7E01, 0xFE00], dtype=np.uint16).view(np.float16)
-    t = Tensor(TensorType("fp16", (2,)), odd_nan)
-    assert t == Tensor(TensorType("fp16", (2,)), [math.nan, math.nan])
+    t = Tensor(MilTensorType("fp16", (2,)), odd_nan)
+    assert t == Tensor(MilTensorType("fp16", (2,)), [math.nan, math.nan])
     assert t.data.view(np.uint16).tolist() == [0x7E00, 0x7E00]
-    program = Program("1.3", (), (Function("main", "ios18", (), (const("c", t),), ("c",)),))
+    program = MilProgram("1.3", (), (Function("main", "ios18", (), (const("c", t),), ("c",)),))
     assert "tensor<fp16, [2]>([nan, nan])" in print_program(program)
     assert parse(print_program(program)) == program
 
 
 def test_string_tensor_equality():
-    a = Tensor(TensorType("string", (2,)), ["a", "b"])
-    assert a == Tensor(TensorType("string", (2,)), np.array(["a", "b"], dtype=object))
-    assert a != Tensor(TensorType("string", (2,)), ["a", "c"])
-    assert hash(a) == hash(Tensor(TensorType("string", (2,)), ["a", "b"]))
+    a = Tensor(MilTensorType("string", (2,)), ["a", "b"])
+    assert a == Tensor(MilTensorType("string", (2,)), np.array(["a", "b"], dtype=object))
+    assert a != Tensor(MilTensorType("string", (2,)), ["a", "c"])
+    assert hash(a) == hash(Tensor(MilTensorType("string", (2,)), ["a", "b"]))
 
 
 @pytest.mark.parametrize(
     ("t", "data", "match"),
     [
-        (TensorType("fp16", (3,)), [1.0, 2.0], "needs 3 elements"),
-        (TensorType("int8", (1,)), [128], "outside the int8 range"),
-        (TensorType("int8", (1,)), [1.5], "integer elements"),
-        (TensorType("uint64", (1,)), [2**64], "outside the uint64 range"),
-        (TensorType("bool", (1,)), [1], "bool elements"),
-        (TensorType("string", (1,)), [1], "str elements"),
-        (TensorType("fp32", (1,)), ["x"], "needs numbers"),
-        (TensorType("fp32", ("?", 2)), [1.0, 2.0], "does not fit"),
+        (MilTensorType("fp16", (3,)), [1.0, 2.0], "needs 3 elements"),
+        (MilTensorType("int8", (1,)), [128], "outside the int8 range"),
+        (MilTensorType("int8", (1,)), [1.5], "integer elements"),
+        (MilTensorType("uint64", (1,)), [2**64], "outside the uint64 range"),
+        (MilTensorType("bool", (1,)), [1], "bool elements"),
+        (MilTensorType("string", (1,)), [1], "str elements"),
+        (MilTensorType("fp32", (1,)), ["x"], "needs numbers"),
+        (MilTensorType("fp32", ("?", 2)), [1.0, 2.0], "does not fit"),
     ],
 )
 def test_tensor_validation(t, data, match):
@@ -121,25 +121,25 @@ def test_tensor_validation(t, data, match):
 
 
 def test_tensor_with_symbolic_shape_keeps_the_data_shape():
-    t = Tensor(TensorType("int32", ("?", 2)), np.zeros((3, 2), np.int32))
+    t = Tensor(MilTensorType("int32", ("?", 2)), np.zeros((3, 2), np.int32))
     assert t.data.shape == (3, 2)
 
 
 def test_types_print_in_mil_spelling_and_check_their_parts():
-    assert str(TensorType("fp16", (1, "?", "S"))) == "tensor<fp16, [1, ?, S]>"
-    assert str(ListType(TensorType("int32", (2,)), "?")) == "list<tensor<int32, [2]>, ?>"
+    assert str(MilTensorType("fp16", (1, "?", "S"))) == "tensor<fp16, [1, ?, S]>"
+    assert str(ListType(MilTensorType("int32", (2,)), "?")) == "list<tensor<int32, [2]>, ?>"
     assert str(TupleType((FP16, ScalarType("string")))) == "tuple<fp16, string>"
     assert str(DictType(ScalarType("string"), FP32)) == "dict<string, fp32>"
     assert (
         is_scalar(FP16)
-        and is_scalar(TensorType("fp16", ()))
-        and not is_scalar(TensorType("fp16", (1,)))
+        and is_scalar(MilTensorType("fp16", ()))
+        and not is_scalar(MilTensorType("fp16", (1,)))
     )
-    assert TensorType("fp16", (2, 3)).size == 6 and TensorType("fp16", (2, "?")).size is None
-    for bad in [lambda: ScalarType("float"), lambda: TensorType("fp16", (-1,)),
+    assert MilTensorType("fp16", (2, 3)).size == 6 and MilTensorType("fp16", (2, "?")).size is None
+    for bad in [lambda: ScalarType("float"), lambda: MilTensorType("fp16", (-1,)),
                 lambda: ListType("fp16", 2), lambda: TupleType(("a",)),
                 lambda: DictType(ScalarType("string"), 1), lambda: Binding("x", "fp16"),
-                lambda: TensorType("fp16", ("a b",)), lambda: TensorType("fp16", (True,))]:  # fmt: skip
+                lambda: MilTensorType("fp16", ("a b",)), lambda: MilTensorType("fp16", (True,))]:  # fmt: skip
         with pytest.raises(ValueError):
             bad()
 
@@ -155,11 +155,11 @@ def test_composite_values_check_item_types_and_counts():
     with pytest.raises(ValueError, match="where string is expected"):
         DictValue(DictType(s, s), ((Scalar(FP16, 1.0), Scalar(s, "x")),))
     with pytest.raises(ValueError, match="uint64"):
-        BlobFile(TensorType("fp16", (1,)), "w.bin", 2**64)
+        BlobFile(MilTensorType("fp16", (1,)), "w.bin", 2**64)
 
 
 def test_operation_accessors_and_validation():
-    t = TensorType("fp16", (1, 4))
+    t = MilTensorType("fp16", (1, 4))
     op = Operation(
         "concat",
         (Binding("c", t),),
@@ -198,16 +198,16 @@ def test_function_and_program_helpers():
     )
     main = program.function()
     assert main.producers["y"].op == "add"
-    assert main.types() == {"x": TensorType("fp16", (2,)), "y": TensorType("fp16", (2,))}
+    assert main.types() == {"x": MilTensorType("fp16", (2,)), "y": MilTensorType("fp16", (2,))}
     assert [k for k, _ in program.sorted().function().operations[0].inputs] == ["x", "y"]
     with pytest.raises(FormatError, match="no function 'other'"):
         program.function("other")
     with pytest.raises(ValueError, match="version"):
-        Program("1.3.1")
+        MilProgram("1.3.1")
     with pytest.raises(ValueError, match="pairs of strings"):
-        Program("1.3", (("a", 1),))
+        MilProgram("1.3", (("a", 1),))
     with pytest.raises(ValueError, match="build_info"):
-        Program("1.3", (), (), (("buildInfo", string("x")),))
+        MilProgram("1.3", (), (), (("buildInfo", string("x")),))
 
 
 def test_builders():
@@ -216,19 +216,21 @@ def test_builders():
     assert literal(0.5, "fp16") == Scalar(FP16, 0.5)
     assert literal("x") == string("x")
     assert literal(np.float16(2)) == Scalar(FP16, 2.0)
-    assert literal([1, 1]) == Tensor(TensorType("int32", (2,)), [1, 1])
-    assert literal([0.5, 1]) == Tensor(TensorType("fp32", (2,)), [0.5, 1.0])
-    assert literal(np.zeros((2, 3), np.int64)).type == TensorType("int64", (2, 3))
-    assert literal(np.array(["a"])).type == TensorType("string", (1,))
+    assert literal([1, 1]) == Tensor(MilTensorType("int32", (2,)), [1, 1])
+    assert literal([0.5, 1]) == Tensor(MilTensorType("fp32", (2,)), [0.5, 1.0])
+    assert literal(np.zeros((2, 3), np.int64)).type == MilTensorType("int64", (2, 3))
+    assert literal(np.array(["a"])).type == MilTensorType("string", (1,))
     c = const("w", np.ones((2, 2), np.float16))
     assert c.op == "const" and c.name == "w" and c.inputs == ()
-    assert c.output == Binding("w", TensorType("fp16", (2, 2)))
-    assert c.attribute("val") == Tensor(TensorType("fp16", (2, 2)), np.ones(4))
-    b = blob_const("b", TensorType("fp16", (8,)), 128)
+    assert c.output == Binding("w", MilTensorType("fp16", (2, 2)))
+    assert c.attribute("val") == Tensor(MilTensorType("fp16", (2, 2)), np.ones(4))
+    b = blob_const("b", MilTensorType("fp16", (8,)), 128)
     assert b.attribute("val") == BlobFile(
-        TensorType("fp16", (8,)), "@model_path/weights/weight.bin", 128
+        MilTensorType("fp16", (8,)), "@model_path/weights/weight.bin", 128
     )
-    op = operation("conv", ("y", TensorType("fp16", (1,))), [("x", "x"), ("w", "b")], name="conv0")
+    op = operation(
+        "conv", ("y", MilTensorType("fp16", (1,))), [("x", "x"), ("w", "b")], name="conv0"
+    )
     assert op.inputs == (("x", Var("x")), ("w", Var("b"))) and op.name == "conv0"
     with pytest.raises(ValueError):
         literal(object())

@@ -10,8 +10,8 @@ from anekit.formats.blob import BlobReader, BlobWriter
 from anekit.formats.mil import (
     BlobFile,
     Function,
-    Program,
-    TensorType,
+    MilProgram,
+    MilTensorType,
     blob_const,
     parse_file,
     print_program,
@@ -31,10 +31,10 @@ def test_blobfile_offsets_resolve_to_the_written_arrays(tmp_path: Path):
     for name, (array, dtype) in arrays.items():
         offset = writer.add(array, dtype)
         mil_dtype = dtype or {"float16": "fp16", "float32": "fp32"}[array.dtype.name]
-        ops.append(blob_const(name, TensorType(mil_dtype, array.shape), offset))
+        ops.append(blob_const(name, MilTensorType(mil_dtype, array.shape), offset))
     (tmp_path / "weights").mkdir()
     writer.write(tmp_path / "weights" / "weight.bin")
-    program = Program("1.3", (), (Function("main", "ios18", (), tuple(ops), tuple(arrays)),))
+    program = MilProgram("1.3", (), (Function("main", "ios18", (), tuple(ops), tuple(arrays)),))
     (tmp_path / "model.mil").write_text(print_program(program))
 
     parsed = parse_file(tmp_path / "model.mil")

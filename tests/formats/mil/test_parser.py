@@ -18,11 +18,11 @@ from anekit.formats.mil import (
     ListType,
     ListValue,
     MilSyntaxError,
+    MilTensorType,
     Scalar,
     ScalarType,
     StateType,
     Tensor,
-    TensorType,
     TupleValue,
     Var,
     parse,
@@ -42,15 +42,15 @@ def test_facts_section_1_example_parses_to_the_expected_tree():
     )
     main = program.function("main")
     assert main.opset == "ios18"
-    assert main.inputs == (Binding("x", TensorType("fp16", (1, 64, 1, 16))),)
+    assert main.inputs == (Binding("x", MilTensorType("fp16", (1, 64, 1, 16))),)
     assert main.outputs == ("y",)
     assert [op.op for op in main.operations] == ["const"] * 6 + ["conv", "relu"]
     w = main.operations[0]
     assert w.name == "w"
-    assert w.output == Binding("w", TensorType("fp16", (32, 64, 1, 1)))
+    assert w.output == Binding("w", MilTensorType("fp16", (32, 64, 1, 1)))
     assert w.inputs == ()
     assert w.attribute("val") == BlobFile(
-        TensorType("fp16", (32, 64, 1, 1)), "@model_path/weights/weight.bin", 64
+        MilTensorType("fp16", (32, 64, 1, 1)), "@model_path/weights/weight.bin", 64
     )
     st = main.operations[2].attribute("val")
     assert isinstance(st, Tensor)
@@ -79,12 +79,12 @@ def test_legacy_program_1_0_spelling():
     assert main.opset == "ios16"
     assert dict(program.build_info)["coremltools-version"] == "7.1"
     scale = main.producers["scale"].attribute("val")
-    rank0 = TensorType("fp16", ())
+    rank0 = MilTensorType("fp16", ())
     assert scale == Scalar(rank0, 10.0)
-    assert main.producers["gr"].output.type == TensorType("int32", ())
+    assert main.producers["gr"].output.type == MilTensorType("int32", ())
     blob = main.producers["w_to_fp16"].attribute("val")
     assert blob == BlobFile(
-        TensorType("fp16", (768, 768, 1, 1)), "@model_path/weights/weight.bin", 64
+        MilTensorType("fp16", (768, 768, 1, 1)), "@model_path/weights/weight.bin", 64
     )
 
 
@@ -116,8 +116,8 @@ def test_literal_values_are_exact():
     assert val("t").data.tolist() == ["a", "b,c"]
     assert val("u").data.dtype == np.int8 and val("u").data.tolist() == [-8, -1, 0, 7]
     assert val("v").data.dtype == np.uint8 and val("v").data.tolist() == [0, 63]
-    assert val("w").type == TensorType("int32", ("?",)) and val("w").data.tolist() == [1, 2, 3]
-    assert val("z") == Scalar(TensorType("int32", ()), 7)
+    assert val("w").type == MilTensorType("int32", ("?",)) and val("w").data.tolist() == [1, 2, 3]
+    assert val("z") == Scalar(MilTensorType("int32", ()), 7)
     assert dict(parse_file(DATA / "literals.mil").build_info)["note"] == (
         'quote " backslash \\ newline \n tab \t'
     )
@@ -126,9 +126,9 @@ def test_literal_values_are_exact():
 def test_arguments_tuples_inline_values_and_multiple_outputs():
     program = parse_file(DATA / "literals.mil")
     f = program.function()
-    assert f.inputs[0].type == TensorType("fp16", (1, 4, 1, "?"))
-    assert f.inputs[1].type == TensorType("fp32", (1, "S", 8))
-    assert f.inputs[2].type == StateType(TensorType("fp16", (1, 4, 1, 16)))
+    assert f.inputs[0].type == MilTensorType("fp16", (1, 4, 1, "?"))
+    assert f.inputs[1].type == MilTensorType("fp32", (1, "S", 8))
+    assert f.inputs[2].type == StateType(MilTensorType("fp16", (1, 4, 1, 16)))
     xx = f.producers["xx"]
     assert xx.input("values") == ArgList((Var("x"), Var("x")))
     split = f.producers["x2"]
@@ -165,7 +165,7 @@ def test_function_attributes_with_tuples_dicts_and_lists():
     ((name, shape),) = defaults.items[1].items
     assert name.value == "input_ids" and shape.data.tolist() == [1, 1]
     ((_, dims),) = ranges.items[1].items
-    assert isinstance(dims, ListValue) and dims.type == ListType(TensorType("int32", (2,)), "?")
+    assert isinstance(dims, ListValue) and dims.type == ListType(MilTensorType("int32", (2,)), "?")
     assert [d.data.tolist() for d in dims.items] == [[1, 1], [1, 512]]
     assert isinstance(ranges.items[1].type, DictType)
 

@@ -17,11 +17,11 @@ from anekit.formats.mil import (
     Binding,
     BlobFile,
     Function,
-    Program,
+    MilProgram,
+    MilTensorType,
     Scalar,
     ScalarType,
     Tensor,
-    TensorType,
     Var,
     blob_const,
     const,
@@ -73,11 +73,11 @@ def test_quote_escapes():
 EXPECTED = (Path(__file__).parent / "data" / "facts_example.mil").read_text()
 
 
-def facts_program() -> Program:
+def facts_program() -> MilProgram:
     """FACTS section 1's example, built with the Python helpers."""
-    act = TensorType("fp16", (1, 32, 1, 16))
+    act = MilTensorType("fp16", (1, 32, 1, 16))
     ops = (
-        blob_const("w", TensorType("fp16", (32, 64, 1, 1)), 64),
+        blob_const("w", MilTensorType("fp16", (32, 64, 1, 1)), 64),
         const("pt", "valid"),
         const("st", [1, 1]),
         const("pd", [0, 0, 0, 0]),
@@ -99,10 +99,10 @@ def facts_program() -> Program:
         operation("relu", ("y", act), {"x": "y0"}),
     )
     main = Function(
-        "main", "ios18", (Binding("x", TensorType("fp16", (1, 64, 1, 16))),), ops, ("y",)
+        "main", "ios18", (Binding("x", MilTensorType("fp16", (1, 64, 1, 16))),), ops, ("y",)
     )
     build = (("coremlc-component-MIL", "3520.4.1"), ("coremlc-version", "3520.5.1"))
-    return Program("1.3", build, (main,))
+    return MilProgram("1.3", build, (main,))
 
 
 def test_program_built_in_python_prints_like_facts_section_1():
@@ -111,7 +111,7 @@ def test_program_built_in_python_prints_like_facts_section_1():
 
 
 def test_inputs_print_in_stored_order_and_sorted_gives_apple_order():
-    op = operation("add", ("z", TensorType("fp16", (2,))), {"y": "b", "x": "a"})
+    op = operation("add", ("z", MilTensorType("fp16", (2,))), {"y": "b", "x": "a"})
     assert format_operation(op) == 'tensor<fp16, [2]> z = add(y = b, x = a)[name = string("z")];'
     assert format_operation(op.sorted()) == (
         'tensor<fp16, [2]> z = add(x = a, y = b)[name = string("z")];'
@@ -123,7 +123,7 @@ def test_values_print_in_apple_spelling():
     assert format_value(literal(-1e4, "fp16")) == "fp16(-0x1.388p+13)"
     assert format_value(literal(True)) == "bool(true)"
     assert format_value(literal('a"b')) == 'string("a\\"b")'
-    assert format_value(Scalar(TensorType("string", ()), "x")) == 'tensor<string, []>("x")'
+    assert format_value(Scalar(MilTensorType("string", ()), "x")) == 'tensor<string, []>("x")'
     assert format_value(literal(np.array([[1, 2], [3, 4]], np.int32))) == (
         "tensor<int32, [2, 2]>([1, 2, 3, 4])"
     )
@@ -132,7 +132,7 @@ def test_values_print_in_apple_spelling():
     )
     assert format_value(literal(np.array([True, False]))) == "tensor<bool, [2]>([true, false])"
     assert format_value(literal(np.array(["a", "b"]))) == 'tensor<string, [2]>(["a", "b"])'
-    blob = BlobFile(TensorType("fp16", (4,)), "@model_path/weights/weight.bin", 128)
+    blob = BlobFile(MilTensorType("fp16", (4,)), "@model_path/weights/weight.bin", 128)
     assert format_value(blob) == (
         'tensor<fp16, [4]>(BLOBFILE(path = string("@model_path/weights/weight.bin"), '
         "offset = uint64(128)))"
@@ -140,7 +140,7 @@ def test_values_print_in_apple_spelling():
 
 
 def test_tuple_arguments_and_multiple_outputs():
-    t = TensorType("fp16", (1, 2))
+    t = MilTensorType("fp16", (1, 2))
     op = operation(
         "split",
         [("a", t), ("b", t)],
@@ -159,10 +159,10 @@ def test_tuple_arguments_and_multiple_outputs():
 
 
 def test_functions_are_separated_by_a_blank_line_and_attributes_are_optional():
-    t = TensorType("fp32", (1,))
+    t = MilTensorType("fp32", (1,))
     f = Function("a", "ios17", (Binding("x", t),), (), ("x",))
     g = Function("b", None, (), (const("c", np.float32(2.0)),), ("c",))
-    text = print_program(Program("1.0", (), (f, g)))
+    text = print_program(MilProgram("1.0", (), (f, g)))
     assert text == (
         "program(1.0)\n{\n"
         "    func a<ios17>(tensor<fp32, [1]> x) {\n    } -> (x);\n"
@@ -172,9 +172,9 @@ def test_functions_are_separated_by_a_blank_line_and_attributes_are_optional():
         "    } -> (c);\n"
         "}\n"
     )
-    assert parse(text) == Program("1.0", (), (f, g))
+    assert parse(text) == MilProgram("1.0", (), (f, g))
 
 
 def test_tensor_literal_of_int4_prints_values():
-    value = Tensor(TensorType("int4", (3,)), np.array([-8, 0, 7]))
+    value = Tensor(MilTensorType("int4", (3,)), np.array([-8, 0, 7]))
     assert format_value(value) == "tensor<int4, [3]>([-8, 0, 7])"

@@ -51,10 +51,10 @@ def test_random_programs_round_trip_exactly(program):
 @settings(max_examples=300, deadline=None)
 @given(VALUES)
 def test_random_values_round_trip_exactly(value):
-    from anekit.formats.mil import Binding, Function, Operation, Program, ScalarType
+    from anekit.formats.mil import Binding, Function, MilProgram, Operation, ScalarType
 
     op = Operation("const", (Binding("c", ScalarType("bool")),), (), (("val", value),))
-    program = Program("1.3", (), (Function("main", "ios18", (), (op,), ("c",)),))
+    program = MilProgram("1.3", (), (Function("main", "ios18", (), (op,), ("c",)),))
     assert parse(print_program(program)) == program
 
 

@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from anekit.formats.mil import Binding, Function, Program, ScalarType, TensorType, const, operation
+from anekit.formats.mil import (
+    Binding,
+    Function,
+    MilProgram,
+    MilTensorType,
+    ScalarType,
+    const,
+    operation,
+)
 from anekit.runtime.sim import SimProgram
 
 _MIL = {
@@ -40,10 +48,10 @@ def mil_dtype(array: np.ndarray, float_dtype: str) -> str:
     return float_dtype if array.dtype.kind == "f" else _MIL[array.dtype]
 
 
-def mil_type(array: np.ndarray, float_dtype: str) -> ScalarType | TensorType:
+def mil_type(array: np.ndarray, float_dtype: str) -> ScalarType | MilTensorType:
     dtype = mil_dtype(np.asarray(array), float_dtype)
     shape = np.shape(array)
-    return ScalarType(dtype) if not shape else TensorType(dtype, shape)
+    return ScalarType(dtype) if not shape else MilTensorType(dtype, shape)
 
 
 def _const_value(value: Any, float_dtype: str) -> tuple[Any, str | None]:
@@ -70,7 +78,7 @@ def build(
     dtype: str = "fp32",
     opset: str = "ios18",
     const_dtypes: Mapping[str, str] | None = None,
-) -> Program:
+) -> MilProgram:
     """A one-op program; tuple/list values in ``consts`` become ``(a, b, ...)`` arguments."""
     ops = []
     args: dict[str, Any] = {}
@@ -99,7 +107,7 @@ def build(
     ops.append(operation(op, outs, args, name="y"))
     params = [Binding(k, mil_type(v, dtype)) for k, v in inputs.items()]
     f = Function("main", opset, tuple(params), tuple(ops), tuple(b.name for b in outs))
-    return Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
+    return MilProgram("1.3", (("coremlc-version", "3520.5.1"),), (f,))
 
 
 def run_mil(

@@ -19,7 +19,7 @@ from anekit.formats import mil
 from anekit.formats.blob import BlobWriter
 from anekit.runtime.sim import SimProgram, values
 
-T = mil.TensorType("fp16", (2, 4))
+T = mil.MilTensorType("fp16", (2, 4))
 
 
 def weight_bytes(array: np.ndarray, dtype: str | None = None) -> bytes:
@@ -31,13 +31,13 @@ def weight_bytes(array: np.ndarray, dtype: str | None = None) -> bytes:
 GOOD = np.arange(8, dtype=np.float16).reshape(2, 4)
 
 
-def program(path: str, offset: int = 64, t: mil.TensorType = T) -> mil.Program:
+def program(path: str, offset: int = 64, t: mil.MilTensorType = T) -> mil.MilProgram:
     ops = (
         mil.blob_const("w", t, offset, path),
         mil.operation("add", ("y", t), {"x": "x", "y": "w"}),
     )
     f = mil.Function("main", "ios18", (mil.Binding("x", t),), ops, ("y",))
-    return mil.Program("1.3", (), (f,))
+    return mil.MilProgram("1.3", (), (f,))
 
 
 @pytest.fixture

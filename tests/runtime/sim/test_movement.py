@@ -43,9 +43,9 @@ W0 = RNG.uniform(-1, 1, (5, 6)).astype(np.float16)
 W1 = RNG.uniform(-1, 1, (3, 6)).astype(np.float16)
 
 
-def head(*, also_return_concat: bool = False, interleave: bool = False) -> mil.Program:
+def head(*, also_return_concat: bool = False, interleave: bool = False) -> mil.MilProgram:
     """x [1, 6, 4] -> two matmuls with constant weights -> concat on axis 1 -> transpose."""
-    t = mil.TensorType
+    t = mil.MilTensorType
     ops = (
         mil.const("w0", W0),
         mil.const("w1", W1),
@@ -67,7 +67,7 @@ def head(*, also_return_concat: bool = False, interleave: bool = False) -> mil.P
     )
     outputs = ("y", "c") if also_return_concat else ("y",)
     binds = (mil.Binding("x", t("fp16", (1, 6, 4))),)
-    return mil.Program("1.3", (), (mil.Function("main", "ios18", binds, ops, outputs),))
+    return mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, ops, outputs),))
 
 
 def test_a_concat_read_only_by_a_transpose_is_copied_once_into_the_transposed_result() -> None:
@@ -92,9 +92,9 @@ def test_a_concat_read_elsewhere_or_interleaved_is_left_alone(kwargs: dict) -> N
 
 def test_symbolic_shapes_are_left_alone() -> None:
     f = head().function("main")
-    symbolic = (mil.Binding("c", mil.TensorType("fp16", (1, "n", 4))),)
+    symbolic = (mil.Binding("c", mil.MilTensorType("fp16", (1, "n", 4))),)
     ops = tuple(replace(o, outputs=symbolic) if o.name == "c" else o for o in f.operations)
-    program = mil.Program("1.3", (), (mil.Function("main", "ios18", f.inputs, ops, f.outputs),))
+    program = mil.MilProgram("1.3", (), (mil.Function("main", "ios18", f.inputs, ops, f.outputs),))
     prog = SimProgram(program)
     assert "concat" in [s.op for s in prog._plan.steps]
     x = RNG.uniform(-2, 2, (1, 6, 4)).astype(np.float16)

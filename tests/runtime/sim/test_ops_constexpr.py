@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from anekit.formats.blob import BlobWriter
-from anekit.formats.mil import Binding, Function, Program, TensorType, blob_const, operation
+from anekit.formats.mil import Binding, Function, MilProgram, MilTensorType, blob_const, operation
 from anekit.runtime.sim import SimProgram
 from tests.ir.ort_oracle import run_ort
 from tests.runtime.sim.milops import coreml, run_mil
@@ -118,16 +118,16 @@ def test_int4_weights_from_weight_bin_feed_a_conv(tmp_path: Path) -> None:
     scale_at = writer.add(scale)
     (tmp_path / "weights").mkdir()
     writer.write(tmp_path / "weights" / "weight.bin")
-    x_t = TensorType("fp16", (1, 4, 1, 16))
-    w_t = TensorType("fp16", (8, 4, 1, 1))
+    x_t = MilTensorType("fp16", (1, 4, 1, 16))
+    w_t = MilTensorType("fp16", (8, 4, 1, 1))
     ops = (
-        blob_const("q", TensorType("int4", data.shape), data_at),
-        blob_const("s", TensorType("fp16", scale.shape), scale_at),
+        blob_const("q", MilTensorType("int4", data.shape), data_at),
+        blob_const("s", MilTensorType("fp16", scale.shape), scale_at),
         operation("constexpr_blockwise_shift_scale", ("w", w_t), {"data": "q", "scale": "s"}),
-        operation("conv", ("y", TensorType("fp16", (1, 8, 1, 16))), {"x": "x", "weight": "w"}),
+        operation("conv", ("y", MilTensorType("fp16", (1, 8, 1, 16))), {"x": "x", "weight": "w"}),
     )
     f = Function("main", "ios18", (Binding("x", x_t),), ops, ("y",))
-    program = SimProgram(Program("1.3", (), (f,)), tmp_path)
+    program = SimProgram(MilProgram("1.3", (), (f,)), tmp_path)
     x = RNG.uniform(-1, 1, (1, 4, 1, 16)).astype(np.float16)
     weight = ct_ops18.constexpr_blockwise_shift_scale.decompress(data, scale, None)
     (ref,) = run_ort("Conv", [x.astype(np.float32), weight.astype(np.float32)])

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from anekit.formats.mil import TensorType
+from anekit.formats.mil import MilTensorType
 from anekit.runtime.sim import SimProgram
 from tests.ir.ort_oracle import run_ort
 from tests.runtime.sim.milops import build, coreml, run_mil
@@ -363,7 +363,7 @@ def test_select_identity_non_zero_against_onnxruntime() -> None:
     program = build("non_zero", {"x": x}, {}, [want])
     f = program.functions[0]
     last = f.operations[-1]
-    out = replace(last.outputs[0], type=TensorType("int32", ("?", 2)))
+    out = replace(last.outputs[0], type=MilTensorType("int32", ("?", 2)))
     f = replace(f, operations=(*f.operations[:-1], replace(last, outputs=(out,))))
     got = SimProgram(replace(program, functions=(f,))).run({"x": x})
     np.testing.assert_array_equal(got["y0"], want)

@@ -137,7 +137,7 @@ def test_symbolic_shapes() -> None:
 def test_stateful_programs_are_refused_at_load() -> None:
     with pytest.raises(FormatError, match=r"does not support: read_state \(1\)"):
         SimProgram.load(DATA / "literals.mil")
-    state = mil.StateType(mil.TensorType("fp16", (1, 4)))
+    state = mil.StateType(mil.MilTensorType("fp16", (1, 4)))
     with pytest.raises(FormatError, match="input kv has the type state<tensor<fp16, "):
         SimProgram(function(mil.operation("relu", ("y", T16), {"x": "x"}),
                             inputs=(("x", T16), ("kv", state))))  # fmt: skip
@@ -145,13 +145,13 @@ def test_stateful_programs_are_refused_at_load() -> None:
 
 # --- load-time checks -----------------------------------------------------------------------
 
-T16 = mil.TensorType("fp16", (1, 4))
-T32 = mil.TensorType("fp32", (1, 4))
+T16 = mil.MilTensorType("fp16", (1, 4))
+T32 = mil.MilTensorType("fp32", (1, 4))
 
 
-def function(*ops: mil.Operation, inputs=(("x", T16),), outputs=("y",)) -> mil.Program:
+def function(*ops: mil.Operation, inputs=(("x", T16),), outputs=("y",)) -> mil.MilProgram:
     binds = tuple(mil.Binding(n, t) for n, t in inputs)
-    return mil.Program("1.3", (), (mil.Function("main", "ios18", binds, ops, outputs),))
+    return mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, ops, outputs),))
 
 
 def test_every_unsupported_op_is_listed_with_counts_at_load() -> None:
@@ -207,7 +207,7 @@ def test_const_inputs_must_be_known_at_load() -> None:
         mil.const("k", np.array([1, 4], np.int32)),
         mil.operation("transpose", ("y", T16), {"x": "x", "perm": "p"}),
     )
-    program = function(*ops, inputs=(("x", T16), ("p", mil.TensorType("int32", (2,)))))
+    program = function(*ops, inputs=(("x", T16), ("p", mil.MilTensorType("int32", (2,)))))
     with pytest.raises(FormatError, match="input perm must be a constant known when the program"):
         SimProgram(program)
 
@@ -244,7 +244,7 @@ def test_kernel_errors_are_format_errors() -> None:
     text = mil.print_program(
         function(
             mil.operation("gather", ("y", T16), {"x": "x", "indices": "i", "axis": 1}),
-            inputs=(("x", T16), ("i", mil.TensorType("int32", (1, 4)))),
+            inputs=(("x", T16), ("i", mil.MilTensorType("int32", (1, 4)))),
         )
     )
     prog = SimProgram.from_text(text)
@@ -278,7 +278,7 @@ def test_bad_feeds_raise_input_error_with_the_signature(feeds: dict, message: st
 
 
 def test_integer_feeds_are_range_checked() -> None:
-    t = mil.TensorType("int8", (2,))
+    t = mil.MilTensorType("int8", (2,))
     prog = SimProgram(function(mil.operation("identity", ("y", t), {"x": "x"}), inputs=(("x", t),)))
     np.testing.assert_array_equal(prog.run({"x": np.array([-128, 127])})["y"], [-128, 127])
     with pytest.raises(InputError, match=r"values in \[0, 300\], outside the int8 range"):

@@ -19,7 +19,33 @@ def is_hwx(path: Path, head: bytes) -> bool:
 def describe_hwx(path: Path) -> dict[str, Any]:
     from anekit.formats import hwx
 
-    return hwx.read(path).as_dict()
+    doc = hwx.read(path).as_dict()
+    doc["register_map"] = _register_map(doc["generation"])
+    return doc
+
+
+def _register_map(generation: str | None) -> dict[str, Any] | None:
+    """Where the generation's register names come from, and the chip its engine code names."""
+    from anekit import targets
+    from anekit.formats.hwx.registers import KNOWN_GENERATIONS, generation_layout
+    from anekit.formats.hwx.stream_maps import STREAM_GENERATIONS, stream_map
+
+    if generation in KNOWN_GENERATIONS:
+        source = generation_layout(generation).source
+        names: dict[int, str] = {}
+    elif generation in STREAM_GENERATIONS:
+        layout = stream_map(generation)
+        source = layout.source
+        names = {address: register.name for address, register in layout.registers.items()}
+    else:
+        return None
+    chip = targets.aliases().get(generation)  # the chip database owns engine codes
+    return {
+        "generation": generation,
+        "chip": chip.name if chip is not None else None,
+        "source": source,
+        "register_names": {f"0x{address:05x}": name for address, name in names.items()},
+    }
 
 
 def _short(name: str) -> str:
@@ -37,7 +63,12 @@ def _prot(value: int) -> str:
 def render_hwx(doc: dict[str, Any]) -> Node:
     h = doc["header"]
     generation = doc["generation"].upper() if doc["generation"] else "unknown generation"
+    regmap = doc.get("register_map")
+    if regmap and regmap["chip"]:
+        generation += f" ({regmap['chip']})"
     root = Node(f".hwx container, {doc['size']} bytes, {generation} (cpusubtype {h['cpusubtype']})")
+    if regmap:
+        root.add(f"register map: {regmap['source']}")
     root.add(
         f"header: magic {_hex(h['magic'])} · cputype {_hex(h['cputype'])} · filetype {h['filetype']} · "
         f"{h['ncmds']} load commands ({h['sizeofcmds']} bytes) · flags {_hex(h['flags'])}"
@@ -45,7 +76,8 @@ def render_hwx(doc: dict[str, Any]) -> Node:
     _add_build(root, doc["build"])
     _add_segments(root, doc)
     _add_tensors_and_weights(root, doc)
-    _add_task_descriptors(root, doc["task_descriptors"])
+    names = regmap["register_names"] if regmap else {}
+    _add_task_descriptors(root, doc["task_descriptors"], names)
     relocations = doc["relocations"]
     node = root.add(f"relocations ({len(relocations)})")
     add_limited(
@@ -117,7 +149,9 @@ def _add_tensors_and_weights(root: Node, doc: dict[str, Any]) -> None:
         )
 
 
-def _add_task_descriptors(root: Node, descriptors: list[dict[str, Any]]) -> None:
+def _add_task_descriptors(
+    root: Node, descriptors: list[dict[str, Any]], register_names: dict[str, str]
+) -> None:
     node = root.add(f"task descriptors ({len(descriptors)})")
     for td in descriptors:
         child = node.add(
@@ -155,7 +189,11 @@ def _add_task_descriptors(root: Node, descriptors: list[dict[str, Any]]) -> None
             add_limited(
                 child.add(f"unknown bits ({len(td['unknown_bits'])} registers, shown raw)"),
                 list(td["unknown_bits"].items()),
-                lambda item: f"register {item[0]}: bits {item[1]:#010x} (unknown)",
+                lambda item: (
+                    f"register {item[0]}"
+                    + (f" {register_names[item[0]]}" if item[0] in register_names else "")
+                    + f": bits {item[1]:#010x} (unknown)"
+                ),
             )
 
 

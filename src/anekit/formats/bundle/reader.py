@@ -168,7 +168,7 @@ MODEL_PATH = "@model_path/"
 
 
 def check_blobfiles(bundle: Bundle, segment: SegmentEntry, program: Any) -> None:
-    """Every ``BLOBFILE`` of ``program`` (a parsed :class:`anekit.formats.mil.Program`) names
+    """Every ``BLOBFILE`` of ``program`` (a parsed :class:`anekit.formats.mil.MilProgram`) names
     the segment's declared weight file, through ``@model_path/`` inside the segment's
     directory, and a valid record of the declared type and element count."""
     from anekit.formats.blob import BlobReader

@@ -4,10 +4,10 @@ from anekit.formats.hwx.banner import Banner, BuildModule
 from anekit.formats.hwx.container import (
     MAGIC,
     Header,
+    HwxSegment,
     IoBuffer,
     LoadCommand,
     Section,
-    Segment,
     ThreadState,
 )
 from anekit.formats.hwx.descriptors import Stream, TaskDescriptor
@@ -27,7 +27,7 @@ __all__ = [
     "LoadCommand",
     "Relocation",
     "Section",
-    "Segment",
+    "HwxSegment",
     "Stream",
     "Symbol",
     "TaskDescriptor",

@@ -79,7 +79,7 @@ class Section:
 
 
 @dataclass(frozen=True)
-class Segment:
+class HwxSegment:
     name: str
     vmaddr: int
     vmsize: int
@@ -139,7 +139,7 @@ class Container:
 
     header: Header
     commands: tuple[LoadCommand, ...]
-    segments: tuple[Segment, ...]
+    segments: tuple[HwxSegment, ...]
     io_buffers: tuple[IoBuffer, ...]
     threads: tuple[ThreadState, ...]
     identification: tuple[tuple[int, str], ...]  # (command offset, banner text)
@@ -180,7 +180,7 @@ def read_container(view: ByteView) -> Container:
     header = read_header(view)
     end = HEADER_SIZE + header.sizeofcmds
     commands: list[LoadCommand] = []
-    segments: list[Segment] = []
+    segments: list[HwxSegment] = []
     io_buffers: list[IoBuffer] = []
     threads: list[ThreadState] = []
     identification: list[tuple[int, str]] = []
@@ -234,7 +234,7 @@ def read_container(view: ByteView) -> Container:
     )
 
 
-def _read_segment(view: ByteView, offset: int, size: int, first_index: int) -> Segment:
+def _read_segment(view: ByteView, offset: int, size: int, first_index: int) -> HwxSegment:
     if size < 8 + _SEGMENT.size:
         raise view.error(
             f"expected a segment command of at least {8 + _SEGMENT.size} bytes, found {size}",
@@ -287,7 +287,7 @@ def _read_segment(view: ByteView, offset: int, size: int, first_index: int) -> S
                 has_data,
             )
         )
-    return Segment(
+    return HwxSegment(
         name, vmaddr, vmsize, fileoff, filesize, maxprot, initprot, flags, tuple(sections), offset
     )
 

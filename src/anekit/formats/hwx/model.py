@@ -9,10 +9,10 @@ from typing import Any
 from anekit.formats.hwx.banner import Banner
 from anekit.formats.hwx.container import (
     Header,
+    HwxSegment,
     IoBuffer,
     LoadCommand,
     Section,
-    Segment,
     ThreadState,
 )
 from anekit.formats.hwx.descriptors import TaskDescriptor
@@ -27,7 +27,7 @@ class HwxFile:
     size: int
     header: Header
     commands: tuple[LoadCommand, ...]
-    segments: tuple[Segment, ...]
+    segments: tuple[HwxSegment, ...]
     io_buffers: tuple[IoBuffer, ...]
     threads: tuple[ThreadState, ...]
     banner: Banner | None
@@ -140,7 +140,7 @@ def _command(command: LoadCommand) -> dict[str, Any]:
     return entry
 
 
-def _segment(segment: Segment) -> dict[str, Any]:
+def _segment(segment: HwxSegment) -> dict[str, Any]:
     entry = asdict(segment)
     entry["sections"] = [asdict(section) for section in segment.sections]
     return entry

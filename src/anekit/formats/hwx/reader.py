@@ -14,6 +14,8 @@ from anekit.formats.hwx.descriptors import read_descriptors, register_locator
 from anekit.formats.hwx.model import HwxFile
 from anekit.formats.hwx.registers import layout_for_cpusubtype
 from anekit.formats.hwx.relocations import read_relocations
+from anekit.formats.hwx.stream_maps import stream_map_for_cpusubtype
+from anekit.formats.hwx.stream_tasks import read_stream_tasks, stream_register_locator
 from anekit.formats.hwx.symbols import read_catalog, read_symbols, read_tensors, read_weight_tiles
 
 DESCRIPTOR_SECTION = ("__TEXT", "__text")
@@ -54,14 +56,23 @@ def parse(data: bytes, where: str | None = None) -> HwxFile:
     weight_tiles = read_weight_tiles(view, symbols, sections, descriptor_section)
 
     layout = layout_for_cpusubtype(header.cpusubtype)
-    descriptors, descriptor_notes = read_descriptors(
-        view, descriptor_section, layout, header.cpusubtype
-    )
+    stream_layout = stream_map_for_cpusubtype(header.cpusubtype) if layout is None else None
+    if stream_layout is not None and descriptor_section is not None:
+        descriptors, descriptor_notes = read_stream_tasks(view, descriptor_section, stream_layout)
+    else:
+        descriptors, descriptor_notes = read_descriptors(
+            view, descriptor_section, layout, header.cpusubtype
+        )
     notes.extend(descriptor_notes)
+    known = layout or stream_layout
+    generation = known.generation if known is not None else None
 
     relocations = read_relocations(view, sections, symbols)
     if descriptor_section is not None:
-        locate = register_locator(layout, descriptors)
+        if stream_layout is not None:
+            locate = stream_register_locator(stream_layout, descriptors)
+        else:
+            locate = register_locator(layout, descriptors)
         located = []
         for relocation in relocations:
             if relocation.section == descriptor_section.full_name:
@@ -90,7 +101,7 @@ def parse(data: bytes, where: str | None = None) -> HwxFile:
         type_catalog=catalog,
         tensors=tensors,
         weight_tiles=weight_tiles,
-        generation=layout.generation if layout is not None else None,
+        generation=generation,
         task_descriptors=descriptors,
         relocations=relocations,
         notes=tuple(notes),

@@ -128,17 +128,22 @@ def _field_spec(
     raise InternalError(f"register field {name} lies outside the canonical {group} stream")
 
 
-@functools.cache
-def generation_layout(generation: str) -> GenerationLayout:
-    """Load the shipped layout and register table of one generation (e.g. "h13")."""
-    if generation not in KNOWN_GENERATIONS:
-        raise InternalError(f"no register table is shipped for generation {generation!r}")
+def map_document(generation: str, shipped: tuple[str, ...]) -> dict:
+    """The shipped `regs/<generation>.json`, parsed (package data, so a bad one is our bug)."""
+    if generation not in shipped:
+        raise InternalError(f"no register map is shipped for generation {generation!r}")
     text = (
         resources.files("anekit.formats.hwx")
         .joinpath("regs", f"{generation}.json")
         .read_text("utf-8")
     )
-    doc = json.loads(text)
+    return json.loads(text)
+
+
+@functools.cache
+def generation_layout(generation: str) -> GenerationLayout:
+    """Load the shipped layout and register table of one generation (e.g. "h13")."""
+    doc = map_document(generation, KNOWN_GENERATIONS)
     descriptor = doc["descriptor"]
     header_size = _int(descriptor["header_size"])
     streams = tuple(

@@ -8,7 +8,7 @@ import struct
 from dataclasses import dataclass
 
 from anekit.formats.hwx.binary import ByteView
-from anekit.formats.hwx.container import Container, Section, Segment, SymtabCommand
+from anekit.formats.hwx.container import Container, HwxSegment, Section, SymtabCommand
 
 N_STAB = 0xE0
 N_TYPE = 0x0E
@@ -209,13 +209,13 @@ def read_tensors(
     return tuple(tensors)
 
 
-def _segment_at(segments: tuple[Segment, ...], address: int) -> Segment | None:
+def _segment_at(segments: tuple[HwxSegment, ...], address: int) -> HwxSegment | None:
     return next(
         (s for s in segments if s.vmsize and s.vmaddr <= address < s.vmaddr + s.vmsize), None
     )
 
 
-def _role(name: str, segment: Segment | None, named_by_io_command: bool) -> str:
+def _role(name: str, segment: HwxSegment | None, named_by_io_command: bool) -> str:
     """The engine reads input windows and writes output windows: the window's protection says which."""
     if segment is not None and segment.name == "__FVMLIB":
         if segment.initprot & 0x2:

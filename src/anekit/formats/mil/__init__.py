@@ -2,16 +2,16 @@
 
 The tree (all frozen dataclasses, compared by value)::
 
-    Program(version="1.3", build_info=(("coremlc-version", "3520.5.1"), ...),
+    MilProgram(version="1.3", build_info=(("coremlc-version", "3520.5.1"), ...),
             functions=(Function(...),), attributes=())
-    Function(name="main", opset="ios18", inputs=(Binding("x", TensorType("fp16", (1, 64, 1, 16))),),
+    Function(name="main", opset="ios18", inputs=(Binding("x", MilTensorType("fp16", (1, 64, 1, 16))),),
              operations=(Operation(...), ...), outputs=("y",), attributes=())
     Operation(op="conv",
-              outputs=(Binding("y0", TensorType("fp16", (1, 32, 1, 16))),),
+              outputs=(Binding("y0", MilTensorType("fp16", (1, 32, 1, 16))),),
               inputs=(("dilations", Var("dl")), ..., ("x", Var("x"))),        # (...) part
               attributes=(("name", Scalar(ScalarType("string"), "y0")),))    # [...] part
 
-- Types: ``ScalarType(dtype)``, ``TensorType(dtype, shape)`` (dims are ints, ``"?"`` or symbol
+- Types: ``ScalarType(dtype)``, ``MilTensorType(dtype, shape)`` (dims are ints, ``"?"`` or symbol
   names), ``ListType(element, length)``, ``TupleType(elements)``, ``DictType(key, value)``,
   ``StateType(wrapped)``. Element dtypes: bool, string, fp16/32/64, int4/8/16/32/64,
   uint1/2/3/4/6/8/16/32/64 (``DTYPES``).
@@ -23,15 +23,15 @@ The tree (all frozen dataclasses, compared by value)::
 Example::
 
     from anekit.formats import mil
-    from anekit.formats.mil import Function, Program, TensorType, const, operation
+    from anekit.formats.mil import Function, MilProgram, MilTensorType, const, operation
 
-    t = TensorType("fp16", (1, 4, 1, 16))
+    t = MilTensorType("fp16", (1, 4, 1, 16))
     ops = (
         const("half", 0.5, "fp16"),  # fp16 half = const()[name = string("half"), val = fp16(0x1p-1)];
         operation("mul", ("y", t), {"x": "x", "y": "half"}),
     )
     f = Function("main", "ios18", (mil.Binding("x", t),), ops, ("y",))
-    program = Program("1.3", (("coremlc-version", "3520.5.1"),), (f,))
+    program = MilProgram("1.3", (("coremlc-version", "3520.5.1"),), (f,))
     text = mil.print_program(program)
     assert mil.parse(text) == program
     assert program.function("main").producers["half"].attribute("val").value == 0.5
@@ -62,15 +62,15 @@ from .ast import (
     Function,
     ListType,
     ListValue,
+    MilProgram,
+    MilTensorType,
     MilType,
     Operation,
     Param,
-    Program,
     Scalar,
     ScalarType,
     StateType,
     Tensor,
-    TensorType,
     TupleType,
     TupleValue,
     Value,
@@ -102,12 +102,12 @@ __all__ = [
     "MilType",
     "Operation",
     "Param",
-    "Program",
+    "MilProgram",
     "Scalar",
     "ScalarType",
     "StateType",
     "Tensor",
-    "TensorType",
+    "MilTensorType",
     "TupleType",
     "TupleValue",
     "Value",

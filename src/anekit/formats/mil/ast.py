@@ -1,4 +1,4 @@
-"""The MIL program tree: Program, Function, Operation, bindings and arguments (frozen dataclasses).
+"""The MIL program tree: MilProgram, Function, Operation, bindings and arguments (frozen dataclasses).
 
 Types and literal values live in :mod:`.types` and :mod:`.values`; they are re-exported here so
 ``from anekit.formats.mil.ast import *`` gives the whole tree.
@@ -22,10 +22,10 @@ from .types import (
     DictType,
     DType,
     ListType,
+    MilTensorType,
     MilType,
     ScalarType,
     StateType,
-    TensorType,
     TupleType,
     dtype_info,
     element_dtype,
@@ -228,7 +228,7 @@ class Function:
 
 
 @dataclass(frozen=True)
-class Program:
+class MilProgram:
     """``program(version) [buildInfo = ...] { functions }``.
 
     ``build_info`` holds the ``buildInfo`` dictionary's entries in order; ``attributes`` any
@@ -262,7 +262,7 @@ class Program:
             hint="functions: " + (", ".join(f.name for f in self.functions) or "none"),
         )
 
-    def sorted(self) -> Program:
+    def sorted(self) -> MilProgram:
         """A copy with every operation's inputs sorted by key (Apple's order)."""
         return replace(self, functions=tuple(f.sorted() for f in self.functions))
 
@@ -282,12 +282,12 @@ __all__ = [
     "MilType",
     "Operation",
     "Param",
-    "Program",
+    "MilProgram",
     "Scalar",
     "ScalarType",
     "StateType",
     "Tensor",
-    "TensorType",
+    "MilTensorType",
     "TupleType",
     "TupleValue",
     "Value",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from .ast import ArgList, Argument, Binding, Operation, Var
-from .types import MilType, ScalarType, TensorType
+from .types import MilTensorType, MilType, ScalarType
 from .values import VALUE_CLASSES, BlobFile, Scalar, Tensor, Value
 
 # numpy dtype -> MIL dtype, for literal(); Python ints and floats default to int32 and fp32.
@@ -66,7 +66,7 @@ def literal(value: object, dtype: str | None = None) -> Value:
         return Scalar(ScalarType(dtype), array.item())
     if dtype == "string":
         array = np.array([str(x) for x in array.reshape(-1)], dtype=object).reshape(array.shape)
-    return Tensor(TensorType(dtype, array.shape), array)
+    return Tensor(MilTensorType(dtype, array.shape), array)
 
 
 def const(name: str, value: object, dtype: str | None = None) -> Operation:
@@ -78,7 +78,7 @@ def const(name: str, value: object, dtype: str | None = None) -> Operation:
 
 
 def blob_const(
-    name: str, type: TensorType, offset: int, path: str = "@model_path/weights/weight.bin"
+    name: str, type: MilTensorType, offset: int, path: str = "@model_path/weights/weight.bin"
 ) -> Operation:
     """A const whose value is ``BLOBFILE(path, offset)`` (``offset`` = the blob record's offset)."""
     return const(name, BlobFile(type, path, offset))
@@ -106,7 +106,7 @@ def operation(
 ) -> Operation:
     """An operation; ``name`` (default: the first output's name) becomes ``[name = string(...)]``.
 
-    >>> operation("relu", ("y", TensorType("fp16", (1, 8))), {"x": "x0"})  # doctest: +SKIP
+    >>> operation("relu", ("y", MilTensorType("fp16", (1, 8))), {"x": "x0"})  # doctest: +SKIP
     """
     if isinstance(outputs, Binding):
         bindings: tuple[Binding, ...] = (outputs,)

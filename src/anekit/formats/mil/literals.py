@@ -23,10 +23,10 @@ from .types import (
     DictType,
     DType,
     ListType,
+    MilTensorType,
     MilType,
     ScalarType,
     StateType,
-    TensorType,
     TupleType,
 )
 from .values import (
@@ -62,7 +62,7 @@ class LiteralParser:
         self.toks = tokenize(text)
         self.toks += [END, END]  # one token of lookahead is always safe
         self.i = 0
-        self.tensor_types: dict[str, TensorType] = {}  # memo: programs repeat few types
+        self.tensor_types: dict[str, MilTensorType] = {}  # memo: programs repeat few types
         self.scalar_types = {name: ScalarType(name) for name in DTYPES}
 
     # --- errors and token helpers -----------------------------------------------------------
@@ -124,7 +124,7 @@ class LiteralParser:
                     self.expect(",")
                 dims.append(self.dim())
             self.i += 1
-            t = TensorType(dtype, tuple(dims))
+            t = MilTensorType(dtype, tuple(dims))
         elif tok == "list":
             element = self.type(depth + 1)
             self.expect(",")
@@ -166,7 +166,7 @@ class LiteralParser:
             f"expected a dimension (a size, '?' or a symbol), found {self.describe(tok)}"
         )
 
-    def whole_tensor_type(self, tok: str) -> TensorType:
+    def whole_tensor_type(self, tok: str) -> MilTensorType:
         match = _COMPOSITE.match(tok)
         assert match is not None  # the lexer only makes such tokens from this shape
         dtype, body = match.groups()
@@ -179,7 +179,7 @@ class LiteralParser:
                 if m is None or (m.group(1) is not None and len(m.group(1)) > _MAX_INT_DIGITS):
                     raise self.error(f"bad dimension {part.strip()!r} in {tok!r}")
                 dims.append(int(m.group(1)) if m.group(1) is not None else m.group(2) or m.group(3))
-        return TensorType(dtype, tuple(dims))
+        return MilTensorType(dtype, tuple(dims))
 
     # --- values -----------------------------------------------------------------------------
 
@@ -196,14 +196,14 @@ class LiteralParser:
         self.depth_check(depth)
         tok = self.toks[self.i]
         try:
-            if isinstance(t, TensorType) and tok == "BLOBFILE":
+            if isinstance(t, MilTensorType) and tok == "BLOBFILE":
                 return self.blobfile(t, depth)
-            if isinstance(t, (ScalarType, TensorType)):
+            if isinstance(t, (ScalarType, MilTensorType)):
                 if tok == "[":
                     if isinstance(t, ScalarType):
                         raise self.error(f"a {t} value is a single element, not a list")
                     return self.tensor(t, depth)
-                if isinstance(t, TensorType) and t.rank:
+                if isinstance(t, MilTensorType) and t.rank:
                     raise self.error(
                         f"expected '[' or BLOBFILE for {t}, found {self.describe(tok)}"
                     )
@@ -258,7 +258,7 @@ class LiteralParser:
         self.expect("}")
         return key, value
 
-    def blobfile(self, t: TensorType, depth: int) -> BlobFile:
+    def blobfile(self, t: MilTensorType, depth: int) -> BlobFile:
         self.i += 1
         self.expect("(")
         self.expect("path")
@@ -278,7 +278,7 @@ class LiteralParser:
             raise self.error("a BLOBFILE offset is a uint64(...)", at)
         return BlobFile(t, path.value, offset.value)  # type: ignore[arg-type]
 
-    def tensor(self, t: TensorType, depth: int) -> Tensor:
+    def tensor(self, t: MilTensorType, depth: int) -> Tensor:
         """``[e, e, ...]`` or nested lists, flattened in C order."""
         flat: list[int] = []  # token indices of the elements
         shape = self.nested(flat, depth)

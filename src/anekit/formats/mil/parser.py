@@ -25,7 +25,7 @@ from pathlib import Path
 from anekit import budget
 from anekit.files import HEAD_BYTES, read_file
 
-from .ast import ArgList, Binding, Function, Operation, Program, Var, unchecked
+from .ast import ArgList, Binding, Function, MilProgram, Operation, Var, unchecked
 from .lexer import MilSyntaxError
 from .literals import END, IDENT, MAX_DEPTH, LiteralParser
 from .types import DTYPES, TYPE_WORDS
@@ -44,7 +44,7 @@ class _Parser(LiteralParser):
 
     # --- program structure ------------------------------------------------------------------
 
-    def program(self) -> Program:
+    def program(self) -> MilProgram:
         self.expect("program")
         self.expect("(")
         tok = self.toks[self.i]
@@ -76,7 +76,7 @@ class _Parser(LiteralParser):
             raise self.error(
                 f"expected the end of the program, found {self.describe(self.toks[self.i])}"
             )
-        return Program(version, build_info, tuple(functions), tuple(attributes))
+        return MilProgram(version, build_info, tuple(functions), tuple(attributes))
 
     def build_info(self, value: Value, at: int) -> tuple[tuple[str, str], ...]:
         if not isinstance(value, DictValue) or not all(
@@ -229,8 +229,8 @@ class _Parser(LiteralParser):
         return found
 
 
-def parse(text: str, *, source: str | None = None) -> Program:
-    """Parse MIL text into a :class:`Program`; MilSyntaxError (line, column) if it is not MIL."""
+def parse(text: str, *, source: str | None = None) -> MilProgram:
+    """Parse MIL text into a :class:`MilProgram`; MilSyntaxError (line, column) if it is not MIL."""
     if not isinstance(text, str):
         raise TypeError("parse() takes MIL text as str; use parse_file() for files")
     # Parsing allocates many small acyclic objects; letting the cyclic collector run over the
@@ -244,10 +244,12 @@ def parse(text: str, *, source: str | None = None) -> Program:
             gc.enable()
 
 
-def parse_file(path: str | Path) -> Program:
+def parse_file(path: str | Path) -> MilProgram:
     """Read and parse a ``model.mil`` file (UTF-8): a regular file, sniffed before it is read
     whole (a file of NUL bytes or of another format fails at once)."""
-    return parse_bytes(read_file(path, "MIL file", sniff=sniff_mil, error=MilSyntaxError), str(path))
+    return parse_bytes(
+        read_file(path, "MIL file", sniff=sniff_mil, error=MilSyntaxError), str(path)
+    )
 
 
 # Tokens held per byte of MIL text at most (a pointer each, a string object per word of two
@@ -255,7 +257,7 @@ def parse_file(path: str | Path) -> Program:
 _TOKEN_BYTES_PER_CHAR = 24
 
 
-def parse_bytes(data: bytes, where: str = "<bytes>") -> Program:
+def parse_bytes(data: bytes, where: str = "<bytes>") -> MilProgram:
     """Parse MIL text given as bytes (UTF-8)."""
     problem = sniff_mil(data[:HEAD_BYTES])
     nul = data.find(b"\0")

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from .ast import ArgList, Function, Operation, Program, Var
-from .types import DictType, ListType, MilType, ScalarType, StateType, TensorType, TupleType
+from .ast import ArgList, Function, MilProgram, Operation, Var
+from .types import DictType, ListType, MilTensorType, MilType, ScalarType, StateType, TupleType
 from .values import (
     BlobFile,
     DictValue,
@@ -132,7 +132,7 @@ class _Printer:
             out.append(prefix + self.operation(op) + "\n")
         out.append(f"{INDENT}}} -> ({', '.join(f.outputs)});\n")
 
-    def program(self, p: Program) -> str:
+    def program(self, p: MilProgram) -> str:
         out = [f"program({p.version})\n"]
         attrs = [
             f"{k} = {self.value(v)}"
@@ -157,7 +157,7 @@ def _build_info(entries: tuple[tuple[str, str], ...]) -> DictValue:
     )
 
 
-def print_program(program: Program, *, legacy_scalars: bool = False) -> str:
+def print_program(program: MilProgram, *, legacy_scalars: bool = False) -> str:
     """The canonical MIL text of ``program``.
 
     ``legacy_scalars=True`` writes every scalar type in the older rank-0 tensor spelling
@@ -177,6 +177,6 @@ def format_value(value: Value, *, legacy_scalars: bool = False) -> str:
     return _Printer(legacy_scalars).value(value)
 
 
-def format_type(t: MilType | TensorType) -> str:
+def format_type(t: MilType | MilTensorType) -> str:
     """A type as MIL text, e.g. ``tensor<fp16, [1, 64, 1, 16]>``."""
     return str(t)

@@ -99,7 +99,7 @@ class ScalarType:
 
 
 @dataclass(frozen=True)
-class TensorType:
+class MilTensorType:
     """``tensor<dtype, [d0, d1, ...]>``; a dim is an int, ``"?"`` or a symbol name."""
 
     dtype: str
@@ -192,8 +192,8 @@ class StateType:
         return f"state<{self.wrapped}>"
 
 
-MilType: TypeAlias = ScalarType | TensorType | ListType | TupleType | DictType | StateType
-TYPE_CLASSES = (ScalarType, TensorType, ListType, TupleType, DictType, StateType)
+MilType: TypeAlias = ScalarType | MilTensorType | ListType | TupleType | DictType | StateType
+TYPE_CLASSES = (ScalarType, MilTensorType, ListType, TupleType, DictType, StateType)
 
 
 def _check_types(*types: object) -> None:
@@ -204,11 +204,11 @@ def _check_types(*types: object) -> None:
 
 def element_dtype(t: MilType) -> DType | None:
     """The element dtype of a scalar or tensor type (None for composite types)."""
-    if isinstance(t, (ScalarType, TensorType)):
+    if isinstance(t, (ScalarType, MilTensorType)):
         return DTYPES[t.dtype]
     return None
 
 
 def is_scalar(t: MilType) -> bool:
     """A scalar type, or the older spelling of one, a rank-0 ``tensor<dtype, []>``."""
-    return isinstance(t, ScalarType) or (isinstance(t, TensorType) and t.rank == 0)
+    return isinstance(t, ScalarType) or (isinstance(t, MilTensorType) and t.rank == 0)

@@ -19,9 +19,9 @@ from .types import (
     DictType,
     DType,
     ListType,
+    MilTensorType,
     MilType,
     ScalarType,
-    TensorType,
     TupleType,
     dtype_info,
 )
@@ -87,15 +87,15 @@ def _bits(value: bool | int | float | str) -> object:
 class Scalar:
     """A scalar literal: ``int32(1)``, ``fp16(0x1.4p+3)``, ``string("x")``, ``bool(true)``.
 
-    ``type`` is a :class:`ScalarType`, or a rank-0 :class:`TensorType` for the older
+    ``type`` is a :class:`ScalarType`, or a rank-0 :class:`MilTensorType` for the older
     ``tensor<fp16, []>(0x1p+0)`` spelling (kept so such files print back the same way).
     """
 
-    type: ScalarType | TensorType
+    type: ScalarType | MilTensorType
     value: bool | int | float | str
 
     def __post_init__(self) -> None:
-        if isinstance(self.type, TensorType):
+        if isinstance(self.type, MilTensorType):
             if self.type.rank != 0:
                 raise ValueError(f"a scalar cannot have the tensor type {self.type}")
         elif not isinstance(self.type, ScalarType):
@@ -150,7 +150,7 @@ def _float_array(raw: np.ndarray, dtype: DType) -> np.ndarray:
     return array
 
 
-def _coerce_array(data: object, t: TensorType) -> np.ndarray:
+def _coerce_array(data: object, t: MilTensorType) -> np.ndarray:
     """``data`` as a read-only C-order array of ``t``'s storage dtype and shape."""
     dtype = dtype_info(t.dtype)
     try:
@@ -190,11 +190,11 @@ class Tensor:
     strings as an object array) and the type's shape. Equality compares type, shape and bytes.
     """
 
-    type: TensorType
+    type: MilTensorType
     data: np.ndarray
 
     def __post_init__(self) -> None:
-        if not isinstance(self.type, TensorType):
+        if not isinstance(self.type, MilTensorType):
             raise ValueError(f"a tensor literal needs a tensor type, not {self.type}")
         object.__setattr__(self, "data", _coerce_array(self.data, self.type))
 
@@ -228,12 +228,12 @@ class BlobFile:
     ``path`` is usually ``@model_path/weights/weight.bin``.
     """
 
-    type: TensorType
+    type: MilTensorType
     path: str
     offset: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.type, TensorType):
+        if not isinstance(self.type, MilTensorType):
             raise ValueError(f"BLOBFILE needs a tensor type, not {self.type}")
         if not isinstance(self.path, str):
             raise ValueError("a BLOBFILE path is a string")

@@ -115,11 +115,18 @@ class NodeContext:
         return value
 
     def ints_input(
-        self, i: int, what: str, default: Sequence[int] | None = None
+        self, i: int, what: str, default: Sequence[int] | None = None, *, optional: bool = False
     ) -> tuple[int, ...] | None:
+        """Input i's constant ints; ``default`` (or None when ``optional``) when it is absent,
+        else a ModelError naming the missing input."""
         if self.input(i) is None:
+            if default is None and not optional:
+                raise ModelError(f"{self.node.op_type} needs its input {i} ({what})")
             return None if default is None else tuple(default)
-        return tuple(int(v) for v in self.require_const(i, what).reshape(-1))
+        try:
+            return tuple(int(v) for v in self.require_const(i, what).reshape(-1))
+        except (OverflowError, ValueError):  # inf or nan where integers belong
+            raise ModelError(f"input {i} ({what}) must hold integers") from None
 
     # --- emitting ------------------------------------------------------------------------
 

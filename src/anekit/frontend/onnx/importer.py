@@ -239,7 +239,11 @@ class Importer:
     def _set_constant(self, name: str, array: np.ndarray) -> None:
         """Record ``array`` (read-only from now on) as the constant value ``name``."""
         array.flags.writeable = False
-        self.values[name] = Value(name, array.shape, dtype_of_array(array))
+        try:
+            dtype = dtype_of_array(array)
+        except ValueError as exc:  # a string or complex constant, say
+            raise ModelError(f"constant '{name}': {exc}") from None
+        self.values[name] = Value(name, array.shape, dtype)
         self.constants[name] = array
 
     # --- the import ---------------------------------------------------------------------
@@ -381,6 +385,7 @@ class Importer:
         name = fresh_name(node.name or f"{node.op_type}_{index}", self._node_names)
         self._node_names.add(name)
         ctx = NodeContext(self, node, name, self.opset)
+        _check_inputs_present(node, self.opset, f"ONNX node '{name}' ({node.op_type})")
         try:
             result = CONVERTERS[node.op_type](ctx)
         except AnekitError as exc:
@@ -480,3 +485,26 @@ def _topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
         ordered.extend(progress)
         pending = rest
     return ordered
+
+
+def _check_inputs_present(node: onnx.NodeProto, opset: int, where: str) -> None:
+    """Every input the ONNX schema does not mark optional is named (a rule of the spec the
+    converters rely on); operators without a schema here are left to their converter."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max(opset, 1), node.domain)
+    except Exception:  # noqa: BLE001 - onnx raises SchemaError for unknown (op, opset, domain)
+        return
+    names = list(node.input)
+    for k, formal in enumerate(schema.inputs):
+        option = formal.option
+        if option == onnx.defs.OpSchema.FormalParameterOption.Optional:
+            continue
+        if option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            if schema.min_input > k and not any(names[k:]):
+                raise ModelError(f"needs at least one '{formal.name}' input", where=where)
+            break
+        if k >= len(names) or not names[k]:
+            raise ModelError(
+                f"input {k} ('{formal.name}') is required by the ONNX spec but not given",
+                where=where,
+            )

@@ -23,13 +23,18 @@ for _name, _fn in {
     "bitwise_or": np.bitwise_or,
     "bitwise_xor": np.bitwise_xor,
 }.items():
-    declare(_name, inputs=("a", "b"), infer=_int_inputs, kind="binary", doc=f"{_name} of a and b",
-            no_lowering=NO_BITWISE_MIL)(  # fmt: skip
+    declare(
+        _name,
+        inputs=("a", "b"),
+        infer=_int_inputs,
+        doc=f"{_name} of a and b",
+        no_lowering=NO_BITWISE_MIL,
+    )(  # fmt: skip
         (lambda fn: lambda a, b: fn(a, b))(_fn)
     )
 
 
-@declare("bitwise_not", inputs=("x",), infer=_int_inputs, kind="unary", no_lowering=NO_BITWISE_MIL)
+@declare("bitwise_not", inputs=("x",), infer=_int_inputs, no_lowering=NO_BITWISE_MIL)
 def bitwise_not(x):
     """every bit flipped"""
     return np.invert(x)
@@ -40,7 +45,6 @@ def bitwise_not(x):
     inputs=("x", "shift"),
     attrs=(Attr("direction", "str", choices=("left", "right")),),
     infer=_int_inputs,
-    kind="binary",
     no_lowering=NO_BITWISE_MIL,
 )
 def bit_shift(x, shift, direction):
@@ -69,7 +73,7 @@ def _bitcast_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(x.shape, to)]
 
 
-@declare("bitcast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_bitcast_infer, kind="cast",
+@declare("bitcast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_bitcast_infer,
          no_lowering="MIL has no reinterpretation of a tensor's bytes as another type")  # fmt: skip
 def bitcast(x, to):
     """the same bytes read as dtype ``to`` (of the same width)"""

@@ -77,7 +77,9 @@ def _conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType((x.shape[0], w.shape[0], *out), x.dtype)]
 
 
-@declare("conv", inputs=("x", "weight", "bias?"), attrs=CONV_ATTRS, infer=_conv_infer, kind="conv")
+@declare(
+    "conv", layer_type="conv", inputs=("x", "weight", "bias?"), attrs=CONV_ATTRS, infer=_conv_infer
+)
 def conv(x, weight, bias, strides, pads, dilations, group):
     """N-d cross-correlation (as ONNX Conv) with explicit pads"""
     y = _correlate(x, weight, strides, pads, dilations, group, np.float32)
@@ -136,7 +138,6 @@ def _conv_integer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "weight", "x_zero_point?", "w_zero_point?"),
     attrs=CONV_ATTRS,
     infer=_conv_integer_infer,
-    kind="conv",
     no_lowering="not lowered yet: MIL convolves float tensors only (it would dequantize first)",
 )
 def conv_integer(x, weight, x_zero_point, w_zero_point, strides, pads, dilations, group):
@@ -201,6 +202,7 @@ def _conv_transpose_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "conv_transpose",
+    layer_type="deconv",
     inputs=("x", "weight", "bias?"),
     attrs=(
         Attr("strides", "ints", ()),
@@ -210,7 +212,6 @@ def _conv_transpose_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("group", "int", 1),
     ),
     infer=_conv_transpose_infer,
-    kind="conv",
 )
 def conv_transpose(x, weight, bias, strides, pads, dilations, output_padding, group):
     """N-d transposed convolution (as ONNX ConvTranspose), weight [C, M/group, k...]"""
@@ -289,7 +290,6 @@ def _col2im_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("dilations", "ints", ()),
     ),
     infer=_col2im_infer,
-    kind="conv",
     no_lowering="not lowered yet: MIL has no col2im (it would be a scatter-add of patches)",
 )
 def col2im(x, image_shape, block_shape, strides, pads, dilations):

@@ -34,55 +34,56 @@ def _int_safe_abs(x: np.ndarray) -> np.ndarray:
     return np.abs(x)
 
 
-UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], bool, str]] = {
-    "neg": (np.negative, False, "-x"),
-    "abs": (_int_safe_abs, False, "|x|"),
-    "sign": (np.sign, False, "sign of x (-1, 0 or 1)"),
-    "exp": (np.exp, True, "e^x"),
-    "log": (np.log, True, "natural logarithm"),
-    "sqrt": (np.sqrt, True, "square root"),
-    "reciprocal": (lambda x: np.float32(1.0) / x, True, "1/x"),
-    "floor": (np.floor, True, "round down"),
-    "ceil": (np.ceil, True, "round up"),
-    "round": (np.round, True, "round half to even"),
-    "erf": (_erf, True, "the Gauss error function"),
-    "tanh": (np.tanh, True, "hyperbolic tangent"),
-    "sigmoid": (_sigmoid, True, "1/(1+e^-x)"),
-    "relu": (lambda x: np.maximum(x, 0).astype(x.dtype), False, "max(x, 0)"),
-    "softplus": (_softplus, True, "log(1+e^x)"),
-    "softsign": (lambda x: x / (1.0 + np.abs(x)), True, "x/(1+|x|)"),
-    "silu": (lambda x: x * _sigmoid(x), True, "x*sigmoid(x) (swish)"),
-    "mish": (lambda x: x * np.tanh(_softplus(x)), True, "x*tanh(softplus(x))"),
-    "hard_swish": (lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), True, "x*relu6(x+3)/6"),
-    "sin": (np.sin, True, "sine"),
-    "cos": (np.cos, True, "cosine"),
-    "tan": (np.tan, True, "tangent"),
-    "asin": (np.arcsin, True, "arcsine"),
-    "acos": (np.arccos, True, "arccosine"),
-    "atan": (np.arctan, True, "arctangent"),
-    "sinh": (np.sinh, True, "hyperbolic sine"),
-    "cosh": (np.cosh, True, "hyperbolic cosine"),
-    "asinh": (np.arcsinh, True, "inverse hyperbolic sine"),
-    "acosh": (np.arccosh, True, "inverse hyperbolic cosine"),
-    "atanh": (np.arctanh, True, "inverse hyperbolic tangent"),
-    "identity": (lambda x: x, False, "x (a copy)"),
+UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], bool, str, bool]] = {
+    "neg": (np.negative, False, "-x", True),
+    "abs": (_int_safe_abs, False, "|x|", True),
+    "sign": (np.sign, False, "sign of x (-1, 0 or 1)", False),
+    "exp": (np.exp, True, "e^x", True),
+    "log": (np.log, True, "natural logarithm", True),
+    "sqrt": (np.sqrt, True, "square root", True),
+    "reciprocal": (lambda x: np.float32(1.0) / x, True, "1/x", True),
+    "floor": (np.floor, True, "round down", False),
+    "ceil": (np.ceil, True, "round up", False),
+    "round": (np.round, True, "round half to even", False),
+    "erf": (_erf, True, "the Gauss error function", True),
+    "tanh": (np.tanh, True, "hyperbolic tangent", True),
+    "sigmoid": (_sigmoid, True, "1/(1+e^-x)", True),
+    "relu": (lambda x: np.maximum(x, 0).astype(x.dtype), False, "max(x, 0)", True),
+    "softplus": (_softplus, True, "log(1+e^x)", True),
+    "softsign": (lambda x: x / (1.0 + np.abs(x)), True, "x/(1+|x|)", False),
+    "silu": (lambda x: x * _sigmoid(x), True, "x*sigmoid(x) (swish)", True),
+    "mish": (lambda x: x * np.tanh(_softplus(x)), True, "x*tanh(softplus(x))", False),
+    "hard_swish": (lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), True, "x*relu6(x+3)/6", True),
+    "sin": (np.sin, True, "sine", True),
+    "cos": (np.cos, True, "cosine", True),
+    "tan": (np.tan, True, "tangent", False),
+    "asin": (np.arcsin, True, "arcsine", False),
+    "acos": (np.arccos, True, "arccosine", False),
+    "atan": (np.arctan, True, "arctangent", False),
+    "sinh": (np.sinh, True, "hyperbolic sine", False),
+    "cosh": (np.cosh, True, "hyperbolic cosine", False),
+    "asinh": (np.arcsinh, True, "inverse hyperbolic sine", False),
+    "acosh": (np.arccosh, True, "inverse hyperbolic cosine", False),
+    "atanh": (np.arctanh, True, "inverse hyperbolic tangent", False),
+    "identity": (lambda x: x, False, "x (a copy)", False),
 }
 
 
 def _declare_unary(
-    name: str, fn: Callable[[np.ndarray], np.ndarray], floats: bool, doc: str
+    name: str, fn: Callable[[np.ndarray], np.ndarray], floats: bool, doc: str, activation: bool
 ) -> None:
     declare(
         name,
         inputs=("x",),
         infer=unary_float if floats else same_as(0),
-        kind="unary" if name != "identity" else "identity",
         doc=doc,
+        activation=activation,
+        layer_type="neuron" if name == "identity" else "",  # a copy: the neuron unit's pass-through
     )(lambda x: fn(x))
 
 
-for _name, (_fn, _floats, _doc) in UNARY.items():
-    _declare_unary(_name, _fn, _floats, _doc)
+for _name, (_fn, _floats, _doc, _activation) in UNARY.items():
+    _declare_unary(_name, _fn, _floats, _doc, _activation)
 
 
 # --- unary ops with attributes ------------------------------------------------------------
@@ -90,10 +91,10 @@ for _name, (_fn, _floats, _doc) in UNARY.items():
 
 @declare(
     "leaky_relu",
+    activation=True,
     inputs=("x",),
     attrs=(Attr("alpha", "float", 0.01),),
     infer=unary_float,
-    kind="unary",
 )
 def leaky_relu(x, alpha):
     """x if x >= 0 else alpha*x"""
@@ -101,16 +102,18 @@ def leaky_relu(x, alpha):
 
 
 @declare(
-    "elu", inputs=("x",), attrs=(Attr("alpha", "float", 1.0),), infer=unary_float, kind="unary"
+    "elu",
+    inputs=("x",),
+    attrs=(Attr("alpha", "float", 1.0),),
+    infer=unary_float,
+    activation=True,
 )
 def elu(x, alpha):
     """x if x > 0 else alpha*(e^x - 1)"""
     return np.where(x > 0, x, np.float32(alpha) * np.expm1(np.minimum(x, 0)))
 
 
-@declare(
-    "celu", inputs=("x",), attrs=(Attr("alpha", "float", 1.0),), infer=unary_float, kind="unary"
-)
+@declare("celu", inputs=("x",), attrs=(Attr("alpha", "float", 1.0),), infer=unary_float)
 def celu(x, alpha):
     """max(0, x) + min(0, alpha*(e^(x/alpha) - 1))"""
     a = np.float32(alpha)
@@ -125,7 +128,6 @@ def celu(x, alpha):
         Attr("gamma", "float", 1.05070102214813232421875),
     ),
     infer=unary_float,
-    kind="unary",
 )
 def selu(x, alpha, gamma):
     """gamma*(x if x > 0 else alpha*(e^x - 1))"""
@@ -134,10 +136,10 @@ def selu(x, alpha, gamma):
 
 @declare(
     "hard_sigmoid",
+    activation=True,
     inputs=("x",),
     attrs=(Attr("alpha", "float", 0.2), Attr("beta", "float", 0.5)),
     infer=unary_float,
-    kind="unary",
 )
 def hard_sigmoid(x, alpha, beta):
     """clip(alpha*x + beta, 0, 1)"""
@@ -149,7 +151,6 @@ def hard_sigmoid(x, alpha, beta):
     inputs=("x",),
     attrs=(Attr("alpha", "float", 1.0),),
     infer=unary_float,
-    kind="unary",
 )
 def thresholded_relu(x, alpha):
     """x if x > alpha else 0"""
@@ -158,10 +159,10 @@ def thresholded_relu(x, alpha):
 
 @declare(
     "gelu",
+    activation=True,
     inputs=("x",),
     attrs=(Attr("approximate", "str", "none", choices=("none", "tanh")),),
     infer=unary_float,
-    kind="unary",
 )
 def gelu(x, approximate):
     """x*Phi(x), exact (erf) or the tanh approximation"""
@@ -172,10 +173,10 @@ def gelu(x, approximate):
 
 @declare(
     "clip",
+    activation=True,
     inputs=("x",),
     attrs=(Attr("min", "float", None), Attr("max", "float", None)),
     infer=same_as(0),
-    kind="unary",
 )
 def clip(x, min, max):  # noqa: A002 - the op's attribute names
     """clamp x to [min, max]; an absent bound does not clamp"""
@@ -195,7 +196,6 @@ def clip(x, min, max):  # noqa: A002 - the op's attribute names
     "isnan",
     inputs=("x",),
     infer=lambda ins, a: [TensorType(ins[0].shape, DType.BOOL)],
-    kind="unary",
 )
 def isnan(x):
     """x is NaN"""
@@ -207,7 +207,6 @@ def isnan(x):
     inputs=("x",),
     attrs=(Attr("detect_negative", "bool", True), Attr("detect_positive", "bool", True)),
     infer=lambda ins, a: [TensorType(ins[0].shape, DType.BOOL)],
-    kind="unary",
 )
 def isinf(x, detect_negative, detect_positive):
     """x is +inf (detect_positive) or -inf (detect_negative)"""
@@ -218,7 +217,7 @@ def _cast_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(ins[0].shape, attrs["to"])]
 
 
-@declare("cast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_cast_infer, kind="cast")
+@declare("cast", inputs=("x",), attrs=(Attr("to", "dtype"),), infer=_cast_infer)
 def cast(x, to):
     """convert to dtype ``to`` (float to int truncates toward zero)"""
     if to is DType.BOOL:
@@ -280,20 +279,19 @@ BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], str]] = 
 }
 
 for _name, (_fn, _doc) in BINARY.items():
-    declare(_name, inputs=("a", "b"), infer=broadcast(), kind="binary", doc=_doc)(
+    declare(_name, inputs=("a", "b"), infer=broadcast(), doc=_doc, layer_type="elementwise",
+            affine=_name in ("add", "sub", "mul", "div"))(  # a constant operand fits a GOC
         (lambda fn: lambda a, b: fn(a, b))(_fn)
     )
 
 
-@declare("pow", inputs=("a", "b"), infer=broadcast(same_dtype=False), kind="binary")
+@declare("pow", inputs=("a", "b"), infer=broadcast(same_dtype=False))
 def pow_(a, b):
     """a ** b (the result has a's dtype)"""
     return _pow(a, b)
 
 
-@declare(
-    "mod", inputs=("a", "b"), attrs=(Attr("fmod", "bool", False),), infer=broadcast(), kind="binary"
-)
+@declare("mod", inputs=("a", "b"), attrs=(Attr("fmod", "bool", False),), infer=broadcast())
 def mod(a, b, fmod):
     """remainder: sign of the divisor (Python) or of the dividend (fmod=True, C fmod)"""
     if a.dtype.kind in "iu":
@@ -303,7 +301,7 @@ def mod(a, b, fmod):
     return np.mod(a, b)
 
 
-@declare("prelu", inputs=("x", "slope"), infer=broadcast(), kind="binary")
+@declare("prelu", inputs=("x", "slope"), infer=broadcast())
 def prelu(x, slope):
     """x if x >= 0 else slope*x (slope broadcasts)"""
     return np.where(x >= 0, x, x * slope)
@@ -318,9 +316,9 @@ COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "greater_equal": np.greater_equal,
 }
 for _name, _fn in COMPARE.items():
-    declare(
-        _name, inputs=("a", "b"), infer=broadcast(DType.BOOL), kind="compare", doc=f"a {_name} b"
-    )((lambda fn: lambda a, b: fn(a, b))(_fn))
+    declare(_name, inputs=("a", "b"), infer=broadcast(DType.BOOL), doc=f"a {_name} b")(
+        (lambda fn: lambda a, b: fn(a, b))(_fn)
+    )
 
 
 def _bool_inputs(ins: Types, attrs: Attrs) -> list[TensorType]:
@@ -331,12 +329,12 @@ def _bool_inputs(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 for _name, _fn in {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.items():
-    declare(_name, inputs=("a", "b"), infer=_bool_inputs, kind="logic", doc=f"logical {_name}")(
+    declare(_name, inputs=("a", "b"), infer=_bool_inputs, doc=f"logical {_name}")(
         (lambda fn: lambda a, b: fn(a, b))(_fn)
     )
 
 
-@declare("not", inputs=("x",), infer=_bool_inputs, kind="logic")
+@declare("not", inputs=("x",), infer=_bool_inputs)
 def not_(x):
     """logical not"""
     return np.logical_not(x)
@@ -351,7 +349,7 @@ def _where_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(broadcast(same_dtype=False)(ins, attrs)[0].shape, a.dtype)]
 
 
-@declare("where", inputs=("cond", "a", "b"), infer=_where_infer, kind="select")
+@declare("where", inputs=("cond", "a", "b"), infer=_where_infer)
 def where(cond, a, b):
     """a where cond else b (all three broadcast)"""
     return np.where(cond, a, b)

@@ -31,7 +31,7 @@ def _matmul_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(matmul_shape(a.shape, b.shape), a.dtype)]
 
 
-@declare("matmul", inputs=("a", "b"), infer=_matmul_infer, kind="matmul")
+@declare("matmul", layer_type="matmul", inputs=("a", "b"), infer=_matmul_infer)
 def matmul(a, b):
     """a @ b with numpy broadcasting of batch dims (rank-1 operands promoted)"""
     return np.matmul(a, b)
@@ -83,7 +83,11 @@ def _einsum_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 @declare(
-    "einsum", inputs=("xs*",), attrs=(Attr("equation", "str"),), infer=_einsum_infer, kind="matmul"
+    "einsum",
+    inputs=("xs*",),
+    attrs=(Attr("equation", "str"),),
+    infer=_einsum_infer,
+    no_engine_form="engine_forms rewrites the equations it can as transposes and matmuls",
 )
 def einsum(*xs, equation):
     """Einstein summation (numpy's einsum)"""
@@ -108,10 +112,10 @@ def _attention_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "attention",
+    layer_type="sdpa",
     inputs=("q", "k", "v", "mask?"),
     attrs=(Attr("scale", "float", None), Attr("causal", "bool", False)),
     infer=_attention_infer,
-    kind="attention",
 )
 def attention(q, k, v, mask, scale, causal):
     """softmax(q k^T * scale + mask) v; a bool mask keeps True positions; causal masks the
@@ -143,7 +147,7 @@ def _det_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(x.shape[:-2], x.dtype)]
 
 
-@declare("det", inputs=("x",), infer=_det_infer, kind="matmul", no_lowering="MIL has no determinant")
+@declare("det", inputs=("x",), infer=_det_infer, no_lowering="MIL has no determinant")
 def det(x):
     """determinant of each square matrix in the last two axes"""
     return np.linalg.det(x).astype(np.float32)

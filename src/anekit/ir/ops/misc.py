@@ -43,7 +43,6 @@ def _descending_key(x: np.ndarray) -> np.ndarray:
         Attr("sorted", "bool", True),
     ),
     infer=_topk_infer,
-    kind="sort",
 )
 def topk(x, k, axis, largest, sorted):  # noqa: A002 - the ONNX attribute name
     """the k largest (or smallest) entries along axis, sorted; ties keep the lower index first"""
@@ -62,9 +61,7 @@ def _axis_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [x]
 
 
-@declare(
-    "hardmax", inputs=("x",), attrs=(Attr("axis", "int", -1),), infer=_axis_infer, kind="softmax"
-)
+@declare("hardmax", inputs=("x",), attrs=(Attr("axis", "int", -1),), infer=_axis_infer)
 def hardmax(x, axis):
     """1 at the first maximum along axis, 0 elsewhere"""
     axis = axis % x.ndim
@@ -106,9 +103,9 @@ def _scan(fn, identity: int):
     return kernel
 
 
-declare("cumsum", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer, kind="scan",
+declare("cumsum", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer,
         doc="running sum along axis (integers in their own dtype)")(_scan(np.cumsum, 0))  # fmt: skip
-declare("cumprod", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer, kind="scan",
+declare("cumprod", inputs=("x",), attrs=_SCAN_ATTRS, infer=_scan_infer,
         doc="running product along axis (integers in their own dtype)",
         no_lowering="MIL has cumsum but no cumulative product")(_scan(np.cumprod, 1))  # fmt: skip
 
@@ -127,7 +124,6 @@ def _numeric(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x",),
     attrs=(Attr("lambd", "float", 0.5), Attr("bias", "float", 0.0)),
     infer=_numeric,
-    kind="unary",
 )
 def shrink(x, lambd, bias):
     """x - bias above lambd, x + bias below -lambd, 0 between"""
@@ -156,7 +152,6 @@ def _reverse_sequence_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "sequence_lens"),
     attrs=(Attr("batch_axis", "int", 1), Attr("time_axis", "int", 0)),
     infer=_reverse_sequence_infer,
-    kind="gather",
 )
 def reverse_sequence(x, sequence_lens, batch_axis, time_axis):
     """reverse the first sequence_lens[b] steps along time_axis of each batch entry b"""

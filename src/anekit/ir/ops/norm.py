@@ -15,7 +15,11 @@ def _softmax_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 @declare(
-    "softmax", inputs=("x",), attrs=(Attr("axis", "int", -1),), infer=_softmax_infer, kind="softmax"
+    "softmax",
+    inputs=("x",),
+    attrs=(Attr("axis", "int", -1),),
+    infer=_softmax_infer,
+    layer_type="softmax",
 )
 def softmax(x, axis):
     """e^x / sum(e^x) along axis (max-subtracted)"""
@@ -29,7 +33,6 @@ def softmax(x, axis):
     inputs=("x",),
     attrs=(Attr("axis", "int", -1),),
     infer=_softmax_infer,
-    kind="softmax",
 )
 def log_softmax(x, axis):
     """x - log(sum(e^x)) along axis"""
@@ -64,7 +67,6 @@ def _per_channel(p: np.ndarray, rank: int) -> np.ndarray:
     inputs=("x", "scale", "bias", "mean", "var"),
     attrs=(Attr("epsilon", "float", 1e-5),),
     infer=_batch_norm_infer,
-    kind="norm",
 )
 def batch_norm(x, scale, bias, mean, var, epsilon):
     """inference batch norm: (x - mean) / sqrt(var + eps) * scale + bias, per channel (axis 1)"""
@@ -84,10 +86,10 @@ def _instance_norm_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "instance_norm",
+    layer_type="norm",
     inputs=("x", "scale", "bias"),
     attrs=(Attr("epsilon", "float", 1e-5),),
     infer=_instance_norm_infer,
-    kind="norm",
 )
 def instance_norm(x, scale, bias, epsilon):
     """normalise each (n, c) plane over its spatial axes, then per-channel scale and bias"""
@@ -126,7 +128,6 @@ def _layer_norm_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale?", "bias?"),
     attrs=(Attr("axis", "int", -1), Attr("epsilon", "float", 1e-5)),
     infer=_layer_norm_infer,
-    kind="norm",
 )
 def layer_norm(x, scale, bias, axis, epsilon):
     """normalise over axes [axis, rank), then scale and bias"""
@@ -146,7 +147,6 @@ def layer_norm(x, scale, bias, axis, epsilon):
     inputs=("x", "scale?"),
     attrs=(Attr("axis", "int", -1), Attr("epsilon", "float", 1e-5)),
     infer=_layer_norm_infer,
-    kind="norm",
 )
 def rms_norm(x, scale, axis, epsilon):
     """x / sqrt(mean(x^2) + eps) over axes [axis, rank), then scale"""
@@ -172,7 +172,6 @@ def _group_norm_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale", "bias"),
     attrs=(Attr("num_groups", "int"), Attr("epsilon", "float", 1e-5)),
     infer=_group_norm_infer,
-    kind="norm",
 )
 def group_norm(x, scale, bias, num_groups, epsilon):
     """normalise each group of channels over (channels in group, spatial), then per-channel affine"""
@@ -203,7 +202,6 @@ def _lrn_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("bias", "float", 1.0),
     ),
     infer=_lrn_infer,
-    kind="norm",
 )
 def lrn(x, size, alpha, beta, bias):
     """local response norm across channels: x / (bias + alpha/size * sum of x^2 over the window)^beta"""

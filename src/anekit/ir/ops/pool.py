@@ -177,6 +177,7 @@ def _flat_index(
 
 @declare(
     "max_pool",
+    layer_type="pool",
     inputs=("x",),
     outputs=("y", "indices"),
     attrs=(
@@ -185,7 +186,6 @@ def _flat_index(
         Attr("storage_order", "int", 0, choices=(0, 1), doc="indices row- (0) or column-major (1)"),
     ),
     infer=_max_pool_infer,
-    kind="pool",
     num_outputs=lambda attrs, n: 2 if attrs["return_indices"] else 1,
 )
 def max_pool(x, kernel, strides, pads, dilations, ceil_mode, return_indices, storage_order):
@@ -229,10 +229,10 @@ def _float_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "avg_pool",
+    layer_type="pool",
     inputs=("x",),
     attrs=(*POOL_ATTRS, Attr("count_include_pad", "bool", False)),
     infer=_float_pool_infer,
-    kind="pool",
 )
 def avg_pool(x, kernel, strides, pads, dilations, ceil_mode, count_include_pad):
     """mean over each window: of the input elements, or counting pads too (never the overhang)"""
@@ -251,7 +251,6 @@ def _lp_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x",),
     attrs=(*POOL_ATTRS, Attr("p", "int", 2)),
     infer=_lp_pool_infer,
-    kind="pool",
 )
 def lp_pool(x, kernel, strides, pads, dilations, ceil_mode, p):
     """(sum over each window of |x|^p)^(1/p), pads contributing zero"""
@@ -274,7 +273,6 @@ def _max_unpool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("output_shape", "ints"),),
     infer=_max_unpool_infer,
-    kind="pool",
     no_lowering="not lowered yet: MIL has no unpooling (a scatter by the pooling indices)",
 )
 def max_unpool(x, indices, output_shape):

@@ -78,7 +78,6 @@ def _quantize_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale", "zero_point?"),
     attrs=(*_QUANT_ATTRS, Attr("dtype", "dtype", DType.UINT8)),
     infer=_quantize_infer,
-    kind="quant",
 )
 def quantize_linear(x, scale, zero_point, axis, block_size, dtype):
     """saturate(round_half_even(x / scale) + zero_point) to int8 or uint8"""
@@ -106,7 +105,6 @@ def _dequantize_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "scale", "zero_point?"),
     attrs=_QUANT_ATTRS,
     infer=_dequantize_infer,
-    kind="quant",
 )
 def dequantize_linear(x, scale, zero_point, axis, block_size):
     """(x - zero_point) * scale, in the scale's float type"""

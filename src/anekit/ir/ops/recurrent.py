@@ -216,13 +216,16 @@ def _rnn_step(xw, hr, hs, cs, r, rb, p, acts, clip, attrs):
 _CELL_STEP = {"lstm": _lstm_step, "gru": _gru_step, "rnn": _rnn_step}
 
 
+RECURRENT_ON_CPU = "recurrent layers run on the CPU"
+
+
 @declare(
     "lstm",
     inputs=("x", "w", "r", "bias?", "sequence_lens?", "initial_h?", "initial_c?", "peepholes?"),
     outputs=("y", "y_h", "y_c"),
     attrs=(*_recurrent_attrs(3), Attr("input_forget", "bool", False)),
     infer=_recurrent_infer("lstm"),
-    kind="recurrent",
+    no_engine_form=RECURRENT_ON_CPU,
 )
 def lstm(x, w, r, bias=None, sequence_lens=None, initial_h=None, initial_c=None,
          peepholes=None, **attrs):  # fmt: skip
@@ -236,7 +239,7 @@ def lstm(x, w, r, bias=None, sequence_lens=None, initial_h=None, initial_c=None,
     outputs=("y", "y_h"),
     attrs=(*_recurrent_attrs(2), Attr("linear_before_reset", "bool", False)),
     infer=_recurrent_infer("gru"),
-    kind="recurrent",
+    no_engine_form=RECURRENT_ON_CPU,
 )
 def gru(x, w, r, bias=None, sequence_lens=None, initial_h=None, **attrs):
     """ONNX GRU (gates z, r, h; linear_before_reset applies the reset after R h)"""
@@ -249,7 +252,7 @@ def gru(x, w, r, bias=None, sequence_lens=None, initial_h=None, **attrs):
     outputs=("y", "y_h"),
     attrs=_recurrent_attrs(1),
     infer=_recurrent_infer("rnn"),
-    kind="recurrent",
+    no_engine_form=RECURRENT_ON_CPU,
 )
 def rnn(x, w, r, bias=None, sequence_lens=None, initial_h=None, **attrs):
     """ONNX RNN: h_t = f(x_t W^T + h_{t-1} R^T + b)"""
@@ -296,7 +299,6 @@ def _linear_attention_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("update_rule", "str", "gated_delta", choices=UPDATE_RULES),
     ),
     infer=_linear_attention_infer,
-    kind="recurrent",
     no_lowering="not lowered yet: its recurrence would be a MIL while loop",
 )
 def linear_attention(q, k, v, past_state=None, decay=None, beta=None, *, scale, update_rule):

@@ -98,8 +98,17 @@ REDUCTIONS = {
     "reduce_log_sum_exp": (_log_sum_exp, float("-inf")),
 }
 
+# the reductions the engine runs (the others decompose into these, or run on the CPU)
+ENGINE_REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
+
 for _name, (_fn, _empty) in REDUCTIONS.items():
-    declare(_name, inputs=("x",), attrs=_REDUCE_ATTRS, infer=_reduce_infer, kind="reduce")(
+    declare(
+        _name,
+        inputs=("x",),
+        attrs=_REDUCE_ATTRS,
+        infer=_reduce_infer,
+        layer_type="reduction" if _name in ENGINE_REDUCTIONS else "",
+    )(  # fmt: skip
         _mk(_fn, _empty)
     )
 
@@ -146,5 +155,5 @@ def _arg(npfn):
     return kernel
 
 
-declare("argmax", inputs=("x",), attrs=_ARG_ATTRS, infer=_arg_infer, kind="reduce")(_arg(np.argmax))
-declare("argmin", inputs=("x",), attrs=_ARG_ATTRS, infer=_arg_infer, kind="reduce")(_arg(np.argmin))
+declare("argmax", inputs=("x",), attrs=_ARG_ATTRS, infer=_arg_infer)(_arg(np.argmax))
+declare("argmin", inputs=("x",), attrs=_ARG_ATTRS, infer=_arg_infer)(_arg(np.argmin))

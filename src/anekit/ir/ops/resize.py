@@ -161,6 +161,7 @@ def _resize_axis(x: np.ndarray, axis: int, out_size: int, scale: float, attrs: A
 
 @declare(
     "resize",
+    layer_type="texture",
     inputs=("x",),
     attrs=(
         Attr("sizes", "ints", doc="the output shape"),
@@ -175,7 +176,6 @@ def _resize_axis(x: np.ndarray, axis: int, out_size: int, scale: float, attrs: A
         Attr("roi", "floats", (), doc="tf_crop_and_resize: starts then ends, normalised"),
     ),
     infer=_resize_infer,
-    kind="resize",
 )
 def resize(
     x,
@@ -235,7 +235,6 @@ def _depth_to_space_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x",),
     attrs=(Attr("block_size", "int"), Attr("mode", "str", "DCR", choices=("DCR", "CRD"))),
     infer=_depth_to_space_infer,
-    kind="shape",
 )
 def depth_to_space(x, block_size, mode):
     """move channel blocks into b x b spatial tiles (DCR: depth-column-row; CRD: pixel shuffle)"""
@@ -264,7 +263,6 @@ def _space_to_depth_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x",),
     attrs=(Attr("block_size", "int"), Attr("mode", "str", "DCR", choices=("DCR", "CRD"))),
     infer=_space_to_depth_infer,
-    kind="shape",
 )
 def space_to_depth(x, block_size, mode):
     """move b x b spatial tiles into channels (the inverse of depth_to_space in the same mode)"""

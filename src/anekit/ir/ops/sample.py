@@ -71,7 +71,6 @@ def _taps(x: np.ndarray, mode: str) -> tuple[list[np.ndarray], list[np.ndarray]]
         Attr("align_corners", "bool", False),
     ),
     infer=_grid_sample_infer,
-    kind="resize",
 )
 def grid_sample(x, grid, mode, padding_mode, align_corners):
     """x sampled at grid's [-1, 1] coordinates (last grid axis: x, y, ... = the reversed axes)"""
@@ -151,7 +150,6 @@ def _bilinear_axis(pos: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, 
         Attr("half_pixel", "bool", True, doc="shift ROI corners by -0.5 (else force ROIs >= 1)"),
     ),
     infer=_roi_align_infer,
-    kind="resize",
     no_lowering="not lowered yet: MIL crop_resize does not average sampling points as RoiAlign does",
 )
 def roi_align(x, rois, batch_indices, output_height, output_width, sampling_ratio,
@@ -244,7 +242,6 @@ def _deform_conv_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "weight", "offset", "bias?", "mask?"),
     attrs=(*CONV_ATTRS, Attr("offset_group", "int", 1)),
     infer=_deform_conv_infer,
-    kind="conv",
     no_lowering="MIL has no deformable convolution",
 )
 def deform_conv(x, weight, offset, bias, mask, strides, pads, dilations, group, offset_group):

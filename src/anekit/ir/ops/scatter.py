@@ -45,7 +45,6 @@ def _gather_nd_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("batch_dims", "int", 0),),
     infer=_gather_nd_infer,
-    kind="gather",
 )
 def gather_nd(x, indices, batch_dims):
     """slices of x addressed by the last axis of indices (after batch_dims shared axes)"""
@@ -89,7 +88,6 @@ def _apply(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -
     inputs=("x", "indices", "updates"),
     attrs=(Attr("axis", "int", 0), Attr("reduction", "str", "none", choices=REDUCTIONS)),
     infer=_scatter_elements_infer,
-    kind="scatter",
 )
 def scatter_elements(x, indices, updates, axis, reduction):
     """x with x[..., indices[i, j, ...], ...] (along axis) set or reduced with updates[i, j, ...]"""
@@ -119,7 +117,6 @@ def _scatter_nd_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices", "updates"),
     attrs=(Attr("reduction", "str", "none", choices=REDUCTIONS),),
     infer=_scatter_nd_infer,
-    kind="scatter",
 )
 def scatter_nd(x, indices, updates, reduction):
     """x with the slices addressed by the last axis of indices set or reduced with updates"""
@@ -150,7 +147,6 @@ def _one_hot_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("indices", "values"),
     attrs=(Attr("depth", "int"), Attr("axis", "int", -1)),
     infer=_one_hot_infer,
-    kind="gather",
 )
 def one_hot(indices, values, depth, axis):
     """values[1] where the new axis equals the index (negatives count from depth), else values[0]"""

@@ -27,7 +27,11 @@ def _reshape_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 @declare(
-    "reshape", inputs=("x",), attrs=(Attr("shape", "ints"),), infer=_reshape_infer, kind="shape"
+    "reshape",
+    inputs=("x",),
+    attrs=(Attr("shape", "ints"),),
+    infer=_reshape_infer,
+    layer_type="reshape",
 )
 def reshape(x, shape):
     """the same elements, row-major, in a new static shape"""
@@ -43,7 +47,11 @@ def _transpose_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 @declare(
-    "transpose", inputs=("x",), attrs=(Attr("perm", "ints"),), infer=_transpose_infer, kind="shape"
+    "transpose",
+    inputs=("x",),
+    attrs=(Attr("perm", "ints"),),
+    infer=_transpose_infer,
+    layer_type="transpose",
 )
 def transpose(x, perm):
     """permute axes: output axis i is input axis perm[i]"""
@@ -70,7 +78,11 @@ def _concat_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 
 @declare(
-    "concat", inputs=("xs*",), attrs=(Attr("axis", "int"),), infer=_concat_infer, kind="concat"
+    "concat",
+    inputs=("xs*",),
+    attrs=(Attr("axis", "int"),),
+    infer=_concat_infer,
+    layer_type="concat",
 )
 def concat(*xs, axis):
     """join tensors along axis"""
@@ -99,7 +111,6 @@ def _split_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     outputs=("ys*",),
     attrs=(Attr("axis", "int"), Attr("sizes", "ints")),
     infer=_split_infer,
-    kind="shape",
     num_outputs=lambda attrs, n: len(attrs["sizes"]),
 )
 def split(x, axis, sizes):
@@ -143,6 +154,7 @@ def _slice_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "slice",
+    layer_type="texture",
     inputs=("x",),
     attrs=(
         Attr("starts", "ints"),
@@ -151,7 +163,6 @@ def _slice_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("steps", "ints", ()),
     ),
     infer=_slice_infer,
-    kind="shape",
 )
 def slice_(x, starts, ends, axes, steps):
     """x[start:end:step] per listed axis (ONNX clamping rules)"""
@@ -175,7 +186,7 @@ def _gather_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("axis", "int", 0),),
     infer=_gather_infer,
-    kind="gather",
+    no_engine_form="an embedding or index lookup",
 )
 def gather(x, indices, axis):
     """take entries of x along axis at indices (negative indices count from the end)"""
@@ -200,7 +211,7 @@ def _gather_elements_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "indices"),
     attrs=(Attr("axis", "int", 0),),
     infer=_gather_elements_infer,
-    kind="gather",
+    no_engine_form="an index lookup",
 )
 def gather_elements(x, indices, axis):
     """out[i][j][k] = x[index along axis][...] (numpy take_along_axis)"""
@@ -214,7 +225,7 @@ def _expand_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(broadcast_shapes(x.shape, attrs["shape"]), x.dtype)]
 
 
-@declare("expand", inputs=("x",), attrs=(Attr("shape", "ints"),), infer=_expand_infer, kind="shape")
+@declare("expand", inputs=("x",), attrs=(Attr("shape", "ints"),), infer=_expand_infer)
 def expand(x, shape):
     """broadcast x against shape (both ways, as ONNX Expand)"""
     return np.broadcast_to(x, broadcast_shapes(x.shape, shape)).copy()
@@ -230,7 +241,7 @@ def _tile_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     return [TensorType(tuple(d * r for d, r in zip(x.shape, reps, strict=True)), x.dtype)]
 
 
-@declare("tile", inputs=("x",), attrs=(Attr("repeats", "ints"),), infer=_tile_infer, kind="shape")
+@declare("tile", inputs=("x",), attrs=(Attr("repeats", "ints"),), infer=_tile_infer)
 def tile(x, repeats):
     """repeat x along each axis"""
     return np.tile(x, repeats)
@@ -253,6 +264,7 @@ def _pad_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 
 @declare(
     "pad",
+    layer_type="texture",
     inputs=("x",),
     attrs=(
         Attr("pads", "ints", doc="begin pads for every axis, then end pads (negative crops)"),
@@ -260,7 +272,6 @@ def _pad_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("value", "float", 0.0),
     ),
     infer=_pad_infer,
-    kind="pad",
 )
 def pad(x, pads, mode, value):
     """pad (or crop, with negative pads) every axis"""
@@ -287,7 +298,6 @@ def _trilu_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x",),
     attrs=(Attr("upper", "bool", True), Attr("k", "int", 0)),
     infer=_trilu_infer,
-    kind="shape",
 )
 def trilu(x, upper, k):
     """keep the upper (or lower) triangle of the last two axes from diagonal k"""

@@ -38,7 +38,6 @@ def _dft_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
         Attr("onesided", "bool", False, doc="forward: keep n//2+1 bins; inverse: real output"),
     ),
     infer=_dft_infer,
-    kind="signal",
     no_lowering="not lowered yet: MIL has no general DFT op",
 )
 def dft(x, axis, length, inverse, onesided):

@@ -55,7 +55,7 @@ class SegmentSource:
     disk (None for a bundle held in memory).
     """
 
-    program: mil.Program
+    program: mil.MilProgram
     weights: Path | bytes | None
     base_dir: Path | None
     entry: SegmentEntry

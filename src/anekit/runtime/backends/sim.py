@@ -14,7 +14,7 @@ from anekit.runtime.backends import Backend, SegmentRunner, SegmentSource
 class SimRunner:
     """A segment loaded into the simulator; outputs in fp32 storage (fp16 values)."""
 
-    def __init__(self, program: mil.Program, base_dir, where: str):
+    def __init__(self, program: mil.MilProgram, base_dir, where: str):
         from anekit.runtime.sim.program import SimProgram
 
         self.program = SimProgram(program, base_dir, where=where)
@@ -28,7 +28,7 @@ class SimRunner:
         return self.program.run_stored(args)
 
 
-def inlined(segment: SegmentSource) -> mil.Program:
+def inlined(segment: SegmentSource) -> mil.MilProgram:
     """The segment's program with its weights inlined from its weight file."""
     from anekit.runtime.widen import inline_blobs
 

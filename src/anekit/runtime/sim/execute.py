@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from anekit.errors import FormatError, InternalError
-from anekit.formats.mil import ScalarType, TensorType
+from anekit.formats.mil import MilTensorType, ScalarType
 
 from .fp16 import round_to_fp16
 from .values import frozen
@@ -66,7 +66,7 @@ def storage_shape(t: Any) -> tuple[tuple[int | str, ...], str]:
     """(shape pattern, dtype) of a scalar or tensor type (FormatError for other types)."""
     if isinstance(t, ScalarType):
         return (), t.dtype
-    if isinstance(t, TensorType):
+    if isinstance(t, MilTensorType):
         return tuple(t.shape), t.dtype
     raise FormatError(f"values of type {t} are not supported by the simulator")
 

@@ -25,16 +25,16 @@ from anekit.formats.mil import (
     ArgList,
     Binding,
     Function,
+    MilTensorType,
     Operation,
     ScalarType,
-    TensorType,
     Var,
 )
 
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
 from .movement import fuse_concat_transpose
 from .ops import REGISTRY
-from .registry import OpDef, Signature
+from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, literal_dtype
 
 _OPSET = re.compile(r"ios(\d+)\Z")
@@ -95,7 +95,7 @@ class _Loader:
             )
         input_slots = []
         for b in f.inputs:
-            if not isinstance(b.type, (ScalarType, TensorType)):
+            if not isinstance(b.type, (ScalarType, MilTensorType)):
                 raise FormatError(
                     f"function '{f.name}' input {b.name} has the type {b.type}, which the "
                     "simulator does not support (tensors and scalars only)",
@@ -225,7 +225,7 @@ class _Loader:
         """(dtype, slot or NO_SLOT, known value) of one argument."""
         if isinstance(arg, Var):
             t = self.types[arg.name]
-            if not isinstance(t, (ScalarType, TensorType)):
+            if not isinstance(t, (ScalarType, MilTensorType)):
                 raise self.error(index, o, f"input {key} has the unsupported type {t}")
             if arg.name in self.known:
                 return t.dtype, NO_SLOT, self.known[arg.name]
@@ -236,7 +236,7 @@ class _Loader:
             raise self.error(index, o, f"input {key}: {_detail(exc)}", exc.hint) from None
 
     def check_domain(
-        self, index: int, o: Operation, d: OpDef, name: str, dtype: str, domains: dict
+        self, index: int, o: Operation, d: SimOp, name: str, dtype: str, domains: dict
     ) -> None:
         p = d.params_by_name[name]
         allowed = d.allowed(p)
@@ -255,7 +255,7 @@ class _Loader:
                     "have the same type",
                 )
 
-    def outputs(self, index: int, o: Operation, d: OpDef, sig: Signature) -> tuple[Expect, ...]:
+    def outputs(self, index: int, o: Operation, d: SimOp, sig: Signature) -> tuple[Expect, ...]:
         try:
             produced = d.outputs(sig)
         except (KeyError, ValueError) as exc:

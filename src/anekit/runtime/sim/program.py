@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import InputError, check_input_names
-from anekit.formats.mil import Program, ScalarType, TensorType, parse, parse_file
+from anekit.formats.mil import MilProgram, MilTensorType, ScalarType, parse, parse_file
 
 from . import gemm
 from .execute import (
@@ -37,7 +37,7 @@ from .values import STORAGE, BlobFiles, frozen
 class _Lines:
     """The file name, and the source line of an operation (found only when an error needs it)."""
 
-    def __init__(self, text: str | None, program: Program, function: str, where: str | None):
+    def __init__(self, text: str | None, program: MilProgram, function: str, where: str | None):
         self.text = text
         self.program = program
         self.function = function
@@ -77,7 +77,7 @@ class SimProgram:
 
     def __init__(
         self,
-        program: Program,
+        program: MilProgram,
         base_dir: str | os.PathLike[str] | None = None,
         *,
         function: str = "main",
@@ -143,9 +143,13 @@ class SimProgram:
         check_input_names(names, feeds, takes)
         return [self._feed(b.name, b.type, feeds[b.name], symbols) for b in self._plan.inputs]
 
-    def _feed(self, name: str, t: ScalarType | TensorType, value: Any, symbols: dict) -> Any:
+    def _feed(self, name: str, t: ScalarType | MilTensorType, value: Any, symbols: dict) -> Any:
         pattern, dtype = storage_shape(t)
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as exc:  # a ragged nested list, an unconvertible object
+            raise InputError(f"input '{name}' is not an array ({exc})",
+                             hint=f"the function takes {self.signature()}") from None  # fmt: skip
         if not shape_matches(array.shape, pattern, symbols):
             raise InputError(
                 f"input '{name}' has shape {list(array.shape)}, but the function expects {t}",
@@ -161,7 +165,7 @@ class SimProgram:
         if not ok:
             raise InputError(
                 f"input '{name}' has dtype {array.dtype}, but the function expects {t}",
-                hint="convert the array, e.g. array.astype(numpy.float32)",
+                hint=f"convert the array, e.g. array.astype(numpy.{STORAGE[dtype].name})",
             )
         storage = STORAGE[dtype]
         if kind in "iu" and storage.kind in "iu" and array.size:
@@ -272,7 +276,7 @@ class SimProgram:
 
 
 def run_function(
-    program: Program,
+    program: MilProgram,
     feeds: Mapping[str, Any],
     *,
     function: str = "main",

@@ -1,6 +1,6 @@
 """Op definitions of the simulator: inputs (type domains, constness), output types and the kernel.
 
-Each MIL op the simulator runs is one :class:`OpDef`, declared with :func:`op` from a compact
+Each MIL op the simulator runs is one :class:`SimOp`, declared with :func:`op` from a compact
 signature that follows coremltools' ``input_spec`` of the newest opset (iOS 18), which accepts
 everything the older opsets accept::
 
@@ -66,7 +66,7 @@ class Param:
 
 
 @dataclass(frozen=True)
-class OpDef:
+class SimOp:
     """A MIL op: its inputs, how its output dtypes follow, and its kernel."""
 
     name: str
@@ -106,7 +106,7 @@ def op(
     defaults: Callable[[Mapping[str, str], int], dict[str, Any]] | None = None,
     check: Callable[[Signature, int], None] | None = None,
     **domains: str,
-) -> OpDef:
+) -> SimOp:
     """Declare an op (see the module docstring for the signature syntax)."""
     params = []
     for token in signature.replace(",", " ").split():
@@ -122,7 +122,7 @@ def op(
         if len(p.types) == 1 and p.types.isupper() and p.types not in doms:
             raise ValueError(f"{name}: parameter {p.name} uses undeclared domain {p.types}")
     variadic = isinstance(outputs, str) and outputs.endswith("*")
-    return OpDef(
+    return SimOp(
         name,
         tuple(params),
         doms,
@@ -136,9 +136,9 @@ def op(
     )
 
 
-def build_registry(*groups: tuple[OpDef, ...]) -> Mapping[str, OpDef]:
-    """An immutable name -> OpDef mapping; a name defined twice is a bug."""
-    table: dict[str, OpDef] = {}
+def build_registry(*groups: tuple[SimOp, ...]) -> Mapping[str, SimOp]:
+    """An immutable name -> SimOp mapping; a name defined twice is a bug."""
+    table: dict[str, SimOp] = {}
     for group in groups:
         for d in group:
             if d.name in table:

@@ -105,11 +105,11 @@ def _conv(e: Emitter, node, gys):
     if bias:
         gb = e.sum_axes(g, [0, *range(2, 2 + len(out))], keepdims=False)
     tail = [gb] if len(node.inputs) > 2 else []
-    if e.ed.constant(w) is not None:  # a fixed kernel: its own transposed convolution
-        return [transposed(e, g, w, (n, c, *sp), geo, group), None, *tail]
     p = e.reshape(patches(e, x, kernel, geo), (n, group, ck, length))
     pm = e.reshape(e.transpose(p, (1, 0, 3, 2)), (group, n * length, ck))
-    gw = e.reshape(e("matmul", gm, pm), e.shape(w))  # G, Co/G, CK
+    gw = e.reshape(e("matmul", gm, pm), e.shape(w))  # G, Co/G, CK (pruned if unused)
+    if e.ed.constant(w) is not None:  # a fixed kernel: its own transposed convolution
+        return [transposed(e, g, w, (n, c, *sp), geo, group), gw, *tail]
     wm = e.transpose(e.reshape(w, (group, co // group, ck)), (0, 2, 1))  # G, CK, Co/G
     dp = e("matmul", wm, gm)  # G, CK, N*L
     dp = e.transpose(e.reshape(dp, (group, ck, n, length)), (2, 0, 1, 3))

@@ -53,7 +53,7 @@ def _pow(e: Emitter, node, gys):
     # d a^b / da = b a^(b-1); d/db = a^b ln a (defined for a > 0)
     ga = e.mul(g, e.mul(b, e("pow", a, e.sub(b, e.scalar(1.0, b)))))
     gb = e.mul(g, e.mul(node.output, e("log", a)))
-    return [e.sum_to(ga, sa), None if e.ed.constant(b) is not None else e.sum_to(gb, sb)]
+    return [e.sum_to(ga, sa), e.sum_to(gb, sb)]  # unused gradients are pruned by build()
 
 
 def _select(e: Emitter, node, gys, sign: float):

@@ -13,6 +13,12 @@ def resolve_reshape(
     in_shape: tuple[int, ...], target: tuple[int, ...], allowzero: bool
 ) -> tuple[int, ...]:
     """ONNX Reshape semantics: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    for i, d in enumerate(target):
+        if d < -1 or (d == 0 and not allowzero and i >= len(in_shape)):
+            raise ModelError(
+                f"reshape target {list(target)}: dimension {i} ({d}) is neither a size, -1, nor "
+                f"a 0 copying one of the input's {len(in_shape)} dimensions"
+            )
     out = [in_shape[i] if (d == 0 and not allowzero) else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise ModelError(f"reshape target {list(target)} has more than one -1")
@@ -57,7 +63,7 @@ def _axes(cx: NodeContext, attr_until: int) -> tuple[int, ...] | None:
     if cx.opset < attr_until:
         axes = cx.attr("axes", None)
         return None if axes is None else tuple(axes)
-    return cx.ints_input(1, "axes")
+    return cx.ints_input(1, "axes", optional=True)
 
 
 @converter("Squeeze")
@@ -116,7 +122,7 @@ def split(cx: NodeContext):
     if cx.opset < 13:
         sizes = cx.attr("split", None)
     else:
-        sizes = cx.ints_input(1, "split")
+        sizes = cx.ints_input(1, "split", optional=True)
     if sizes is None:
         if cx.opset >= 18 and cx.has_attr("num_outputs"):
             n_out = cx.attr("num_outputs")
@@ -198,7 +204,7 @@ def pad(cx: NodeContext):
         if cx.input(2) is not None and value_arr is None:
             raise ModelError("Pad's constant_value must be a constant")
         value = float(value_arr.reshape(-1)[0]) if value_arr is not None and value_arr.size else 0.0
-        axes = cx.ints_input(3, "axes") if cx.opset >= 18 else None
+        axes = cx.ints_input(3, "axes", optional=True) if cx.opset >= 18 else None
         if axes is not None:
             axes = tuple(a % rank for a in axes)
             full = [0] * (2 * rank)
@@ -268,9 +274,14 @@ def range_(cx: NodeContext):
     start = cx.require_const(0, "start")
     limit = cx.require_const(1, "limit")
     delta = cx.require_const(2, "delta")
+    if any(np.size(v) != 1 for v in (start, limit, delta)):
+        raise ModelError("Range takes scalars for start, limit and delta")
     if float(delta) == 0:
         raise ModelError("Range delta is 0")
-    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    count = np.ceil((float(limit) - float(start)) / float(delta))
+    if not np.isfinite(count):
+        raise ModelError(f"Range from {start} to {limit} by {delta} has no finite length")
+    n = max(int(count), 0)
     cx.reserve((n,), start.dtype, "the range")
     values = (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
     return cx.constant(values, "range")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import FLOAT, OpDef, op
+from ..registry import FLOAT, SimOp, op
 from ._util import F32, as_int, as_str, axis_of
 from .elementwise import erf64
 
@@ -114,7 +114,7 @@ def softmax(x: np.ndarray, axis: np.ndarray | int = -1) -> np.ndarray:
     return e
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("relu", "x:T", "T", relu, exact=True, T=FLOAT),
     op("relu6", "x:T", "T", relu6, exact=True, T=FLOAT),
     op("sigmoid", "x:T", "T", sigmoid, T=FLOAT),

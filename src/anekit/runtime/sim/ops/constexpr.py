@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import OpDef, Signature, op
+from ..registry import Signature, SimOp, op
 from ..values import STORAGE
 from ._util import F32, as_int, as_ints, as_str, axis_of, checked_shape
 
@@ -207,7 +207,7 @@ def _quantize_outputs(sig: Signature) -> tuple[str, ...]:
 _SUB_BYTE = "uint1|uint2|uint3|uint4|uint6|uint8"
 _SMALL = "int4|uint4|int8|uint8|fp16|fp32"
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("constexpr_affine_dequantize", "quantized_data!:S zero_point!:Z scale!:D axis!:int32",
        "D", affine_dequantize, S="uint8|int8", Z="uint8|int8|fp32", D="fp16|fp32"),
     op("constexpr_blockwise_shift_scale", "data!:S scale!:D offset?!:O", "D",

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import gemm
-from ..registry import FLOAT, OpDef, Signature, op
+from ..registry import FLOAT, Signature, SimOp, op
 from ._util import as_int, as_ints, as_str, checked_shape
 
 PAD_TYPES = ("valid", "same", "custom", "same_lower")
@@ -245,7 +245,7 @@ _CONV_TRANSPOSE = (
     "dilations?!:int32 groups?!:int32"
 )
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("conv", _CONV, "T", conv, check=_check_conv, T=FLOAT, U=FLOAT),
     op("conv_transpose", _CONV_TRANSPOSE, "T", conv_transpose, T=FLOAT, U=FLOAT),
 )

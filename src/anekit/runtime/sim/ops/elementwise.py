@@ -9,7 +9,7 @@ import numpy as np
 
 from anekit.ir.ops.special import erf as erf64
 
-from ..registry import FLOAT, NUMERIC, OpDef, op
+from ..registry import FLOAT, NUMERIC, SimOp, op
 from ._util import F32
 
 
@@ -154,7 +154,7 @@ _NUMERIC_UNARY: dict[str, Callable[[np.ndarray], Any]] = {
 # Unary ops whose fp16 results are always fp16 values already (no rounding needed).
 _EXACT_UNARY = frozenset({"abs", "ceil", "floor", "round", "sign"})
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     *(op(n, "x:T y:T", "T", _binary(f), T=NUMERIC, exact=n in ("maximum", "minimum"))
       for n, f in _ARITHMETIC.items()),
     op("real_div", "x:T y:T", "T", _real_div, T=NUMERIC),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import NUMERIC, OpDef, op
+from ..registry import NUMERIC, SimOp, op
 from ._util import as_int, as_str, axis_of
 
 _DATA = "fp16|fp32|int32|int16|uint16|int8|uint8"
@@ -176,7 +176,7 @@ def scatter_nd(
 
 _VALIDATE = " validate_indices?!:bool"
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("gather", "x:T indices:I axis?!:int32 batch_dims?!:int32" + _VALIDATE, "T", gather,
        exact=True, T=_DATA, I=_INDICES),
     op("gather_along_axis", "x:T indices:I axis?!:int32" + _VALIDATE, "T", gather_along_axis,

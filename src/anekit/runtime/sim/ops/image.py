@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import FLOAT, OpDef, Signature, op
+from ..registry import FLOAT, Signature, SimOp, op
 from ._util import F32, as_bool, as_float, as_int, as_ints, as_str, checked_shape
 
 SAMPLING_MODES = ("STRICT_ALIGN_CORNERS", "ALIGN_CORNERS", "UNALIGN_CORNERS", "DEFAULT",
@@ -180,7 +180,7 @@ def _check_rank(sig: Signature, opset: int) -> None:
 
 _SCALE = "scale_factor_height?!:U scale_factor_width?!:U"
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("upsample_nearest_neighbor", "x:T " + _SCALE, "T", upsample_nearest_neighbor,
        exact=True, T=FLOAT, U="fp32|int32"),
     op("upsample_bilinear", f"x:T {_SCALE} align_corners?!:bool half_pixel_centers?!:bool",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import gemm
-from ..registry import NUMERIC, OpDef, Signature, op
+from ..registry import NUMERIC, Signature, SimOp, op
 from ._util import as_bool, as_str
 
 
@@ -103,7 +103,7 @@ def einsum(values: tuple[np.ndarray, ...], equation: str) -> np.ndarray:
     return np.einsum(equation, np.broadcast_to(x, xs), np.broadcast_to(y, ys))
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("linear", "x:T weight!:U bias?!:U", "T", linear, T=NUMERIC, U=NUMERIC),
     op("matmul", "x:T y:U transpose_x?!:bool transpose_y?!:bool", _matmul_outputs, matmul,
        T=NUMERIC, U=NUMERIC),

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import OpDef, Signature, op
+from ..registry import Signature, SimOp, op
 from ..values import STORAGE
 from ._util import F32, as_str
 from .activation import softmax
@@ -62,7 +62,7 @@ def scaled_dot_product_attention(
     return np.matmul(softmax(scores, -1), value)
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("cast", "x:T dtype!:string", _cast_outputs, cast,
        T="fp16|fp32|int8|uint8|int16|uint16|int32|bool"),
     op("select", "cond:bool a:T b:T", "T", select, exact=True, T="fp16|fp32|int32|bool"),

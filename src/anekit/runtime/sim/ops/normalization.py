@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import FLOAT, OpDef, op
+from ..registry import FLOAT, SimOp, op
 from ._util import F32, as_float, as_int, as_ints, axes_of
 
 
@@ -115,7 +115,7 @@ def local_response_norm(
     return x / np.power(scale, F32(as_float(beta)))
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("layer_norm", "x:T axes?!:int32 gamma?!:U beta?!:U epsilon?!:U", "T", layer_norm,
        T=FLOAT, U=FLOAT),
     op("batch_norm", "x:T mean!:U variance!:U gamma?!:U beta?!:U epsilon?!:U", "T",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import FLOAT, OpDef, Signature, op
+from ..registry import FLOAT, Signature, SimOp, op
 from ._util import F32, as_bool, as_ints, as_str, checked_shape
 from .conv import PAD_TYPES, pads, windows
 
@@ -146,7 +146,7 @@ def _check_pool(sig: Signature, opset: int) -> None:
 
 _POOL = "x:T kernel_sizes!:int32 strides?!:int32 pad_type!:string pad?!:int32 ceil_mode?!:bool"
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("avg_pool", "exclude_padding_from_average?!:bool " + _POOL, "T", avg_pool,
        check=_check_pool, T=FLOAT),
     op("max_pool", _POOL, "T", max_pool, check=_check_pool, exact=True, T=FLOAT),

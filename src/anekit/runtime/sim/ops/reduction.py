@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import NUMERIC, OpDef, Signature, op
+from ..registry import NUMERIC, Signature, SimOp, op
 from ..values import STORAGE
 from ._util import as_bool, as_int, as_ints, as_str, axes_of, axis_of
 
@@ -89,7 +89,7 @@ def _arg_outputs(sig: Signature) -> tuple[str, ...]:
     return (dtype,)
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     *(op(name, "x:T axes?!:int32 keep_dims?!:bool", "T", _reduction(fn), exact=exact,
          T=NUMERIC) for name, (fn, exact) in _AXES.items()),
     op("reduce_argmax", "x:T axis?!:int32 keep_dims?!:bool output_dtype?!:string",

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import OpDef, Signature, op
+from ..registry import Signature, SimOp, op
 from ._util import F32, as_bool, as_float, as_str, checked_shape
 
 SAMPLING = ("bilinear", "nearest")
@@ -166,7 +166,7 @@ def _check(sig: Signature, opset: int) -> None:
                          f"iOS 16 for fp16); this program is iOS {opset}")  # fmt: skip
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("resample", "x:T coordinates:U sampling_mode!:string padding_mode!:string "
        "padding_value!:T coordinates_mode!:string align_corners!:bool", "T", resample,
        check=_check, T="fp16|fp32", U="fp16|fp32|int8|uint8|int16|uint16|int32"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import ANY, OpDef, op
+from ..registry import ANY, SimOp, op
 from ._util import as_bools, as_int, as_ints, axes_of, axis_of
 
 _INT = "int8|int16|int32"
@@ -306,7 +306,7 @@ def reshape_like(
     return x.reshape(target)
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("reshape", "x:T shape:U", "T", reshape, exact=True, defaults=_opset, T=_WIDE, U=_INT),
     op("transpose", "x:T perm!:int32", "T", transpose, exact=True, T=_WIDE),
     op("squeeze", "x:T axes?!:int32", "T", squeeze, exact=True, T=_WIDE),

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import ANY, NUMERIC, OpDef, Signature, op
+from ..registry import ANY, NUMERIC, Signature, SimOp, op
 from ..values import STORAGE
 from ._util import as_bool, as_float, as_int, as_ints, as_str, axis_of, checked_shape
 
@@ -218,7 +218,7 @@ def non_zero(x: np.ndarray) -> np.ndarray:
     return np.transpose(np.nonzero(x)).astype(np.int32).reshape(-1, x.ndim)
 
 
-OPS: tuple[OpDef, ...] = (
+OPS: tuple[SimOp, ...] = (
     op("concat", "values*:T axis!:int32 interleave?!:bool", "T", concat, exact=True, T=_WIDE),
     op("split", "x:T num_splits?!:int32 split_sizes?!:int32 axis!:int32", "T*", split,
        exact=True, T=ANY),
