@@ -25,8 +25,10 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from anekit.errors import AnekitError, PathError, os_error
 
@@ -206,6 +208,24 @@ def write_synced(
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> Path:
+    """Write one file through ``write(handle)`` into a temporary file beside ``path``, fsync
+    it, then rename it over ``path``: readers see the old file or the whole new one, and a
+    failed write leaves nothing behind."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _fsync_dir(folder: Path) -> None:

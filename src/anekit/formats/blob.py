@@ -27,15 +27,14 @@ import math
 import mmap
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from anekit import budget
+from anekit import atomic, budget
 from anekit.errors import AnekitError, FormatError
 
 ALIGNMENT = 64
@@ -472,16 +471,10 @@ class BlobWriter:
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the file atomically: a temporary file in the same directory, then rename."""
-        target = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._header())
-                for chunk in self._chunks:
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+
+        def write(handle: BinaryIO) -> None:
+            handle.write(self._header())
+            for chunk in self._chunks:
+                handle.write(chunk)
+
+        atomic.replace_file(path, write)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import atomic
 from anekit.errors import FormatError
 
 FORMAT = "anekit-train-checkpoint"
@@ -48,16 +48,7 @@ def write(path: str | os.PathLike[str], manifest: Mapping, model: Mapping,
                 "checksums": {k: digest(v) for k, v in arrays.items()}}  # fmt: skip
     payload = {**arrays, "__manifest__": _json_bytes(manifest), "__model__": _json_bytes(model)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.replace_file(path, lambda handle: np.savez(handle, **payload))
     return path
 
 

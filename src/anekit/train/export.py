@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from anekit import atomic
 from anekit.ir.graph import Graph
 from anekit.train.modes import dropout_rate
 
@@ -72,8 +73,5 @@ def export_onnx(proto, sources: Mapping[str, tuple[str, bool]], state: Mapping[s
             )
     if lost:
         raise ModelError(f"trained values {lost} have no ONNX initializer to go back to")
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    onnx.save(out, tmp)
-    os.replace(tmp, path)
-    return path
+    # a fixed temporary name would be shared by two writers; replace_file's is unique
+    return atomic.replace_file(path, lambda handle: handle.write(out.SerializeToString()))

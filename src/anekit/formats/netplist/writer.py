@@ -10,15 +10,14 @@ itself), and a `cast` that only feeds a graph output becomes the port's OutputTy
 
 from __future__ import annotations
 
-import os
 import plistlib
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from anekit import atomic
 from anekit.errors import AnekitError, UnsupportedModelError
 from anekit.formats.netplist.chain import Chain, Operand, Unsupported, dtype_name
 from anekit.formats.netplist.emit import ELEMENTWISE_NAMES, EMITTERS, elementwise
@@ -302,14 +301,7 @@ def to_netplist(graph: Graph, *, network: str = "net", weights_name: str) -> tup
 def _atomic_write(path: Path, data: bytes) -> None:
     if not path.parent.is_dir():
         raise AnekitError(f"directory '{path.parent}' does not exist", where=str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.replace_file(path, lambda handle: handle.write(data))
 
 
 def dumps(
