@@ -14,15 +14,13 @@ import math
 
 import numpy as np
 import onnx
-import pytest
+import torch
 from onnx import TensorProto, helper
 
 import anekit
 from anekit.cli import main
 from anekit.compiler import compile as compile_model
 from anekit.numerics import analyse
-
-torch = pytest.importorskip("torch")
 
 
 def _kinds(report, seen_in: str = "layers") -> list[tuple[str, tuple[str, ...]]]:

@@ -62,7 +62,8 @@ def test_chromium_draws_the_graph(tmp_path: Path) -> None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: `make test` installs it (apt-get install chromium)")
         pytest.skip("no chromium on this machine (apt-get install chromium)")
-    Image = pytest.importorskip("PIL.Image")
+    from PIL import Image
+
     out = tmp_path / "report.html"
     assert main(["report", str(_model(tmp_path / "m.onnx")), "-t", "m4", "-o", str(out)]) == 0
     shot = tmp_path / "shot.png"

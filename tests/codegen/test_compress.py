@@ -8,6 +8,9 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import coremltools.converters.mil.mil.ops.defs.iOS16.constexpr_ops as c16
+import coremltools.converters.mil.mil.ops.defs.iOS18.compression as c18
+import coremltools.libmilstoragepython as cml
 import numpy as np
 import pytest
 
@@ -16,10 +19,6 @@ from anekit import ops
 from anekit.codegen.compress import SCHEMES, compress
 from anekit.errors import TargetError
 from anekit.formats import mil
-
-cml = pytest.importorskip("coremltools.libmilstoragepython")
-c16 = pytest.importorskip("coremltools.converters.mil.mil.ops.defs.iOS16.constexpr_ops")
-c18 = pytest.importorskip("coremltools.converters.mil.mil.ops.defs.iOS18.compression")
 
 OUT, IN, SEQ = 64, 128, 8
 WEIGHT = np.random.default_rng(3).normal(0, 0.05, (OUT, IN, 1, 1)).astype(np.float32)

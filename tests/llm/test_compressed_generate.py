@@ -28,7 +28,9 @@ def test_int8_keeps_the_logits(folder, target: str) -> None:
     decode, _ = int8.decode_program()
     assert decode.compressed and decode.compression_report["ratio"] > 1.9
     ops = {o.op for p in decode.program.programs for o in p.function("main").operations}
-    expected = "constexpr_affine_dequantize" if target == "m1" else "constexpr_blockwise_shift_scale"
+    expected = (
+        "constexpr_affine_dequantize" if target == "m1" else "constexpr_blockwise_shift_scale"
+    )
     assert expected in ops
 
 

@@ -20,16 +20,30 @@ def test_families_and_their_recipes() -> None:
     cfg = parse_config({"model_type": "gpt2", "vocab_size": 50, "n_embd": 32, "n_layer": 1,
                         "n_head": 4, "n_positions": 64})  # fmt: skip
     assert (cfg.positions, cfg.norm, cfg.mlp, cfg.kv_heads, cfg.head_dim) == (
-        "learned", "layer_norm", "gelu", 4, 8)
+        "learned",
+        "layer_norm",
+        "gelu",
+        4,
+        8,
+    )
     assert cfg.intermediate == 128 and cfg.tied_embeddings
     llama = parse_config(LLAMA)
-    assert (llama.positions, llama.norm, llama.mlp, llama.group) == ("rotary", "rms_norm", "swiglu", 4)
+    assert (llama.positions, llama.norm, llama.mlp, llama.group) == (
+        "rotary",
+        "rms_norm",
+        "swiglu",
+        4,
+    )
     assert llama.rope_theta == 10000.0
     qwen = parse_config({**LLAMA, "model_type": "qwen2", "rope_theta": 1e6})
     assert qwen.bias == "qkv" and qwen.rope_theta == 1e6
-    new_style = parse_config({**LLAMA, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}})
+    new_style = parse_config(
+        {**LLAMA, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}}
+    )
     assert new_style.rope_theta == 5e5
-    assert parse_config({**LLAMA, "model_type": "mistral", "sliding_window": None}).family == "mistral"
+    assert (
+        parse_config({**LLAMA, "model_type": "mistral", "sliding_window": None}).family == "mistral"
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,7 +93,8 @@ def test_weights_that_do_not_match_the_config(tmp_path) -> None:
 def test_a_shard_index_pointing_outside_the_folder_is_refused(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     (tmp_path / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
+        json.dumps({"weight_map": {"a": "../outside.safetensors"}})
+    )
     with pytest.raises(ModelError, match="not a file inside the model folder"):
         anekit.llm.load(tmp_path)
 

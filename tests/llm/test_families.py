@@ -8,13 +8,12 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
+import transformers
 
 import anekit.llm
 from anekit import targets
 from anekit.llm.graph import head_chunks
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
 def save(tmp_path, config) -> object:

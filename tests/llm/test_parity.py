@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from tests.llm.conftest import PROMPT, TINY_GPT2, TINY_LLAMA
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -25,7 +24,7 @@ def hf_greedy(folder, prompt_ids: list[int], n: int) -> tuple[list[int], list[np
             torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
             pad_token_id=0, output_logits=True, return_dict_in_generate=True,
         )  # fmt: skip
-    return out.sequences[0, len(prompt_ids):].tolist(), [l[0].numpy() for l in out.logits]
+    return out.sequences[0, len(prompt_ids) :].tolist(), [l[0].numpy() for l in out.logits]
 
 
 @pytest.mark.parametrize("which", ["tiny_gpt2", "tiny_llama"])

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+import transformers.generation.logits_process as generation
 
 from anekit.errors import InputError
 from anekit.llm.sampling import Sampler, SamplingOptions
-
-torch = pytest.importorskip("torch")
-generation = pytest.importorskip("transformers.generation.logits_process")
 
 LOGITS = np.random.default_rng(0).normal(0, 3, 200).astype(np.float32)
 HISTORY = [3, 17, 17, 150, int(np.argmax(LOGITS))]
@@ -40,11 +39,14 @@ def test_greedy_and_repetition_penalty_match_transformers() -> None:
 
 def test_top_k_and_top_p_keep_what_transformers_keeps() -> None:
     assert kept(SamplingOptions(temperature=1.0, top_k=5, seed=1)) <= hf_kept(
-        [generation.TopKLogitsWarper(5)])
+        [generation.TopKLogitsWarper(5)]
+    )
     assert len(kept(SamplingOptions(temperature=1.0, top_k=5, seed=1))) == 5
     nucleus = hf_kept([generation.TemperatureLogitsWarper(0.7), generation.TopPLogitsWarper(0.6)])
     assert kept(SamplingOptions(temperature=0.7, top_p=0.6, seed=2), 2000) == nucleus
-    assert Sampler(SamplingOptions(temperature=1.0, top_k=1, seed=3))(LOGITS, []) == int(np.argmax(LOGITS))
+    assert Sampler(SamplingOptions(temperature=1.0, top_k=1, seed=3))(LOGITS, []) == int(
+        np.argmax(LOGITS)
+    )
 
 
 def test_a_seed_repeats_and_temperature_spreads() -> None:

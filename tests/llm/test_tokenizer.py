@@ -4,13 +4,13 @@ joins to the whole decode."""
 from __future__ import annotations
 
 import pytest
+import transformers
 
 from anekit.errors import ModelError
 from anekit.llm.tokenizer import StreamDecoder, load_tokenizer
 from tests.llm.conftest import TINY_GPT2, TINY_LLAMA
 
-transformers = pytest.importorskip("transformers")
-TEXT = "def mean(data):\n    \"\"\"Return the sample arithmetic mean — naïve.\"\"\"\n"
+TEXT = 'def mean(data):\n    """Return the sample arithmetic mean — naïve."""\n'
 
 
 @pytest.mark.parametrize("folder", [TINY_GPT2, TINY_LLAMA], ids=["vocab+merges", "tokenizer.json"])

@@ -172,7 +172,8 @@ def test_wide_kernel_split(x_shape, w_shape, attrs) -> None:
 
 
 def test_torch_modules_match_torch() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from anekit.frontend.torch import from_torch
 
     nn = torch.nn

@@ -7,11 +7,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import transformers  # noqa: F401 - needed by what the tests run
 
 from anekit.compiler import compile as compile_model
 from anekit.passes.pipeline import DEFAULT_PIPELINE, LEGALISING_PASSES
-
-pytest.importorskip("transformers")
 
 
 @pytest.mark.slow

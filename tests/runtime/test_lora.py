@@ -7,13 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.torch as safetensors_torch
+import torch
 
 import anekit
 from anekit.errors import InputError, ModelError
 from tests.numerics import agreement
-
-torch = pytest.importorskip("torch")
-safetensors_torch = pytest.importorskip("safetensors.torch")
 
 D, RANK, ALPHA = 64, 8, 16.0
 
