@@ -37,7 +37,7 @@ def main() -> None:
     test = {"x": (data["test"]["x"] - mean) / std, "target": data["test"]["target"]}
 
     model = mlp(BATCH, mlp_weights((784, 256, 10)), (1, 28, 28)) if args.model == "mlp" \
-        else cnn(BATCH, cnn_weights())  # fmt: skip
+        else cnn(BATCH, cnn_weights((1, 32, 64)))  # fmt: skip
     trainer = Trainer(model, "cross_entropy", Adam(lr=1e-3), target="m4", backend=args.backend)
     cpu = Counter(
         (r["op"], r["reason"]) for r in trainer.check({k: v[:BATCH] for k, v in train.items()})
