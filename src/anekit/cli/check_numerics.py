@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import aligned_lines
+from anekit.cli.common import print_table
 from anekit.errors import InputError
 
 COLUMNS = ("kind", "layer", "nodes", "finding", "remedy")
@@ -58,17 +58,5 @@ def render(report: dict[str, Any], file: Any = None) -> None:
     if not rows:
         print(f"{title}: no overflow, underflow or precision loss found", file=out)
         return
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(title, file=out)
-        for line in aligned_lines(COLUMNS, rows):
-            print(line, file=out)
-        return
-    table = Table(title=title, title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, overflow="fold")
-    for f, row in zip(report["findings"], rows, strict=True):
-        table.add_row(*row, style=_STYLES.get(f["kind"]))
-    Console(file=out, width=max(120, Console(file=out).width)).print(table)
+    styles = [_STYLES.get(f["kind"]) for f in report["findings"]]
+    print_table(title, COLUMNS, rows, out, min_width=120, styles=styles)

@@ -168,3 +168,31 @@ def compression_line(summary: Mapping[str, Any]) -> str:
         f"{summary['stored_bytes'] / 2**20:.2f} MiB ({summary['weights']} weights, worst "
         f"relative error {summary['worst_relative_error']:.4f})"
     )
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    out: Any,
+    *,
+    min_width: int = 100,
+    right: Sequence[str] = (),
+    styles: Sequence[str | None] | None = None,
+) -> None:
+    """A rich table when rich is installed (``right``: right-aligned columns; ``styles``: one
+    per row), else the title and plain aligned lines."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(title, file=out)
+        for line in aligned_lines(columns, rows):
+            print(line, file=out)
+        return
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="right" if col in right else "left", overflow="fold")
+    for i, row in enumerate(rows):
+        table.add_row(*row, style=None if styles is None else styles[i])
+    Console(file=out, width=max(min_width, Console(file=out).width)).print(table)

@@ -10,10 +10,10 @@ from typing import Any
 
 from anekit.cli.common import (
     add_shape_option,
-    aligned_lines,
     existing_model_file,
     parse_shapes,
     print_json,
+    print_table,
 )
 
 COLUMNS = (
@@ -130,18 +130,5 @@ def render(estimates: Sequence[Any], name: str, file: Any = None) -> None:
     """A table: one row per chip (a rich table when rich is installed)."""
     out = file or sys.stdout
     rows = [_row(e) for e in estimates]
-    title = f"anekit estimate: {name}"
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(title, file=out)
-        for line in aligned_lines(COLUMNS, rows):
-            print(line, file=out)
-        return
-    table = Table(title=title, title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("target", "bound") else "right")
-    for r in rows:
-        table.add_row(*r)
-    Console(file=out, width=max(100, Console(file=out).width)).print(table)
+    right = [c for c in COLUMNS if c not in ("target", "bound")]
+    print_table(f"anekit estimate: {name}", COLUMNS, rows, out, right=right)
