@@ -104,12 +104,15 @@ def _hwx_boundaries(data: bytes) -> list[int]:
     return sorted(p for p in points if 0 <= p < f.size)
 
 
+def hwx_fixtures() -> list[tuple[str, bytes]]:
+    """Apple's .hwx programs, named by file stem."""
+    return [(path.stem, path.read_bytes()) for path in sorted((FIXTURES / "hwx").glob("*.hwx"))]
+
+
 def hwx_target() -> FuzzTarget:
     return FuzzTarget(
         name="hwx",
-        fixtures=lambda: [
-            (path.stem, path.read_bytes()) for path in sorted((FIXTURES / "hwx").glob("*.hwx"))
-        ],
+        fixtures=hwx_fixtures,
         decode=_hwx_decode,
         fields=_hwx_fields,
         boundaries=_hwx_boundaries,

@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from format_fuzzer import FIXTURES
-from format_fuzzer.binary_targets import _hwx_boundaries, _hwx_fields
+from format_fuzzer.binary_targets import _hwx_boundaries, _hwx_fields, hwx_fixtures
 from format_fuzzer.engine import Field, FuzzTarget
 
 
@@ -45,9 +44,7 @@ def _fields(data: bytes) -> list[Field]:
 def engine_target() -> FuzzTarget:
     return FuzzTarget(
         name="hwx.engine",
-        fixtures=lambda: [
-            (path.stem, path.read_bytes()) for path in sorted((FIXTURES / "hwx").glob("*.hwx"))
-        ],
+        fixtures=hwx_fixtures,
         decode=_run,
         fields=_fields,
         boundaries=_hwx_boundaries,
