@@ -106,7 +106,7 @@ class Program:
 
     def run(self, feeds: Mapping[str, Any], backend: str = "sim") -> dict[str, np.ndarray]:
         """Run every segment in order; returns the model outputs keyed by name."""
-        programs = self._programs(backend)
+        programs = self.runners(backend)
         env: dict[tuple, np.ndarray] = {
             ("input", n): a for n, a in self._check_feeds(feeds).items()
         }
@@ -138,10 +138,6 @@ class Program:
 
     def runners(self, backend: str) -> list[SegmentRunner]:
         """Each segment loaded on ``backend`` (loaded once, then shared by every run)."""
-        return self._programs(backend)
-
-    def _programs(self, backend: str) -> list[SegmentRunner]:
-        """Every segment loaded on ``backend`` (once per backend)."""
         found = self._loaded.get(backend)
         if found is None:
             chosen = backends.get(backend)
