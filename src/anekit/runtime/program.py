@@ -121,13 +121,7 @@ class Program:
         return self.run(feeds)
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        expected = {p.name: p for p in self.inputs}
-        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
-        check_input_names(expected, feeds, f"the program takes ({sig})")
-        return {
-            n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n])
-            for n, p in expected.items()
-        }
+        return check_feeds({p.name: p for p in self.inputs}, feeds, "the program takes")
 
     def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
         """A `anekit.runtime.session.Session`: this program loaded once on ``backend``, run
@@ -333,6 +327,18 @@ def _check_signature(segment: SegmentEntry, program: mil.MilProgram, where: str)
                     f"the manifest says {p.mil_dtype}{list(p.mil_shape)}",
                     where=where,
                 )
+
+
+def check_feeds(
+    ports: Mapping[str, Port], feeds: Mapping[str, Any], takes: str, note: str = ""
+) -> dict[str, np.ndarray]:
+    """``feeds`` checked against ``ports`` (names, then each value's shape and dtype), as the
+    ports' dtypes; errors say ``takes (name: dtype[shape], ...)note``."""
+    sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ports.values())
+    check_input_names(ports, feeds, f"{takes} ({sig}){note}")
+    return {
+        n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n]) for n, p in ports.items()
+    }
 
 
 def _key(source: Source | None) -> tuple:

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anekit import lora
-from anekit.errors import AnekitError, InputError, check_input_names
+from anekit.errors import AnekitError, InputError
 from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
 from anekit.runtime.binding import Surfaces, check_engine_segment, min_surface_bytes
-from anekit.runtime.program import _from_program, _key, _to_program
+from anekit.runtime.program import _from_program, _key, _to_program, check_feeds
 from anekit.runtime.sim.fp16 import round_to_fp16, widen_fp16
 from anekit.runtime.sim.values import STORAGE
 
@@ -229,12 +229,9 @@ class Session:
         return {p.name: np.stack([r[p.name] for r in results]) for p in self._outputs}
 
     def _coerce(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        ports = self._feed_ports
-        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ports.values())
-        check_input_names(ports, feeds, f"each step takes ({sig}); state comes from the session")
-        return {
-            n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n]) for n, p in ports.items()
-        }
+        return check_feeds(
+            self._feed_ports, feeds, "each step takes", "; state comes from the session"
+        )
 
     def _step(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[tuple, Held] = {("input", n): (a, None) for n, a in feeds.items()}
