@@ -38,6 +38,7 @@ def fewer_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*saved)
 
+
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(PassOptions))
 
 
@@ -239,7 +240,33 @@ def compile(  # noqa: A001 - the public name the API promises
         check_tensor_sizes(source)  # before any pass builds on an impossible size
         result = run_pipeline(stamp_origins(source), ctx, passes)
         check_tensor_sizes(result.graph)
-        return CompiledModel(source, result, chip, ctx, compress)
+        compiled = CompiledModel(source, result, chip, ctx, compress)
+        _check_lowering(compiled)
+        return compiled
+
+
+def _check_lowering(compiled: CompiledModel) -> None:
+    """Every node's MIL lowering, tried now (no weight converted): a node whose attributes
+    have no MIL form (a ``wrap`` pad, a dilated pooling) is an error diagnostic, so `check`
+    says at once what a later `save` would fail on. Skipped when the validate pass already
+    found a node with no lowering at all (emission would stop at that node first)."""
+    from anekit.codegen.bundle import check_lowering
+
+    if any(d.severity == "error" for d in compiled.diagnostics):
+        return
+    found = check_lowering(
+        compiled.graph, compiled.target, compiled.segments, compressed=compiled.compressed
+    )
+    compiled.diagnostics += tuple(
+        Diagnostic(
+            "error",
+            "no-mil-lowering",
+            None,
+            f"{e.where}: {e.message}" if e.where else e.message,
+            e.hint or "the model cannot be saved as a bundle until the node is changed",
+        )
+        for e in found
+    )
 
 
 def check_tensor_sizes(graph: Graph) -> None:

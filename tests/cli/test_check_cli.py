@@ -138,6 +138,55 @@ def test_plain_rendering_without_rich(capsys) -> None:
     assert out[2].split() == ["a", "relu", "ane", "a"] and out[-1] == "1 nodes -> 1 engine layers"
 
 
+def _attribute_refusal_model(path, kind: str) -> str:
+    """An op that has a MIL lowering, with an attribute value that has none, beside a relu:
+    a ``wrap`` pad or a dilated max pooling."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = []
+    if kind == "pad":
+        inits.append(helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1]))
+        odd = helper.make_node("Pad", ["r", "pads"], ["y"], name="wrap_pad", mode="wrap")
+    else:
+        odd = helper.make_node(
+            "MaxPool", ["r"], ["y"], name="dilated_pool", kernel_shape=[2, 2], dilations=[2, 2]
+        )
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), odd]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 19)]
+    )
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "node", "says"),
+    [("pad", "wrap_pad", "pad mode 'wrap' has no MIL form"),
+     ("pool", "dilated_pool", "dilated pooling has no MIL form")],
+)  # fmt: skip
+def test_an_attribute_the_lowering_refuses_is_an_error_of_check(tmp_path, capsys, kind, node, says):
+    """check used to place these on the engine and exit 0; compile then failed at save."""
+    model = _attribute_refusal_model(tmp_path / f"{kind}.onnx", kind)
+    assert main(["check", model, "--target", "m4"]) == 2
+    err = capsys.readouterr().err
+    assert f"node '{node}'" in err and says in err and "[no-mil-lowering]" in err
+    assert main(["check", model, "--target", "m1", "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    found = [d for d in report["diagnostics"] if d["code"] == "no-mil-lowering"]
+    assert len(found) == 1 and found[0]["severity"] == "error" and says in found[0]["message"]
+    out = tmp_path / "m.anekit"
+    assert main(["compile", model, "--target", "m4", "-o", str(out)]) == 2
+    assert says in capsys.readouterr().err and not out.exists()
+
+
+def test_a_model_the_lowering_accepts_gets_no_lowering_diagnostic(tmp_path) -> None:
+    import anekit
+
+    compiled = anekit.compile(_model(tmp_path, cpu_op=True), "m4")
+    assert not [d for d in compiled.diagnostics if d.severity == "error"]
+    assert compiled.summary["cpu_ops"] >= 1  # a CPU segment was lowered too
+
+
 def test_a_model_save_cannot_write_is_an_error_of_check(tmp_path, capsys) -> None:
     """An STFT (DFT) model: check used to place it on the CPU and exit 0, then compile failed."""
     nodes = [

@@ -242,6 +242,42 @@ def build_bundle(
     return BundleContents(MappingProxyType(files), tuple(emitted), manifest)
 
 
+def check_lowering(
+    graph: Graph,
+    target: Target,
+    segments: Sequence[SegmentLike],
+    *,
+    compressed: Mapping[str, Any] | None = None,
+) -> list[AnekitError]:
+    """Lower every segment to MIL as `build_bundle` does, without converting a weight, and
+    return the lowering's refusals (a node whose attributes have no MIL form, such as a
+    ``wrap`` pad or a dilated pooling): the first of each segment, whose emission stops there.
+
+    Weight conversions are requested but never run: the cost is the lowering alone.
+    """
+    graph, segments, _ = _with_constant_outputs(graph, segments)
+    conversions = Conversions(cast_array, _NeverConverts())
+    refusals = []
+    for segment in segments:
+        try:
+            emit_segment(graph, segment, target, conversions=conversions, compressed=compressed)
+        except AnekitError as exc:
+            refusals.append(exc)
+    return refusals
+
+
+class _NeverConverts:
+    """An executor for `check_lowering`: takes conversion requests and runs none of them."""
+
+    def submit(self, fn: Any, *args: Any) -> Any:
+        return _Unconverted()
+
+
+class _Unconverted:
+    def result(self) -> Any:
+        raise AssertionError("check_lowering reads no weight")
+
+
 def write_bundle(contents: BundleContents, path: str | os.PathLike[str]) -> Path:
     """Write ``contents`` as the directory ``path``, atomically: replacing an existing folder
     only when it is an anekit bundle with nothing its manifest does not list
