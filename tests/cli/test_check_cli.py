@@ -139,21 +139,22 @@ def test_plain_rendering_without_rich(capsys) -> None:
 
 
 def _attribute_refusal_model(path, kind: str) -> str:
-    """An op that has a MIL lowering, with an attribute value that has none, beside a relu:
-    a ``wrap`` pad or a dilated max pooling."""
+    """An op that has a MIL lowering, with an attribute value that has none, after a relu:
+    a cubic grid sampling or a dilated max pooling."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     inits = []
-    if kind == "pad":
-        inits.append(helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1]))
-        odd = helper.make_node("Pad", ["r", "pads"], ["y"], name="wrap_pad", mode="wrap")
+    if kind == "grid":
+        grid = RNG.uniform(-1, 1, (1, 4, 4, 2)).astype(np.float32)
+        inits.append(helper.make_tensor("grid", TensorProto.FLOAT, grid.shape, grid.ravel()))
+        odd = helper.make_node("GridSample", ["r", "grid"], ["y"], name="cubic_grid", mode="cubic")
     else:
         odd = helper.make_node(
             "MaxPool", ["r"], ["y"], name="dilated_pool", kernel_shape=[2, 2], dilations=[2, 2]
         )
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), odd]
     model = helper.make_model(
-        helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 19)]
+        helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 20)]
     )
     onnx.save(model, str(path))
     return str(path)
@@ -161,11 +162,11 @@ def _attribute_refusal_model(path, kind: str) -> str:
 
 @pytest.mark.parametrize(
     ("kind", "node", "says"),
-    [("pad", "wrap_pad", "pad mode 'wrap' has no MIL form"),
+    [("grid", "cubic_grid", "grid sampling mode 'cubic' has no MIL form"),
      ("pool", "dilated_pool", "dilated pooling has no MIL form")],
 )  # fmt: skip
 def test_an_attribute_the_lowering_refuses_is_an_error_of_check(tmp_path, capsys, kind, node, says):
-    """check used to place these on the engine and exit 0; compile then failed at save."""
+    """check used to place these and exit 0; compile then failed at save."""
     model = _attribute_refusal_model(tmp_path / f"{kind}.onnx", kind)
     assert main(["check", model, "--target", "m4"]) == 2
     err = capsys.readouterr().err

@@ -170,3 +170,63 @@ def test_erf_reference_kernel_agrees_with_math_erf() -> None:
     """The bounds above lean on the IR's erf kernel being exact to ~1e-7."""
     z = np.linspace(-6, 6, 10_001)
     assert np.abs(erf(z) - np.array([math.erf(v) for v in z])).max() < 2e-7
+
+
+@pytest.mark.parametrize(
+    "pads",
+    [
+        (0, 1, 2, 0, 3, 1),  # both sides of two axes
+        (0, -1, 2, 0, 0, -2),  # crops, then wraps
+        (0, 7, 0, 0, 9, 13),  # wider than the axes (5 and 12): the axis repeats
+    ],
+)
+def test_wrap_pad_is_slices_and_concats(pads) -> None:
+    """Circular padding (MIL has no wrap mode): exact against numpy's wrap on the cropped input."""
+    x = anekit.input("x", X3)
+    g = anekit.graph(ops.pad(x, pads, "wrap"))
+    out = _decomposed(g)
+    assert "pad" not in out.op_histogram() and "concat" in out.op_histogram()
+    feeds = random_feeds(g)
+    b, e = np.array(pads[:3]), np.array(pads[3:])
+    cropped = feeds["x"][
+        tuple(slice(max(-i, 0), d - max(-j, 0)) for i, j, d in zip(b, e, X3, strict=True))
+    ]
+    want = np.pad(cropped, [(max(i, 0), max(j, 0)) for i, j in zip(b, e, strict=True)], mode="wrap")
+    (got,) = out.run(feeds).values()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_wrap_pad_wider_than_the_piece_budget_stays_a_pad() -> None:
+    from anekit.passes.decompose.tensor_ops import MAX_WRAP_PIECES
+
+    x = anekit.input("x", (1, 2, 3))
+    g = anekit.graph(ops.pad(x, (0, 0, 0, 0, 0, 3 * (MAX_WRAP_PIECES + 1)), "wrap"))
+    assert "pad" in _decomposed(g).op_histogram()
+
+
+def test_an_onnx_wrap_pad_compiles_and_matches_onnxruntime(tmp_path) -> None:
+    """Circular padding before a convolution (as torch's padding_mode='circular' exports it):
+    the engine graph in fp32, and the saved bundle on sim in fp16, against onnxruntime."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3
+    g = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["p"], mode="wrap"),
+         helper.make_node("Conv", ["p", "w"], ["y"])],
+        "circular",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1]),
+         helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())],
+    )  # fmt: skip
+    path = tmp_path / "circular.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), str(path))
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (want,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    compiled = anekit.compile(str(path), "m4")
+    assert "pad" not in compiled.graph.op_histogram()
+    assert rel_err(compiled.run({"x": x}, "reference")["y"], want) <= EXACT_RTOL
+    program = anekit.load(compiled.save(tmp_path / "c.anekit"))
+    assert rel_err(program.run({"x": x}, backend="sim")["y"], want) <= 2e-3  # fp16 storage

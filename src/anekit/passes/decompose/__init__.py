@@ -36,6 +36,7 @@ from anekit.passes.decompose.tensor_ops import (
     decompose_reduction,
     expand_as_broadcast,
     split_as_slices,
+    wrap_pad_as_concat,
 )
 from anekit.passes.rewrite import Rule, apply_rules
 from anekit.targets import Target
@@ -76,6 +77,7 @@ DECOMPOSITIONS: tuple[Decomposition, ...] = (
     Decomposition(finite_mask),
     Decomposition(expand_as_broadcast),
     Decomposition(decompose_lrn),
+    Decomposition(wrap_pad_as_concat),
 )
 DECOMPOSE_RULES = tuple(d.rule for d in DECOMPOSITIONS)
 

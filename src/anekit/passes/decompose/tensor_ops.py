@@ -1,4 +1,5 @@
-"""Split, the composite reductions and expand decomposed into slices, plain reductions, broadcasts."""
+"""Split, the composite reductions, expand and wrap padding decomposed into slices, plain
+reductions, broadcasts and concats."""
 
 from __future__ import annotations
 
@@ -80,3 +81,56 @@ def expand_as_broadcast(rw: Rewriter, node: Node) -> bool:
     rw.ctx.event(node.origin, "decomposed", f"expand as {what}")
     rw.replace_uses(node.output, y)
     return True
+
+
+# One concat input per run of source rows: a wrap pad wider than its axis repeats the axis,
+# and past this many pieces in all it stays a pad (and is refused by the lowering) rather
+# than growing the graph with the pad width.
+MAX_WRAP_PIECES = 64
+
+
+@rule("pad")
+def wrap_pad_as_concat(rw: Rewriter, node: Node) -> bool:
+    """A ``wrap`` pad (circular, ONNX's torus; MIL has no such mode) as slices and concats:
+    along each padded axis, output row j is input row (j - begin) mod size. Negative pads
+    crop first, as the op's kernel does."""
+    if node.attrs["mode"] != "wrap":
+        return False
+    x = node.inputs[0]
+    shape = rw.shape(x)
+    r = len(shape)
+    pads = node.attrs["pads"]
+    begins, ends = pads[:r], pads[r:]
+    crop = [(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begins, ends, shape, strict=True)]
+    sizes = [stop - start for start, stop in crop]
+    if any(n <= 0 for n in sizes):
+        return False
+    runs = {a: _wrap_runs(max(begins[a], 0), sizes[a], max(ends[a], 0)) for a in range(r)}
+    if sum(len(v) for v in runs.values() if len(v) > 1) > MAX_WRAP_PIECES:
+        return False
+    e = Emit(rw, node)
+    y = x
+    if any(c != (0, d) for c, d in zip(crop, shape, strict=True)):
+        y = e("slice", [y], {"starts": tuple(c[0] for c in crop), "ends": tuple(c[1] for c in crop),
+                             "axes": tuple(range(r))}, "crop")  # fmt: skip
+    for axis, pieces in runs.items():
+        if len(pieces) == 1:  # nothing added on this axis
+            continue
+        parts = [
+            y if (start, stop) == (0, sizes[axis])
+            else e("slice", [y], {"starts": (start,), "ends": (stop,), "axes": (axis,)}, f"wrap{axis}")
+            for start, stop in pieces
+        ]  # fmt: skip
+        y = e("concat", parts, {"axis": axis}, f"wrap{axis}")
+    return e.done(y, "wrap pad as slices and concats")
+
+
+def _wrap_runs(before: int, size: int, after: int) -> list[tuple[int, int]]:
+    """The output rows of one wrap-padded axis as runs [start, stop) of consecutive input rows."""
+    runs, j, total = [], 0, before + size + after
+    while j < total and len(runs) <= MAX_WRAP_PIECES:
+        start = (j - before) % size
+        stop = min(size, start + total - j)
+        runs.append((start, stop))
+        j += stop - start
+    return runs
