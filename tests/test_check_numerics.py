@@ -161,4 +161,4 @@ def test_cli_numerics_bad_inputs_exit_2(tmp_path, capsys) -> None:
     assert "--numerics" in capsys.readouterr().err
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     assert main(["check", model, "--numerics", "--inputs", str(tmp_path / "junk.npz")]) == 2
-    assert "cannot read inputs" in capsys.readouterr().err
+    assert "is not an .npz archive" in capsys.readouterr().err

@@ -25,7 +25,6 @@ import re
 import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -215,7 +214,10 @@ def replace_file(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
     it, then rename it over ``path``: readers see the old file or the whole new one, and a
     failed write leaves nothing behind."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = target.parent / temp_name(target.name, "tmp")
+    # 0o666 less the umask, as for any file a program creates (mkstemp's 0o600 would leave
+    # a checkpoint or exported model unreadable to the user's other accounts and tools)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import AnekitError, InputError
+from anekit.errors import AnekitError
 from anekit.ir.engine import LayerView
 from anekit.ir.interpret import check_feeds, run_node
 from anekit.ir.registry import get_op
@@ -92,15 +92,12 @@ def synthetic_feeds(graph: Any, seed: int = SYNTHETIC_SEED) -> dict[str, np.ndar
 
 
 def load_feeds(path: str, graph: Any) -> dict[str, np.ndarray]:
-    """Inputs from an .npz file (no pickles), checked against the model's inputs."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            feeds = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"cannot read inputs from '{path}': {exc}",
-            hint="give an .npz file written by numpy.savez with one array per model input",
-        ) from exc
+    """Inputs from an .npz file, read as untrusted (`anekit.formats.npy.read_arrays`: no
+    pickles, headers checked before data, within the memory budget), checked against the
+    model's inputs."""
+    from anekit.formats.npy import read_arrays
+
+    feeds = read_arrays(path, "numerics inputs")
     return dict(check_feeds(graph, feeds))
 
 

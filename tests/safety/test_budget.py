@@ -49,7 +49,9 @@ def constant_of_shape_bomb() -> bytes:
     dims = numpy_helper.from_array(np.array([20000, 30000], np.int64), "s")
     nodes = [helper.make_node("Constant", [], ["shape"], value=dims),
              helper.make_node("ConstantOfShape", ["shape"], ["y"], name="fill")]  # fmt: skip
-    graph = helper.make_graph(nodes, "bomb", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        nodes, "bomb", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -124,7 +126,9 @@ def _tiles_program(n: int, count: int) -> str:
             + f"\n    }} -> ({outs});\n}}\n")  # fmt: skip
 
 
-def test_the_simulator_checks_the_programs_total_not_each_op(tmp_path: Path, cli, monkeypatch) -> None:
+def test_the_simulator_checks_the_programs_total_not_each_op(
+    tmp_path: Path, cli, monkeypatch
+) -> None:
     """Eight ops of 200 MB each: every one fits a 1 GB budget, together they do not."""
     text = _tiles_program(50_000_000, 8)
     assert len(text) < 2048
@@ -200,8 +204,9 @@ def _npy_header(shape: tuple[int, ...], dtype: str = "<f8") -> bytes:
     return b"\x93NUMPY\x01\x00"[:0] + buffer.getvalue()
 
 
-def test_npz_headers_are_checked_before_data_is_inflated(tmp_path: Path, cli, monkeypatch,
-                                                         model_file: Path) -> None:
+def test_npz_headers_are_checked_before_data_is_inflated(
+    tmp_path: Path, cli, monkeypatch, model_file: Path
+) -> None:
     """A member that claims 8 GB, and one that really inflates to 64 MB: neither is inflated
     beyond the budget."""
     claims = tmp_path / "claims.npz"
@@ -243,6 +248,28 @@ def test_feeds_that_are_not_plain_arrays_are_refused(tmp_path: Path) -> None:
         read_array(tmp_path / "two.npz", "feed")
 
 
+def test_an_npz_of_many_arrays_is_read_within_one_budget(tmp_path: Path) -> None:
+    """read_arrays (training data, numerics inputs): every member checked as read_array
+    checks one, and the members together within the budget; objects refused."""
+    from anekit.formats.npy import read_arrays
+
+    arrays = {"x": np.arange(12, dtype=np.float32).reshape(3, 4), "target": np.arange(3)}
+    np.savez(tmp_path / "ok.npz", **arrays)
+    got = read_arrays(tmp_path / "ok.npz", "data")
+    assert got.keys() == arrays.keys() and all(np.array_equal(got[k], arrays[k]) for k in arrays)
+    np.savez(tmp_path / "three.npz", a=np.zeros(MB), b=np.zeros(MB), c=np.zeros(MB))  # 8 MB each
+    with anekit.max_memory("20M"):
+        with pytest.raises(MemoryBudgetError, match="the arrays of data"):
+            read_arrays(tmp_path / "three.npz", "data")
+    assert len(read_arrays(tmp_path / "three.npz", "data")) == 3  # the control
+    np.savez(tmp_path / "objects.npz", x=np.zeros(2), y=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(InputError, match="Python objects"):
+        read_arrays(tmp_path / "objects.npz", "data")
+    np.save(tmp_path / "one.npy", np.zeros(2))
+    with pytest.raises(InputError, match="not an .npz archive"):
+        read_arrays(tmp_path / "one.npy", "data")
+
+
 def test_onnx_sniff_accepts_real_models(model_file: Path) -> None:
     """The control: every ONNX model onnx ships for its backend tests starts as a model may."""
     from anekit.frontend.onnx.loader import sniff_onnx
@@ -252,6 +279,3 @@ def test_onnx_sniff_accepts_real_models(model_file: Path) -> None:
     assert len(models) > 100
     for path in models:
         assert sniff_onnx(path.read_bytes()[:16]) is None, path
-
-
-

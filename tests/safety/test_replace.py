@@ -195,3 +195,15 @@ def test_compile_checks_both_outputs_before_the_work(cli, model_file: Path, tmp_
                str(notes), "refusing to replace")  # fmt: skip
     assert tree(notes) == before
     assert sorted(os.listdir(tmp_path)) == ["notes.mlpackage"]
+
+
+def test_a_replaced_file_gets_the_mode_of_a_new_file(tmp_path: Path) -> None:
+    """Checkpoints, exported models and weight files are created 0o666 less the umask, like
+    any file a program writes (a temporary file's private 0o600 must not leak through)."""
+    saved = os.umask(0o027)
+    try:
+        out = atomic.replace_file(tmp_path / "f.bin", lambda handle: handle.write(b"x"))
+    finally:
+        os.umask(saved)
+    assert out.read_bytes() == b"x" and (out.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]  # no temporary file left

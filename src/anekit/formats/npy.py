@@ -97,29 +97,57 @@ def _read_npy(f: BinaryIO, size: int, what: str, where: str) -> np.ndarray:
     return _from_bytes(f.read(nbytes), shape, fortran, dtype, what, where)
 
 
+def read_arrays(path: str | os.PathLike[str], what: str) -> dict[str, np.ndarray]:
+    """Every array of the .npz archive ``path`` by name (``x.npy`` is ``x``), each checked as
+    `read_array` checks one and all of them together within the memory budget."""
+    where = str(path)
+    fd = open_regular(path, what, error=InputError)
+    with os.fdopen(fd, "rb") as f:
+        if f.read(4) != _ZIP_MAGIC:
+            raise InputError(
+                f"{what} '{where}' is not an .npz archive",
+                hint="save the arrays with numpy.savez(path, name=array, ...)",
+            )
+        f.seek(0)
+        return _npz_members(f, what, where, only_one=False)
+
+
 def _read_npz(f: BinaryIO, what: str, where: str) -> np.ndarray:
+    (array,) = _npz_members(f, what, where, only_one=True).values()
+    return array
+
+
+def _npz_members(f: BinaryIO, what: str, where: str, *, only_one: bool) -> dict[str, np.ndarray]:
     try:
         archive = zipfile.ZipFile(f)
         members = archive.infolist()
     except _DAMAGED as exc:
         raise InputError(f"{what} '{where}' is not a readable .npz archive ({exc})") from None
     with archive:
-        if len(members) != 1:
+        if only_one and len(members) != 1:
             raise InputError(
                 f"{what} '{where}' is an .npz with {len(members)} arrays; pass one .npy per input"
             )
-        member = members[0]
-        try:
-            with archive.open(member) as stream:
-                shape, fortran, dtype = _header(stream, what, f"{where}/{member.filename}")
-                nbytes = _checked_size(shape, dtype, what, where)
-                data = stream.read(nbytes)  # inflated up to the declared size, no further
-        except _DAMAGED as exc:
-            raise InputError(f"{what} '{where}' is a damaged .npz archive ({exc})") from None
-    if len(data) != nbytes:
-        raise InputError(
-            f"{what} '{where}' is truncated: its header declares {dtype}{list(shape)} "
-            f"({nbytes} bytes) but the archive holds {len(data)}"
-        )
-    return _from_bytes(data, shape, fortran, dtype, what, where)
+        arrays: dict[str, np.ndarray] = {}
+        total = 0
+        for member in members:
+            name = member.filename.removesuffix(".npy")
+            if not name or name in arrays:
+                raise InputError(f"{what} '{where}' has an unnamed or repeated array '{name}'")
+            try:
+                with archive.open(member) as stream:
+                    shape, fortran, dtype = _header(stream, what, f"{where}/{member.filename}")
+                    nbytes = _checked_size(shape, dtype, what, where)
+                    total += nbytes
+                    budget.check(total, f"the arrays of {what}", where=where)
+                    data = stream.read(nbytes)  # inflated up to the declared size, no further
+            except _DAMAGED as exc:
+                raise InputError(f"{what} '{where}' is a damaged .npz archive ({exc})") from None
+            if len(data) != nbytes:
+                raise InputError(
+                    f"{what} '{where}' is truncated: the header of '{name}' declares "
+                    f"{dtype}{list(shape)} ({nbytes} bytes) but the archive holds {len(data)}"
+                )
+            arrays[name] = _from_bytes(data, shape, fortran, dtype, what, f"{where}/{name}")
+    return arrays
 
