@@ -62,14 +62,16 @@ def is_checkpoint(path: Path) -> bool:
 
 def read(path: str | os.PathLike[str]) -> tuple[dict, dict, dict[str, np.ndarray]]:
     """(manifest, model document, arrays), every checksum verified."""
+    from anekit.errors import InputError
+    from anekit.formats.npy import read_arrays
+
     path = Path(path)
     if not path.is_file():
         raise FormatError("no such checkpoint file", where=str(path))
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise FormatError(f"not a readable checkpoint ({exc})", where=str(path)) from None
+    try:  # as untrusted as any file: headers before data, within the memory budget
+        arrays = read_arrays(path, "checkpoint")
+    except InputError as exc:
+        raise FormatError(f"not a readable checkpoint ({exc.message})", where=str(path)) from None
     try:
         manifest = json.loads(arrays.pop("__manifest__").tobytes())
         model = json.loads(arrays.pop("__model__").tobytes())
