@@ -112,6 +112,20 @@ def test_gather_of_a_contiguous_index_range_is_a_slice() -> None:
     assert out.op_histogram().get("gather") == 1 and out.op_histogram()["slice"] == 2
 
 
+def test_gather_of_a_contiguous_index_block_is_a_slice_reshaped() -> None:
+    """Any index shape whose entries run contiguously in C order (ConvNeXt's as_strided: a
+    [1, C, 1, 1] arange); a block that runs out of order stays a gather. Checked by value."""
+    x = anekit.input("x", (3, 12, 2))
+    block = ops.gather(x, np.arange(2, 10).reshape(1, 4, 2, 1), axis=1)
+    shuffled = ops.gather(x, np.arange(2, 10).reshape(2, 4).T.copy(), axis=1)
+    g = anekit.graph([block, shuffled])
+    out, _ = _canonical(g)
+    assert out.op_histogram().get("gather") == 1 and out.op_histogram().get("slice") == 1
+    feeds = {"x": RNG.standard_normal((3, 12, 2)).astype(np.float32)}
+    want, got = g.run(feeds), out.run(feeds)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
 def test_common_subexpressions_are_merged() -> None:
     x = anekit.input("x", (2, 3))
     m = np.full((1, 3), 2.0, np.float32)

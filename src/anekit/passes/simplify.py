@@ -228,10 +228,13 @@ def _rows_finite(rw: Rewriter, x: str, axis: int) -> bool:
 
 @rule("gather")
 def gather_as_slice(rw: Rewriter, node: Node) -> bool:
-    """gather with a constant scalar or contiguous ascending index vector is a slice."""
+    """gather with a constant index array whose entries, in order, are a contiguous ascending
+    run is a slice, reshaped to the gather's shape (the index array's axes take the place
+    of the gathered one, in C order, so any index shape reshapes: ConvNeXt's exported
+    ``as_strided`` gathers a [1, 768, 1, 1] arange from a 768-vector)."""
     x, idx = node.inputs
     ind = rw.const(idx)
-    if ind is None or rw.is_const(x) or ind.ndim > 1 or ind.size == 0:
+    if ind is None or rw.is_const(x) or ind.size == 0:
         return False
     axis = node.attrs["axis"] % rw.value(x).rank
     dim = rw.shape(x)[axis]
