@@ -251,3 +251,62 @@ def test_swin_window_partition_through_rank_6_runs_on_the_engine() -> None:
         [numpy_helper.from_array(v, k) for k, v in consts.items()],
     )  # fmt: skip
     _check(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds)
+
+
+@pytest.mark.parametrize(
+    "starts, ends, axes, steps",
+    [
+        ((0, 1), (2**62, 2**62), (1, 2), (2, 2)),  # Swin's patch merging, whole blocks
+        ((1,), (7,), (2,), (3,)),  # a partial last block: padded to a whole one first
+        ((0, 2), (5, 2**62), (0, 3), (1, 2)),  # a unit-step axis beside a stepped one
+        ((-1,), (-9, ), (1,), (-2,)),  # reverse: no block form, the engine lacks it, so CPU
+    ],
+)  # fmt: skip
+def test_strided_slice_on_a_chip_without_one(starts, ends, axes, steps) -> None:
+    """M1 has no strided slice: whole step-blocks, a reshape and a width-1 slice instead
+    (M4 keeps the slice). Checked against onnxruntime on the reference backend and, in fp16,
+    bit for bit against the input's own fp16 values on the simulator."""
+    feeds = {"x": _rand(3, 8, 7, 6)}
+    consts = {k: np.array(v, np.int64) for k, v in zip(("starts", "ends", "axes", "steps"), (starts, ends, axes, steps), strict=True)}  # fmt: skip
+    model = _model("Slice", feeds, 4, consts=consts)
+    if min(steps) < 0:
+        cm = compile_model(model, "m1")
+        assert [r.op for r in cm.ops if r.placement == "cpu"] == ["slice"]
+        return
+    _check(model, feeds)
+    assert "slice" in [r.op for r in compile_model(model, "m4").ops]
+    cm = compile_model(model, "m1")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x16 = feeds["x"].astype(np.float16).astype(np.float32)
+    (want,) = session.run(None, {"x": x16})
+    (got,) = cm.run({"x": x16}, "sim").values()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "mode, nearest, factors",
+    [("asymmetric", "floor", (2, 2)), ("half_pixel", "round_prefer_floor", (2, 3)),
+     ("pytorch_half_pixel", "round_prefer_ceil", (3, 1)), ("align_corners", "round_prefer_floor", (2, 2)),
+     ("asymmetric", "ceil", (2, 2))],
+)  # fmt: skip
+def test_nearest_upsample_on_a_chip_without_resize(mode, nearest, factors) -> None:
+    """M1 has no resize: a whole-factor nearest upsample is a transposed convolution with
+    all-ones depthwise weights, when the coordinate mode makes each output block copy one
+    pixel (checked by running the op's own kernel: align_corners on 4x3 -> 8x6 does);
+    asymmetric with ceil rounding does not (it shifts by one), and stays on the CPU."""
+    feeds = {"x": _rand(1, 5, 4, 3)}
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _model("Resize", feeds, 4, consts={"roi": np.zeros(0, np.float32), "scales": scales},
+                   mode="nearest", coordinate_transformation_mode=mode, nearest_mode=nearest)  # fmt: skip
+    if nearest == "ceil":
+        cm = compile_model(model, "m1")
+        assert [r.op for r in cm.ops if r.placement == "cpu"] == ["resize"]
+        return
+    _check(model, feeds)
+    cm = compile_model(model, "m1")
+    assert "conv_transpose" in {n.attrs.get("main") for n in cm.graph.nodes}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x16 = feeds["x"].astype(np.float16).astype(np.float32)
+    (want,) = session.run(None, {"x": x16})
+    (got,) = cm.run({"x": x16}, "sim").values()
+    np.testing.assert_array_equal(got, want)  # copies: exact in fp16

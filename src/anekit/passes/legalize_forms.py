@@ -7,7 +7,9 @@
 - cumsum (float): a matmul with a triangular 0/1 matrix along the scanned axis;
 - pow with a constant fractional exponent: x**n * sqrt(x) for n + 1/2, else exp(c log x)
   (both give NaN for x < 0 as pow does, and 0 or inf at x = 0);
-- a rank-3 (1-D) transposed convolution: a 2-D one on [N, C, 1, W].
+- a rank-3 (1-D) transposed convolution: a 2-D one on [N, C, 1, W];
+- on chips without them (M1), strided slices and whole-factor nearest upsampling
+  (`anekit.passes.legalize_texture`).
 Every form is exact up to fp32 rounding (tests/passes/test_engine_forms.py checks each
 against onnxruntime and torch).
 """
@@ -21,6 +23,7 @@ import numpy as np
 from anekit.ir.graph import Graph, Node
 from anekit.passes.context import PassContext
 from anekit.passes.decompose.emit import Emit
+from anekit.passes.legalize_texture import nearest_upsample_as_deconv, strided_slice_as_blocks
 from anekit.passes.rewrite import Rewriter, apply_rules, rule, scalar_value
 
 # A cumsum longer than this keeps its CPU form: the triangular matrix grows as L^2.
@@ -248,6 +251,8 @@ ENGINE_FORM_RULES = (
     cumsum_as_matmul,
     fractional_pow,
     conv_transpose_1d_as_2d,
+    strided_slice_as_blocks,
+    nearest_upsample_as_deconv,
 )
 
 
