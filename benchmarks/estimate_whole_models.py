@@ -125,6 +125,46 @@ def layer_norm():
     return torch.nn.LayerNorm(768).eval(), (torch.randn(197, 768),), ["x"]
 
 
+class RMSNorm(torch.nn.Module):
+    """af rms_norm: x / sqrt(mean(x^2) + eps) * gain over the last axis."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.gain
+
+
+def gemm(m, k, n):
+    """The harness's GEMM rows: af.input((M, K)).linear(W) with W [N, K], no bias."""
+    return torch.nn.Linear(k, n, bias=False).eval(), (torch.randn(m, k),), ["x"]
+
+
+def conv_single():
+    """'conv single': one 3x3 convolution 16 -> 64 channels on 32x32 with ReLU."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 64, 3, padding=1, bias=False), torch.nn.ReLU())
+    return net.eval(), (torch.randn(1, 16, 32, 32),), ["x"]
+
+
+def stencil():
+    """'stencil 5pt': 32 chained one-channel 3x3 convolutions (a heat-equation step) on 256x256."""
+    net = torch.nn.Sequential(*(torch.nn.Conv2d(1, 1, 3, padding=1, bias=False) for _ in range(32)))
+    return net.eval(), (torch.randn(1, 1, 256, 256),), ["x"]
+
+
+def rms_norm():
+    return RMSNorm(768).eval(), (torch.randn(197, 768),), ["x"]
+
+
+def group_norm():
+    return torch.nn.GroupNorm(32, 256).eval(), (torch.randn(1, 256, 64, 64),), ["x"]
+
+
+def attention_long():
+    return Attention().eval(), (torch.randn(512, 768),), ["x"]
+
+
 # (id, level, model builder, chip, published ms (low, high), role, source, note)
 FIGURES = (
     ("resnet18-m5pro", "model", lambda: resnet([2, 2, 2, 2], "BasicBlock"), "m5-pro", (0.330, 0.330), "check",
@@ -168,6 +208,38 @@ FIGURES = (
     ("layer-norm-vit-m2", "layers", layer_norm, "m2", (0.283, 0.283), "check",
      ANEFORGE_M2 + ": 'layer_norm vit' 0.283 ms",
      "with the M5 Pro row, a check of planar_scaling (planar rate x peak / M5 Pro peak)"),
+    ("gemm-floor-m5pro", "layers", lambda: gemm(64, 256, 256), "m5-pro", (0.0917, 0.0917), "check",
+     ANEFORGE_M5PRO + ": 'GEMM floor (M=64, K=256, N=256)' 0.0917 ms", ""),
+    ("gemm-floor-m2", "layers", lambda: gemm(64, 256, 256), "m2", (0.1099, 0.1099), "check",
+     ANEFORGE_M2 + ": 'GEMM floor (M=64, K=256, N=256)' 0.1099 ms", ""),
+    ("gemm-bandwidth-m5pro", "layers", lambda: gemm(128, 1024, 1024), "m5-pro", (0.0858, 0.0858), "check",
+     ANEFORGE_M5PRO + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.0858 ms", ""),
+    ("gemm-bandwidth-m2", "layers", lambda: gemm(128, 1024, 1024), "m2", (0.1351, 0.1351), "check",
+     ANEFORGE_M2 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.1351 ms", ""),
+    ("gemm-compute-m5pro", "layers", lambda: gemm(256, 4096, 4096), "m5-pro", (1.2927, 1.2927), "check",
+     ANEFORGE_M5PRO + ": 'GEMM compute (M=256, K=4096, N=4096)' 1.2927 ms", ""),
+    ("gemm-compute-m2", "layers", lambda: gemm(256, 4096, 4096), "m2", (2.0434, 2.0434), "check",
+     ANEFORGE_M2 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.0434 ms", ""),
+    ("conv-single-m5pro", "layers", conv_single, "m5-pro", (0.1028, 0.1028), "check",
+     ANEFORGE_M5PRO + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1028 ms", ""),
+    ("conv-single-m2", "layers", conv_single, "m2", (0.1068, 0.1068), "check",
+     ANEFORGE_M2 + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1068 ms", ""),
+    ("stencil-m5pro", "layers", stencil, "m5-pro", (0.1275, 0.1275), "check",
+     ANEFORGE_M5PRO + ": 'stencil 5pt (256x256, 32 steps: 32 chained one-channel 3x3 convolutions)' 0.1275 ms", ""),
+    ("stencil-m2", "layers", stencil, "m2", (0.3714, 0.3714), "check",
+     ANEFORGE_M2 + ": 'stencil 5pt (256x256, 32 steps: 32 chained one-channel 3x3 convolutions)' 0.3714 ms", ""),
+    ("attention-long-m5pro", "layers", attention_long, "m5-pro", (0.8167, 0.8167), "check",
+     ANEFORGE_M5PRO + ": 'attention longseq (S=512, D=768, 12 heads, af.mha)' 0.8167 ms", ""),
+    ("attention-long-m2", "layers", attention_long, "m2", (1.2529, 1.2529), "check",
+     ANEFORGE_M2 + ": 'attention longseq (S=512, D=768, 12 heads, af.mha)' 1.2529 ms", ""),
+    ("rms-norm-vit-m5pro", "layers", rms_norm, "m5-pro", (0.3727, 0.3727), "check",
+     ANEFORGE_M5PRO + ": 'rms_norm vit (197, 768)' 0.3727 ms", ""),
+    ("rms-norm-vit-m2", "layers", rms_norm, "m2", (1.0796, 1.0796), "check",
+     ANEFORGE_M2 + ": 'rms_norm vit (197, 768)' 1.0796 ms", ""),
+    ("group-norm-fmap-m5pro", "layers", group_norm, "m5-pro", (0.3496, 0.3496), "check",
+     ANEFORGE_M5PRO + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 0.3496 ms", ""),
+    ("group-norm-fmap-m2", "layers", group_norm, "m2", (0.6785, 0.6785), "check",
+     ANEFORGE_M2 + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 0.6785 ms", ""),
 )  # fmt: skip
 # The device-comparison files time each call twice: latency_ms is the minimum of 12-30 calls
 # right after 3-8 warm-ups (the figure quoted above), energy.<device>.iter_ms the mean over a
@@ -182,6 +254,12 @@ SUSTAINED_MS = {
     "resnet18-m2": 0.6287, "vit-b16-m2": 21.614, "minilm-l6-m2": 0.8039,
     "conv-stack-m5pro": 0.7952, "attention-vit-m5pro": 0.2361, "layer-norm-vit-m5pro": 0.2105,
     "conv-stack-m2": 1.2626, "attention-vit-m2": 0.3953, "layer-norm-vit-m2": 0.3268,
+    "gemm-floor-m5pro": 0.1820, "gemm-bandwidth-m5pro": 0.1064, "gemm-compute-m5pro": 1.3138,
+    "conv-single-m5pro": 0.1285, "stencil-m5pro": 0.1340, "attention-long-m5pro": 0.8332,
+    "rms-norm-vit-m5pro": 0.3911, "group-norm-fmap-m5pro": 0.3659,
+    "gemm-floor-m2": 0.2756, "gemm-bandwidth-m2": 0.1615, "gemm-compute-m2": 1.9796,
+    "conv-single-m2": 0.2568, "stencil-m2": 0.2385, "attention-long-m2": 1.2265,
+    "rms-norm-vit-m2": 0.5968, "group-norm-fmap-m2": 0.4752,
 }  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
