@@ -38,6 +38,11 @@ ANEFORGE_M5PRO = (
     "(M5 Pro): end-to-end Python call, minimum of 12-15 repetitions after 4-5 warm-ups, fp16 on "
     "the engine, batch 1"
 )
+ANEFORGE_M1 = (
+    "[aneforge] bench/results/device_compare_wattcomplete_results_M1.json (an M1; the variant is "
+    "not named; torchvision and transformers were absent, so it has no whole models): the same "
+    "harness as the M5 Pro table"
+)
 ANEFORGE_M2 = (
     "[aneforge] bench/results/device_compare_wattcomplete_results_M2.json (an M2; the variant is "
     "not named, every M2 has the same 16-core engine): the same harness as the M5 Pro table"
@@ -240,6 +245,28 @@ FIGURES = (
      ANEFORGE_M5PRO + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 0.3496 ms", ""),
     ("group-norm-fmap-m2", "layers", group_norm, "m2", (0.6785, 0.6785), "check",
      ANEFORGE_M2 + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 0.6785 ms", ""),
+    ("gemm-floor-m1", "layers", lambda: gemm(64, 256, 256), "m1", (0.1644, 0.1644), "check",
+     ANEFORGE_M1 + ": 'GEMM floor (M=64, K=256, N=256)' 0.1644 ms", ""),
+    ("gemm-bandwidth-m1", "layers", lambda: gemm(128, 1024, 1024), "m1", (0.4055, 0.4055), "check",
+     ANEFORGE_M1 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.4055 ms", ""),
+    ("gemm-compute-m1", "layers", lambda: gemm(256, 4096, 4096), "m1", (2.3944, 2.3944), "check",
+     ANEFORGE_M1 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.3944 ms", ""),
+    ("conv-single-m1", "layers", conv_single, "m1", (0.1914, 0.1914), "check",
+     ANEFORGE_M1 + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1914 ms", ""),
+    ("conv-stack-m1", "layers", conv_stack, "m1", (1.9184, 1.9184), "check",
+     ANEFORGE_M1 + ": 'conv resnet-ish' 1.9184 ms", ""),
+    ("attention-vit-m1", "layers", attention, "m1", (0.6128, 0.6128), "check",
+     ANEFORGE_M1 + ": 'attention vit (S=197, D=768, 12 heads, af.mha)' 0.6128 ms", ""),
+    ("attention-long-m1", "layers", attention_long, "m1", (1.8146, 1.8146), "check",
+     ANEFORGE_M1 + ": 'attention longseq (S=512, D=768, 12 heads, af.mha)' 1.8146 ms", ""),
+    ("layer-norm-vit-m1", "layers", layer_norm, "m1", (0.3214, 0.3214), "check",
+     ANEFORGE_M1 + ": 'layer_norm vit (197, 768)' 0.3214 ms", ""),
+    ("rms-norm-vit-m1", "layers", rms_norm, "m1", (1.3109, 1.3109), "check",
+     ANEFORGE_M1 + ": 'rms_norm vit (197, 768)' 1.3109 ms", ""),
+    ("group-norm-fmap-m1", "layers", group_norm, "m1", (1.025, 1.025), "check",
+     ANEFORGE_M1 + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 1.025 ms", ""),
+    ("stencil-m1", "layers", stencil, "m1", (0.2227, 0.2227), "check",
+     ANEFORGE_M1 + ": 'stencil 5pt (256x256, 32 steps: 32 chained one-channel 3x3 convolutions)' 0.2227 ms", ""),
 )  # fmt: skip
 # The device-comparison files time each call twice: latency_ms is the minimum of 12-30 calls
 # right after 3-8 warm-ups (the figure quoted above), energy.<device>.iter_ms the mean over a
@@ -260,6 +287,7 @@ SUSTAINED_MS = {
     "gemm-floor-m2": 0.2756, "gemm-bandwidth-m2": 0.1615, "gemm-compute-m2": 1.9796,
     "conv-single-m2": 0.2568, "stencil-m2": 0.2385, "attention-long-m2": 1.2265,
     "rms-norm-vit-m2": 0.5968, "group-norm-fmap-m2": 0.4752,
+    "gemm-floor-m1": 0.197, "gemm-bandwidth-m1": 0.2972, "gemm-compute-m1": 2.5095, "conv-single-m1": 0.207, "conv-stack-m1": 2.0513, "attention-vit-m1": 0.632, "attention-long-m1": 1.671, "layer-norm-vit-m1": 0.3795, "rms-norm-vit-m1": 0.6864, "group-norm-fmap-m1": 0.6456, "stencil-m1": 0.2502,
 }  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
