@@ -291,9 +291,10 @@ SUSTAINED_MS = {
 }  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
-     "why": "calibration, not a check: chips.json derives the M4 ane_bandwidth_gbps from this "
-            "figure (248.9 MB of weights per token / 5.76 ms); and Orion runs one program per "
-            "layer, a dispatch pattern anekit's single-segment compile does not reproduce"},
+     "why": "not rebuilt: Orion runs one program per layer and spends ~2.3 ms of the 5.76 ms in "
+            "IOSurface round trips ([seed001] section 8.1), a runtime's dispatch pattern anekit's "
+            "single-segment compile does not reproduce. (Until issue 16 chips.json derived the M4 "
+            "ane_bandwidth_gbps from this figure; it now comes from ANEMLL-Bench's M4 run.)"},
     {"figure": "[aneforge] bench/mlperf README: Qwen3-0.6B decode, fp16, TPOT ~18.7 ms/token",
      "why": "a decode step with a resident KV cache (share_buffer) on ANEForge's own LLM "
             "lowering; not rebuilt here (0.6 B parameters of random weights to export)"},
