@@ -9,6 +9,7 @@ import pytest
 
 from anekit import targets
 from anekit.cost import Rates, default_calibration, estimate_graph, estimate_segments
+from anekit.cost.model import LayerCost, prefetch, weight_stream_s
 from anekit.cost.workloads import (
     EngineGraphBuilder,
     attention_block,
@@ -19,6 +20,7 @@ from anekit.cost.workloads import (
 )
 from anekit.ir.engine import layer_attrs
 from anekit.passes.results import Segment
+from anekit.schedule.plan import LayerDma
 
 CAL = default_calibration()
 
@@ -159,3 +161,62 @@ def test_a_planar_layer_fed_on_chip_runs_at_the_on_chip_rate():
     planar = [c for c in seg.layers if c.unit == "planar"]
     assert len(planar) == 1
     assert planar[0].compute_s == pytest.approx(64 * 32 * 32 / r.planar_onchip_elements_per_s)
+
+
+def _layer(name, compute_s, weight_s, other_s=0.0, streaming=False):
+    """A LayerCost whose memory time is ``weight_s`` of weights plus ``other_s`` of activations
+    (bytes at 1 GB/s, so the split follows the DMA byte counts)."""
+    dma = LayerDma(int(other_s * 1e9), int(weight_s * 1e9), 0)
+    return LayerCost(name, "mac", 0, 0, dma, compute_s, weight_s + other_s, streaming)
+
+
+def test_prefetch_hides_the_next_weights_under_a_compute_bound_slot():
+    first = _layer("conv", compute_s=10e-6, weight_s=2e-6)
+    heavy = _layer("fc", compute_s=1e-6, weight_s=8e-6, other_s=1e-6)
+    times, hidden = prefetch([[first], [heavy]])
+    assert times[0] == (first.compute_s, first.memory_s)  # the first slot fetches its own
+    assert hidden == pytest.approx(8e-6)  # 8 us of idle DMA covers the 8 us of weights
+    assert times[1][1] == pytest.approx(1e-6)  # only its activations remain
+    assert sum(max(c, m) for c, m in times) < first.time_s + heavy.time_s
+
+
+def test_prefetch_needs_idle_dma_time_and_spares_streaming_layers():
+    busy = _layer("a", compute_s=1e-6, weight_s=5e-6)  # memory-bound: no idle DMA time
+    heavy = _layer("b", compute_s=1e-6, weight_s=8e-6)
+    assert prefetch([[busy], [heavy]])[1] == 0.0
+    idle = _layer("c", compute_s=20e-6, weight_s=1e-6)
+    spilled = _layer("d", compute_s=1e-6, weight_s=8e-6, streaming=True)
+    assert prefetch([[idle], [spilled]])[1] == 0.0
+    part = _layer("e", compute_s=3e-6, weight_s=1e-6)  # 2 us idle: only 2 of 8 us hidden
+    times, hidden = prefetch([[part], [heavy]])
+    assert hidden == pytest.approx(2e-6) and times[1][1] == pytest.approx(6e-6)
+
+
+def test_a_compute_bound_layer_hides_the_next_layers_weights_in_a_program():
+    """Chaining: the 1x1 layer's 2 MiB kernel streams while the 3x3 layer computes."""
+    b = EngineGraphBuilder("prefetch")
+    x = b.input("x", (1, 256, 32, 32))
+    y = b.conv(b.conv(x, 256, kernel=3), 4096, kernel=1, stride=8)
+    (seg,) = estimate_graph(b.build([y]), "m5-pro").segments
+    (part,) = seg.partitions
+    first, second = seg.layers
+    assert first.bound == "compute" and second.bound == "memory"
+    assert part.prefetched_s == pytest.approx(weight_stream_s(second))
+    assert part.time_s < first.time_s + second.time_s
+    alone = estimate_graph(single_conv(256, 32, 32, 3), "m5-pro").segments[0]
+    assert alone.partitions[0].prefetched_s == 0.0
+    assert alone.partitions[0].time_s == pytest.approx(alone.layers[0].time_s)
+
+
+def test_weight_bound_estimates_follow_each_variants_engine_bandwidth():
+    """ANEMLL-Bench: the M1 streams weights faster than the M1 Pro/Max/Ultra, the M3 Max and
+    M4 Pro about twice as fast as their base chips; a GEMV follows the database."""
+    gemv = single_matmul(1, 4096, 4096)
+    mem = {
+        n: estimate_graph(gemv, n).segments[0].memory_s
+        for n in ("m1", "m1-max", "m1-ultra", "m3", "m3-max", "m4", "m4-pro")
+    }
+    for a, b in (("m1", "m1-max"), ("m1", "m1-ultra"), ("m3", "m3-max"), ("m4", "m4-pro")):
+        ratio = targets.get(b).perf.ane_bandwidth_gbps / targets.get(a).perf.ane_bandwidth_gbps
+        assert mem[a] / mem[b] == pytest.approx(ratio)
+    assert mem["m1"] < mem["m1-max"] and mem["m3-max"] < mem["m3"] / 1.5

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,12 +177,14 @@ class PartitionCost:
     peak_onchip_bytes: int
     dma: LayerDma
     streaming: bool
+    prefetched_s: float = 0.0  # weight streaming hidden under the previous slot (`prefetch`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "layers": len(self.layers),
             "time_ms": self.time_s * 1e3,
+            "prefetched_ms": self.prefetched_s * 1e3,
             "peak_onchip_bytes": self.peak_onchip_bytes,
             "read_bytes": self.dma.read_bytes,
             "weight_bytes": self.dma.weight_bytes,
@@ -191,35 +193,68 @@ class PartitionCost:
         }
 
 
+def weight_stream_s(cost: LayerCost) -> float:
+    """The part of a layer's memory time spent streaming its weights."""
+    total = cost.dma.total
+    return cost.memory_s * cost.dma.weight_bytes / total if total else 0.0
+
+
+def prefetch(slots: Sequence[Sequence[LayerCost]]) -> tuple[list[tuple[float, float]], float]:
+    """Each slot's (compute, memory) time once weights are fetched one slot ahead, and the
+    total weight time hidden that way.
+
+    Chaining: a partition runs its layers back to back from on-chip memory, and the DMA
+    engine that streams a layer's weights is idle whenever the running slot is bound by
+    compute. With one kernel of look-ahead (the next layer's start-up, its kernel fetch,
+    overlaps the running layer: `pays_startup`), that idle time streams the next slot's
+    weights, so a memory-bound layer after a compute-bound one starts with part of its
+    weights already on chip. The first slot of a partition fetches all of its own weights
+    (one-layer programs, the calibration anchors, are unchanged), streaming layers (whose
+    activations already occupy the DMA engine) are not prefetched, and nothing crosses a
+    partition boundary.
+    """
+    out: list[tuple[float, float]] = []
+    idle = hidden = 0.0
+    for slot in slots:
+        compute = max(c.compute_s for c in slot)
+        memory = max(c.memory_s for c in slot)
+        if not any(c.streaming for c in slot):
+            early = min(sum(weight_stream_s(c) for c in slot), idle)
+            memory -= early
+            hidden += early
+        out.append((compute, memory))
+        idle = max(0.0, compute - memory)
+    return out, hidden
+
+
 def partition_costs(
     sched: SegmentSchedule, costs: Mapping[str, LayerCost]
 ) -> tuple[PartitionCost, ...]:
     partner = {a: b for a, b in sched.coissue} | {b: a for a, b in sched.coissue}
     out = []
     for part in sched.partitions:
-        time = compute = memory = 0.0
+        slots: list[list[LayerCost]] = []
         done: set[str] = set()
         for name in part.layers:
             if name in done:
                 continue
             slot = [costs[name]] + ([costs[partner[name]]] if name in partner else [])
             done.update(c.name for c in slot)
-            longest = max(slot, key=lambda c: c.time_s)
-            time += longest.time_s
-            if longest.bound == "compute":
-                compute += longest.time_s
-            else:
-                memory += longest.time_s
+            slots.append(slot)
+        times, hidden = prefetch(slots)
+        compute = sum(c for c, m in times if c >= m)
+        memory = sum(m for c, m in times if c < m)
         out.append(
             PartitionCost(
                 index=part.index,
                 layers=part.layers,
-                time_s=time,
+                time_s=compute + memory,
                 compute_s=compute,
                 memory_s=memory,
                 peak_onchip_bytes=part.peak_bytes,
                 dma=sched.partition_dma(part.index),
                 streaming=part.streaming,
+                prefetched_s=hidden,
             )
         )
     return tuple(out)
