@@ -111,7 +111,8 @@ def test_gated_op_differs_between_chips(tmp_path, capsys) -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])
     scales = helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, 2, 2])
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="up", mode="linear")
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="up", mode="linear",
+                            coordinate_transformation_mode="align_corners")  # fmt: skip
     g = helper.make_graph([node], "up", [x], [y], [scales])
     path = tmp_path / "up.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))

@@ -16,9 +16,12 @@ RNG = np.random.default_rng(3)
 def _upsampling_net():
     x = anekit.input("x", (1, 4, 6, 6))
     c = ops.relu(ops.conv2d(x, RNG.standard_normal((4, 4, 1, 1)).astype(np.float32), name="c1"))
-    # bilinear: a chip without resize has no exact form for it (a whole-factor nearest
-    # upsample is legalised there, tests/passes/test_engine_forms.py)
-    up = ops.resize(c, (1, 4, 12, 12), mode="linear", name="up")
+    # bilinear with aligned corners: a chip without resize has no exact form for it (whole-
+    # factor nearest and half-pixel bilinear upsampling are legalised there,
+    # tests/passes/test_engine_forms.py)
+    up = ops.resize(
+        c, (1, 4, 12, 12), mode="linear", coordinate_transformation_mode="align_corners", name="up"
+    )
     y = ops.conv2d(up, RNG.standard_normal((4, 4, 3, 3)).astype(np.float32), padding=1, name="c2")
     return anekit.graph(y)
 

@@ -310,3 +310,48 @@ def test_nearest_upsample_on_a_chip_without_resize(mode, nearest, factors) -> No
     (want,) = session.run(None, {"x": x16})
     (got,) = cm.run({"x": x16}, "sim").values()
     np.testing.assert_array_equal(got, want)  # copies: exact in fp16
+
+
+@pytest.mark.parametrize(
+    "mode, factors, shape",
+    [("half_pixel", (2, 2), (1, 3, 5, 4)), ("pytorch_half_pixel", (2, 3), (1, 2, 4, 6)),
+     ("half_pixel", (4, 4), (1, 2, 3, 3)), ("align_corners", (2, 2), (1, 2, 4, 4)),
+     ("asymmetric", (2, 2), (1, 2, 4, 4))],
+)  # fmt: skip
+def test_bilinear_upsample_on_a_chip_without_resize(mode, factors, shape) -> None:
+    """M1 has no resize: a half-pixel bilinear upsample by whole factors is edge copies, a
+    depthwise transposed convolution with tent taps and a crop (the crop found by comparing
+    with the op's own kernel); aligned corners and asymmetric coordinates have no such form
+    and stay on the CPU."""
+    feeds = {"x": _rand(*shape)}
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _model("Resize", feeds, 4, consts={"roi": np.zeros(0, np.float32), "scales": scales},
+                   mode="linear", coordinate_transformation_mode=mode)  # fmt: skip
+    if mode in ("align_corners", "asymmetric"):
+        cm = compile_model(model, "m1")
+        assert [r.op for r in cm.ops if r.placement == "cpu"] == ["resize"]
+        return
+    _check(model, feeds)
+    cm = compile_model(model, "m1")
+    assert "conv_transpose" in {n.attrs.get("main") for n in cm.graph.nodes}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, feeds)
+    (got,) = cm.run(feeds, "sim").values()
+    assert rel_err(got, want) < 2e-3  # fp16 storage and products
+
+
+def test_torch_bilinear_upsample_runs_on_the_m1_engine() -> None:
+    """torch's F.interpolate(scale_factor=2, mode='bilinear') as an FPN/U-Net decoder uses it."""
+    import torch
+    import torch.nn.functional as F
+
+    class Up(torch.nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+
+    x = _rand(1, 8, 7, 5)
+    graph = anekit.from_torch(Up(), (torch.tensor(x),), input_names=["x"])
+    cm = compile_model(graph, "m1")
+    assert [r.node for r in cm.ops if r.placement == "cpu"] == []
+    want = Up()(torch.tensor(x)).numpy()
+    assert rel_err(next(iter(cm.run({"x": x}).values())), want) < EXACT_RTOL

@@ -23,7 +23,7 @@ import numpy as np
 from anekit.ir.graph import Graph, Node
 from anekit.passes.context import PassContext
 from anekit.passes.decompose.emit import Emit
-from anekit.passes.legalize_texture import nearest_upsample_as_deconv, strided_slice_as_blocks
+from anekit.passes.legalize_texture import strided_slice_as_blocks, upsample_as_deconv
 from anekit.passes.rewrite import Rewriter, apply_rules, rule, scalar_value
 
 # A cumsum longer than this keeps its CPU form: the triangular matrix grows as L^2.
@@ -252,7 +252,7 @@ ENGINE_FORM_RULES = (
     fractional_pow,
     conv_transpose_1d_as_2d,
     strided_slice_as_blocks,
-    nearest_upsample_as_deconv,
+    upsample_as_deconv,
 )
 
 
