@@ -23,6 +23,7 @@ from anekit import targets
 from anekit.errors import FormatError, TargetError
 from anekit.formats import mil
 from anekit.formats.bundle import SegmentEntry, SegmentIO
+from anekit.runtime.sim.fp16 import narrow_into
 
 # bytes of one element of each MIL dtype as the engine stores it
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
@@ -164,7 +165,11 @@ def _write(surface: np.ndarray, array: np.ndarray, io: SegmentIO) -> None:
             f"was given {list(data.shape)}"
         )
     n = port_bytes(io)
-    surface[:n].view(dtype).reshape(io.mil_shape)[...] = data  # cast in place, no temporary
+    view = surface[:n].view(dtype).reshape(io.mil_shape)
+    if io.mil_dtype == "fp16":
+        narrow_into(data, view)  # fp16 bits written in place, as numpy's cast would
+    else:
+        view[...] = data  # cast in place, no temporary
 
 
 def _read(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
