@@ -323,5 +323,10 @@ def _from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
 
 
 def _held_to_caller(held: Held) -> np.ndarray:
+    """A value the caller owns: a writeable array of its own (a runner's stored results are
+    read-only and may be the program's own)."""
     array, io = held
-    return array.copy() if io is None else _from_program(array, io)
+    if io is None:
+        return array.copy()
+    out = _from_program(array, io)
+    return out if out is not array and out.flags.writeable else out.copy()

@@ -172,11 +172,11 @@ def narrow_into(values: np.ndarray, out: np.ndarray) -> None:
     if (
         to_fp16 is not None
         and values.dtype == np.float32
-        and values.flags.c_contiguous
         and out.flags.c_contiguous
         and values.shape == out.shape
     ):
-        to_fp16(values, out)
+        # a strided view (a transposed result) is gathered first: still far cheaper
+        to_fp16(np.ascontiguousarray(values), out)
         return
     with np.errstate(over="ignore"):
         out[...] = values

@@ -197,7 +197,9 @@ class SimProgram:
         """Run on inputs already in the simulator's storage form (an fp16 value as a float32
         array holding fp16 values, of the declared shape), as a session's resident state
         is: nothing is rounded or converted on the way in. fp16 outputs come back in that
-        form too (float32 arrays)."""
+        form too (float32 arrays), and read-only: the caller (a session, which copies them
+        onto surfaces or hands them to the next segment) does not own them, so nothing is
+        copied."""
         args = []
         for b in self._plan.inputs:
             array = stored[b.name]
@@ -208,10 +210,10 @@ class SimProgram:
                     f"the function declares {b.type}"
                 )
             args.append(frozen(array) if array.flags.writeable else array)
-        return self._execute(args, {}, True)
+        return self._execute(args, {}, True, owned=False)
 
     def _execute(
-        self, inputs: list[Any], symbols: dict[str, int], fp32_outputs: bool
+        self, inputs: list[Any], symbols: dict[str, int], fp32_outputs: bool, owned: bool = True
     ) -> dict[str, np.ndarray]:
         plan = self._plan
         env: list[Any] = [None] * plan.slot_count
@@ -252,6 +254,10 @@ class SimProgram:
                 for slot in step.frees:
                     env[slot] = None
         results: dict[str, np.ndarray] = {}
+        if not owned:
+            for name, slot, known in plan.outputs:
+                results[name] = known if slot == NO_SLOT else env[slot]
+            return results
         handed: set[int] = set(self._constants)
         for name, slot, known in plan.outputs:
             value = known if slot == NO_SLOT else env[slot]
