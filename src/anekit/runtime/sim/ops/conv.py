@@ -221,13 +221,16 @@ def conv_transpose(
             for k, d, size, s in zip(taps, dl, sizes, st, strict=True)
         )
         buffer[(slice(None),) * 3 + target] += cols[(slice(None),) * 3 + taps]
-    out = np.zeros((batch, g, cg_out, *out_sizes), dtype=x.dtype)
-    src, dst = [], []
-    for start, size, f in zip(starts, out_sizes, full, strict=True):
-        lo, hi = max(start, 0), min(start + size, f)
-        src.append(slice(lo, max(lo, hi)))
-        dst.append(slice(lo - start, lo - start + max(0, hi - lo)))
-    out[(slice(None),) * 3 + tuple(dst)] = buffer[(slice(None),) * 3 + tuple(src)]
+    if list(starts) == [0] * n and list(out_sizes) == full:
+        out = buffer  # the output is the whole buffer: no crop, no copy
+    else:
+        out = np.zeros((batch, g, cg_out, *out_sizes), dtype=x.dtype)
+        src, dst = [], []
+        for start, size, f in zip(starts, out_sizes, full, strict=True):
+            lo, hi = max(start, 0), min(start + size, f)
+            src.append(slice(lo, max(lo, hi)))
+            dst.append(slice(lo - start, lo - start + max(0, hi - lo)))
+        out[(slice(None),) * 3 + tuple(dst)] = buffer[(slice(None),) * 3 + tuple(src)]
     out = out.reshape((batch, c_out, *out_sizes))
     if bias is not None:
         if bias.shape != (c_out,):
