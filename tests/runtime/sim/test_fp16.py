@@ -161,3 +161,22 @@ def test_c_conversions_refuse_mismatched_buffers() -> None:
     readonly.flags.writeable = False
     with pytest.raises((TypeError, ValueError, BufferError)):
         C_LOOP.from_fp16(np.zeros(3, np.float16), readonly)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a.T,  # a transpose
+        lambda a: a.reshape(64, 48, 1).transpose(1, 2, 0).reshape(1, 48, 1, 64),  # engine layout
+        lambda a: a[::-1, ::3],  # negative and non-unit strides
+        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: numpy's copy
+    ],
+)
+def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:
+    bits = np.random.default_rng(4).integers(0, 2**32, size=64 * 48, dtype=np.uint64)
+    base = bits.astype(np.uint32).view(np.float32).reshape(64, 48)
+    v = view(base)
+    got = fp16.contiguous(v)
+    assert got.flags.c_contiguous and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))
+    assert same_bits(round_to_fp16(v), numpy_round(v))

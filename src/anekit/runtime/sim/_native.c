@@ -1,5 +1,5 @@
 /* The simulator's compiled kernels: fp16 rounding in place, float32 <-> fp16 conversion
- * (engine surfaces), and a float32 GEMM.
+ * (engine surfaces), a tiled gather of strided views, and a float32 GEMM.
  *
  * All are optional (setup.py builds them where a C compiler is found; fp16.py and gemm.py
  * fall back to numpy otherwise) and all run without the GIL.
@@ -283,6 +283,69 @@ PyDoc_STRVAR(from_fp16_doc,
 "2-byte items, dst a writable one of as many 4-byte items.");
 
 static PyObject *from_fp16(PyObject *self, PyObject *args) { return convert(args, 0); }
+
+
+/* ---- gather: a strided 2-D float32 view into a C-contiguous array ----------------------------
+ * A transposed view (a layout change between the model's and the engine's forms, done every
+ * training step for each weight and optimizer slot) copied by numpy walks the source one
+ * column at a time: every element is a cache miss, ~0.9 ns each here. Copying in 32 x 32
+ * tiles keeps the tile's source lines in L1 (~0.15 ns each). Plain copies: bits unchanged. */
+#define TILE 32
+
+static void gather_tiles(const char *src, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t rs,
+                         Py_ssize_t cs, uint32_t *dst)
+{
+    for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) {
+        Py_ssize_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+        for (Py_ssize_t j0 = 0; j0 < cols; j0 += TILE) {
+            Py_ssize_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                const char *row = src + i * rs;
+                uint32_t *out = dst + i * cols;
+                for (Py_ssize_t j = j0; j < j1; j++)
+                    memcpy(out + j, row + j * cs, 4);
+            }
+        }
+    }
+}
+
+PyDoc_STRVAR(gather_doc,
+"gather(src, dst) -> None\n\n"
+"Copy a 2-D buffer of 4-byte items with any strides into the C-contiguous dst of as many\n"
+"items (row-major order).");
+
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    PyObject *src, *dst;
+    if (!PyArg_ParseTuple(args, "OO:gather", &src, &dst))
+        return NULL;
+    Py_buffer vs, vd;
+    if (PyObject_GetBuffer(src, &vs, PyBUF_STRIDED_RO) < 0)
+        return NULL;
+    if (vs.ndim != 2 || vs.itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "gather: the source must be 2-D with 4-byte items");
+        PyBuffer_Release(&vs);
+        return NULL;
+    }
+    if (items_buffer(dst, &vd, 4, 1, "the destination") < 0) {
+        PyBuffer_Release(&vs);
+        return NULL;
+    }
+    Py_ssize_t rows = vs.shape[0], cols = vs.shape[1];
+    if (vd.len / 4 != rows * cols) {
+        PyErr_Format(PyExc_ValueError, "the source holds %zd values, the destination %zd",
+                     rows * cols, vd.len / 4);
+        PyBuffer_Release(&vs);
+        PyBuffer_Release(&vd);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    gather_tiles(vs.buf, rows, cols, vs.strides[0], vs.strides[1], vd.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&vd);
+    Py_RETURN_NONE;
+}
 
 
 /* ---- gemm -------------------------------------------------------------------------------- */
@@ -591,6 +654,7 @@ static PyMethodDef methods[] = {
     {"gemm_available", gemm_available, METH_NOARGS, available_doc},
     {"to_fp16", to_fp16, METH_VARARGS, to_fp16_doc},
     {"from_fp16", from_fp16, METH_VARARGS, from_fp16_doc},
+    {"gather", gather, METH_VARARGS, gather_doc},
     {NULL, NULL, 0, NULL},
 };
 
