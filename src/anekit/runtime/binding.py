@@ -152,6 +152,11 @@ class Surfaces(PinnedInputs):
     def write_output(self, name: str, array: np.ndarray) -> None:
         _write(self._out_views[name], array, self.outputs[name])
 
+    def copy_input(self, name: str, packed: np.ndarray) -> None:
+        """Fill an input with a value already packed on another surface in the port's
+        form (a producing engine segment's output): its bytes, as they are."""
+        np.copyto(self._in_views[name], packed)
+
     def read_input(self, name: str) -> np.ndarray:
         return self._in_views[name]
 
