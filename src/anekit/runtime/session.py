@@ -59,10 +59,11 @@ class Session:
             elif backend == "sim":
                 size = check_engine_segment(seg, mil_program, min_bytes, program.where)
                 self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
-        # an engine segment's output port (by identity) -> its segment: a consumer of the
-        # same form copies the value's bytes from that output surface
+        # an engine segment's output port (by identity; the port is kept, so its id is not
+        # reused) -> its segment: a consumer of the same form copies the value's bytes
+        # from that output surface
         self._producers = {
-            id(io): seg.index
+            id(io): (seg.index, io)
             for seg in program.segments
             if isinstance(self._surfaces[seg.index], Surfaces)
             for io in seg.outputs
@@ -295,7 +296,8 @@ class Session:
             key = _key(io.source)
             held = env[key]
             src = held[1]
-            producer = None if src is None else self._producers.get(id(src))
+            found = None if src is None else self._producers.get(id(src))
+            producer = found[0] if found is not None and found[1] is src else None
             if key[0] == "input" and producer is not None and producer < seg.index:
                 producer = None  # overwritten this step: the held array is the value
             if producer is not None and _same_form(src, io):
