@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -138,6 +139,7 @@ class Surfaces(PinnedInputs):
         self._out = {n: np.zeros(size, np.uint8) for n in self.outputs}
         self._in_views = {n: _packed(self._in[n], io) for n, io in self.inputs.items()}
         self._out_views = {n: _packed(self._out[n], io) for n, io in self.outputs.items()}
+        self._seen = MappingProxyType(self._in_views)  # read-only, follows alias()
 
         self._fixed: set[str] = set()  # inputs not written per step: aliased or pinned
 
@@ -165,7 +167,7 @@ class Surfaces(PinnedInputs):
 
     def read_inputs(self) -> Mapping[str, np.ndarray]:
         """What the engine sees: each input read packed from byte 0 of its surface."""
-        return self._in_views
+        return self._seen
 
 
 def _packed(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
