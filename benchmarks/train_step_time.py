@@ -186,8 +186,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--skip-stories", action="store_true")
     args = ap.parse_args()
+    from anekit.runtime.sim import gemm
+
+    # torch runs on one thread; the simulator's own GEMM splits a large product's rows over
+    # its threads (numpy's BLAS is held to one), as it does by default
     doc = {"benchmark": "training step: anekit sim (fp16) vs torch CPU fp32 (1 thread)",
-           "load_average_start": os.getloadavg(), "repeats": args.repeats, "workloads": {}}  # fmt: skip
+           "load_average_start": os.getloadavg(), "repeats": args.repeats,
+           "sim_gemm_threads": gemm.THREADS if gemm.ACCELERATED else 0, "workloads": {}}  # fmt: skip
     for kind, what, graph, w, batch in workloads():
         trainer = Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim")
         sim_ms = median_ms(lambda t=trainer, b=batch: t.step(b), args.repeats)

@@ -112,6 +112,36 @@ def test_state_crossing_segments_is_handed_on_in_program_form() -> None:
     assert sess.read("c").tolist() == [[50.0] * 8]
 
 
+def test_values_handed_between_engine_segments_as_surface_bytes() -> None:
+    """s_next = x + 1 on one engine segment, y = s + x * 1 on a later one (a CPU segment
+    between): the later segment reads x + 1 off the first one's output surface within a
+    step, but the state s it reads is the previous step's, which that surface no longer
+    holds once the first segment has run again; the session must not take it from there."""
+    x, s = anekit.input("x", (1, 8)), anekit.input("s", (1, 8))
+    inc = ops.add(x, np.float32(1.0), name="s_next")
+    g = anekit.graph([inc, ops.add(ops.add(s, ops.mul(x, np.float32(1.0), name="u")), inc,
+                                   name="y")])  # fmt: skip
+    names = [n.name for n in g.nodes]
+    segments = [
+        SegmentSpec(0, "ane", (names[0],), ("x",), ("s_next",)),
+        SegmentSpec(1, "cpu", (names[1],), ("x",), ("u",)),
+        SegmentSpec(2, "ane", tuple(names[2:]), ("s", "s_next", "u"), ("y",)),
+    ]
+    from anekit.runtime.program import from_contents
+
+    program = from_contents(build_bundle(g, M4, segments))
+    sess = program.session("sim", state={"s": "s_next"})
+    assert sess.resident == ()
+    xs = np.random.default_rng(2).standard_normal((6, 1, 8)).astype(np.float32)
+    out = sess.run_steps(6, [{"x": v} for v in xs])
+    state = np.zeros((1, 8), np.float32)
+    for i, v in enumerate(xs):  # the oracle: the state through the caller
+        r = program.run({"x": v, "s": state}, "sim")
+        state = r["s_next"]
+        np.testing.assert_array_equal(out["y"][i], r["y"])
+    np.testing.assert_array_equal(sess.read("s"), state)
+
+
 def test_sim_fp32_sessions() -> None:
     program = anekit.compile(_counter(), "m4").program
     sess = program.session("sim-fp32", state={"c": "c_next"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from anekit import targets
 from anekit.errors import FormatError, TargetError
 from anekit.formats import mil
 from anekit.formats.bundle import SegmentEntry, SegmentIO
+from anekit.runtime.sim.fp16 import narrow_into
 
 # bytes of one element of each MIL dtype as the engine stores it
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
@@ -123,6 +125,10 @@ class Surfaces(PinnedInputs):
     Values are written packed from byte 0 and read back the same way. ``alias`` binds an
     input port to an output port's surface (seed 004's output-to-input aliasing): what a
     step writes there, the next step reads, without leaving the surface.
+
+    The rules are checked once, when the session binds the program
+    (:func:`check_engine_segment`); each port's packed view of its surface (its value's
+    dtype and shape at byte 0) is made here once too, so a step only converts values.
     """
 
     def __init__(self, inputs: Sequence[SegmentIO], outputs: Sequence[SegmentIO], size: int):
@@ -131,41 +137,52 @@ class Surfaces(PinnedInputs):
         self.outputs = {io.mil_name: io for io in sorted(outputs, key=lambda io: io.mil_name)}
         self._in = {n: np.zeros(size, np.uint8) for n in self.inputs}
         self._out = {n: np.zeros(size, np.uint8) for n in self.outputs}
+        self._in_views = {n: _packed(self._in[n], io) for n, io in self.inputs.items()}
+        self._out_views = {n: _packed(self._out[n], io) for n, io in self.outputs.items()}
+        self._seen = MappingProxyType(self._in_views)  # read-only, follows alias()
 
         self._fixed: set[str] = set()  # inputs not written per step: aliased or pinned
 
     def alias(self, input_name: str, output_name: str) -> None:
         self._in[input_name] = self._out[output_name]
+        self._in_views[input_name] = _packed(self._in[input_name], self.inputs[input_name])
         self._fixed.add(input_name)
 
     def write_input(self, name: str, array: np.ndarray) -> None:
-        _write(self._in[name], array, self.inputs[name])
+        _write(self._in_views[name], array, self.inputs[name])
 
     def write_output(self, name: str, array: np.ndarray) -> None:
-        _write(self._out[name], array, self.outputs[name])
+        _write(self._out_views[name], array, self.outputs[name])
+
+    def copy_input(self, name: str, packed: np.ndarray) -> None:
+        """Fill an input with a value already packed on another surface in the port's
+        form (a producing engine segment's output): its bytes, as they are."""
+        np.copyto(self._in_views[name], packed)
 
     def read_input(self, name: str) -> np.ndarray:
-        return _read(self._in[name], self.inputs[name])
+        return self._in_views[name]
 
     def read_output(self, name: str) -> np.ndarray:
-        return _read(self._out[name], self.outputs[name])
+        return self._out_views[name]
 
     def read_inputs(self) -> Mapping[str, np.ndarray]:
         """What the engine sees: each input read packed from byte 0 of its surface."""
-        return {name: self.read_input(name) for name in self.inputs}
+        return self._seen
 
 
-def _write(surface: np.ndarray, array: np.ndarray, io: SegmentIO) -> None:
-    dtype = SURFACE_DTYPE[io.mil_dtype]
+def _packed(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
+    """The port's value as it lies packed from byte 0 of ``surface`` (a view)."""
+    return surface[: port_bytes(io)].view(SURFACE_DTYPE[io.mil_dtype]).reshape(io.mil_shape)
+
+
+def _write(view: np.ndarray, array: np.ndarray, io: SegmentIO) -> None:
     data = np.asarray(array)
     if data.shape != io.mil_shape:
         raise FormatError(
             f"port '{io.mil_name}' takes {io.mil_dtype}{list(io.mil_shape)}, "
             f"was given {list(data.shape)}"
         )
-    n = port_bytes(io)
-    surface[:n].view(dtype).reshape(io.mil_shape)[...] = data  # cast in place, no temporary
-
-
-def _read(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
-    return surface[: port_bytes(io)].view(SURFACE_DTYPE[io.mil_dtype]).reshape(io.mil_shape)
+    if io.mil_dtype == "fp16":
+        narrow_into(data, view)  # fp16 bits written in place, as numpy's cast would
+    else:
+        view[...] = data  # cast in place, no temporary

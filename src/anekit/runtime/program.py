@@ -353,7 +353,10 @@ def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     elif io.mil_dtype != "bool":
         array = np.asarray(array)  # the simulator range-checks integers against the MIL type
     if io.padded:
-        array = np.pad(array, [(0, m - s) for s, m in zip(io.shape, io.mil_shape, strict=True)])
+        # zeros and one slice assignment (np.pad's general machinery costs ~30 us a call)
+        padded = np.zeros(io.mil_shape, array.dtype)
+        padded[tuple(slice(0, s) for s in io.shape)] = array
+        array = padded
     return array
 
 

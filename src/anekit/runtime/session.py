@@ -59,6 +59,15 @@ class Session:
             elif backend == "sim":
                 size = check_engine_segment(seg, mil_program, min_bytes, program.where)
                 self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
+        # an engine segment's output port (by identity; the port is kept, so its id is not
+        # reused) -> its segment: a consumer of the same form copies the value's bytes
+        # from that output surface
+        self._producers = {
+            id(io): (seg.index, io)
+            for seg in program.segments
+            if isinstance(self._surfaces[seg.index], Surfaces)
+            for io in seg.outputs
+        }
         self._resident: dict[str, tuple[int, SegmentIO]] = {}  # state -> its aliased surface
         self._held: dict[str, Held] = {}
         self._bind_state()
@@ -245,20 +254,8 @@ class Session:
             # a runner that takes storage-form inputs as they are skips a rounding pass
             run = getattr(runner, "run_stored", runner.run)
             i = seg.index
-            args = {
-                io.mil_name: _feed(io, env[_key(io.source)])
-                for io in seg.inputs
-                if surfaces is None or not surfaces.fixed(io.mil_name)
-            }
-            if surfaces is None:
-                results = run(args)
-            elif not isinstance(surfaces, Surfaces):  # the engine's buffers
-                if surfaces is not runner:  # reloaded by a weight update
-                    surfaces = self._rebind(i, surfaces, runner)
-                results = runner.run(args)
-            else:
-                for name, array in args.items():
-                    surfaces.write_input(name, array)
+            if isinstance(surfaces, Surfaces):
+                self._fill(seg, surfaces, env)
                 seen = {
                     n: _from_surface(a, surfaces.inputs[n])
                     for n, a in surfaces.read_inputs().items()
@@ -266,6 +263,18 @@ class Session:
                 results = run(seen)
                 for io in seg.outputs:
                     surfaces.write_output(io.mil_name, results[io.mil_name])
+            else:
+                args = {
+                    io.mil_name: _feed(io, env[_key(io.source)])
+                    for io in seg.inputs
+                    if surfaces is None or not surfaces.fixed(io.mil_name)
+                }
+                if surfaces is None:
+                    results = run(args)
+                else:  # the engine's buffers
+                    if surfaces is not runner:  # reloaded by a weight update
+                        surfaces = self._rebind(i, surfaces, runner)
+                    results = runner.run(args)
             for io in seg.outputs:
                 env[(i, io.value)] = (results[io.mil_name], io)
         outs = {p.name: p.source for p in self.program.outputs}
@@ -273,6 +282,28 @@ class Session:
             if name not in self._resident:
                 self._held[name] = env[_key(outs[target])]
         return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
+
+    def _fill(self, seg: Any, surfaces: Surfaces, env: Mapping[tuple, Held]) -> None:
+        """Write a modelled engine segment's inputs (those not aliased or pinned). A value
+        that still lies, in the port's form, on the output surface of the engine segment
+        that produced it is copied from there as its bytes, as chained programs hand it
+        on: a value produced earlier in this step, or state produced in the previous step
+        by a segment that has not run again yet (one that has holds the new value there).
+        Anything else is converted from the held array into the port's form."""
+        for io in seg.inputs:
+            if surfaces.fixed(io.mil_name):
+                continue
+            key = _key(io.source)
+            held = env[key]
+            src = held[1]
+            found = None if src is None else self._producers.get(id(src))
+            producer = found[0] if found is not None and found[1] is src else None
+            if key[0] == "input" and producer is not None and producer < seg.index:
+                producer = None  # overwritten this step: the held array is the value
+            if producer is not None and _same_form(src, io):
+                surfaces.copy_input(io.mil_name, self._surfaces[producer].read_output(src.mil_name))
+            else:
+                surfaces.write_input(io.mil_name, _feed(io, held))
 
     def _rebind(self, index: int, old: Any, new: Any) -> Any:
         """Carry resident state and pinned inputs from a released engine program to the
@@ -323,5 +354,10 @@ def _from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
 
 
 def _held_to_caller(held: Held) -> np.ndarray:
+    """A value the caller owns: a writeable array of its own (a runner's stored results are
+    read-only and may be the program's own)."""
     array, io = held
-    return array.copy() if io is None else _from_program(array, io)
+    if io is None:
+        return array.copy()
+    out = _from_program(array, io)
+    return out if out is not array and out.flags.writeable else out.copy()

@@ -126,3 +126,57 @@ def test_widening_every_fp16_value_is_exact() -> None:
     got = widen_fp16(every.reshape(256, 256)[:, ::-1])  # non-contiguous too
     assert got.dtype == np.float32 and got.shape == (256, 256)
     assert same_bits(got, every.reshape(256, 256)[:, ::-1].astype(np.float32))
+
+
+def test_widening_and_narrowing_every_fp16_value_contiguous_is_exact() -> None:
+    # the C conversions take contiguous arrays (surfaces): every fp16 bit pattern round trips
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    wide = widen_fp16(every)
+    assert same_bits(wide, every.astype(np.float32))
+    back = np.empty(every.shape, np.float16)
+    fp16.narrow_into(wide, back)
+    nan = np.isnan(every)
+    assert np.array_equal(back.view(np.uint16)[~nan], every.view(np.uint16)[~nan])
+    assert np.isnan(back[nan]).all()
+
+
+def test_narrowing_random_bit_patterns_matches_numpys_cast_bit_for_bit() -> None:
+    # NaN payloads included: a block holding a NaN takes the scalar conversion, numpy's rule
+    bits = np.random.default_rng(3).integers(0, 2**32, size=1_000_003, dtype=np.uint64)
+    values = bits.astype(np.uint32).view(np.float32)
+    got = np.empty(values.shape, np.float16)
+    fp16.narrow_into(values, got)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = values.astype(np.float16)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.skipif(C_LOOP is None, reason="needs the C extension")
+def test_c_conversions_refuse_mismatched_buffers() -> None:
+    with pytest.raises(ValueError, match="holds 3 values"):
+        C_LOOP.to_fp16(np.zeros(3, np.float32), np.zeros(4, np.float16))
+    with pytest.raises(ValueError, match="2-byte items"):
+        C_LOOP.to_fp16(np.zeros(3, np.float32), np.zeros(3, np.float32))
+    readonly = np.zeros(3, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        C_LOOP.from_fp16(np.zeros(3, np.float16), readonly)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda a: a.T,  # a transpose
+        lambda a: a.reshape(64, 48, 1).transpose(1, 2, 0).reshape(1, 48, 1, 64),  # engine layout
+        lambda a: a[::-1, ::3],  # negative and non-unit strides
+        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: numpy's copy
+    ],
+)
+def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:
+    bits = np.random.default_rng(4).integers(0, 2**32, size=64 * 48, dtype=np.uint64)
+    base = bits.astype(np.uint32).view(np.float32).reshape(64, 48)
+    v = view(base)
+    got = fp16.contiguous(v)
+    assert got.flags.c_contiguous and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))
+    assert same_bits(round_to_fp16(v), numpy_round(v))

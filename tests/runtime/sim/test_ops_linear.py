@@ -8,6 +8,8 @@ the exact sum, plus the fp32 accumulation differences (1e-5 of the output's magn
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -196,3 +198,23 @@ def test_conv_transpose_output_shape_crops_like_tf_same() -> None:
     consts = {"weight": w, "strides": np.array([2, 2], np.int32), "pad_type": "same",
               "output_shape": np.array([1, 1, 6, 6], np.int32)}  # fmt: skip
     check("conv_transpose", {"x": x}, consts, np.ascontiguousarray(ref))
+
+
+@pytest.mark.parametrize("kernel", [(2, 2), (3,), (2, 1, 3)])
+def test_conv_transpose_tiling_taps_gives_the_accumulation_loops_bits(kernel) -> None:
+    # kernel == stride: the one-pass tiling must reproduce the tap-by-tap accumulation into
+    # zeros bit for bit, signed zeros, NaNs and infinities included
+    from anekit.runtime.sim.ops.conv import _accumulate_taps, _tile_taps
+
+    n = len(kernel)
+    sizes = (3, 4, 2)[:n]
+    bits = np.random.default_rng(5).integers(
+        0, 2**32, size=2 * 2 * 3 * math.prod(kernel) * math.prod(sizes), dtype=np.uint64
+    )
+    cols = bits.astype(np.uint32).view(np.float32).reshape(2, 2, 3, *kernel, *sizes)
+    cols.reshape(-1)[:8] = [-0.0, 0.0, np.nan, np.inf, -np.inf, 1e-45, -1e-45, 65504.0]
+    full = [d * k for d, k in zip(sizes, kernel, strict=True)]
+    want = _accumulate_taps(cols, kernel, (1,) * n, full)
+    got = _tile_taps(cols, n)
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -228,3 +228,19 @@ def test_ceil_mode_against_torch(size: int, kernel: int, stride: int, pad: int, 
         "ceil_mode": True,
     }
     check(op, {"x": x}, consts, ref)
+
+
+def test_max_pool_propagates_nan_and_keeps_infinities() -> None:
+    # one elementwise maximum per kernel position: a NaN anywhere in a window still wins,
+    # as in a reduction over the window, and -inf/+inf come through unchanged
+    from anekit.runtime.sim.ops.pooling import max_pool
+
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 2:, 2:] = -np.inf
+    x[0, 1, 0, 0] = np.inf
+    got = max_pool(x, np.array([2, 2]), "custom", np.array([2, 2]), np.zeros(4, np.int32))
+    want = x.reshape(1, 2, 2, 2, 2, 2).max(axis=(3, 5))
+    assert np.isnan(got[0, 0, 0, 0]) and np.isnan(want[0, 0, 0, 0])
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 1, 1, 1] == -np.inf and got[0, 1, 0, 0] == np.inf

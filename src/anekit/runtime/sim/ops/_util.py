@@ -27,7 +27,10 @@ def as_int(value: Any) -> int:
 
 def as_ints(value: Any) -> tuple[int, ...]:
     """An int tensor parameter as a tuple (a scalar becomes a 1-tuple)."""
-    return tuple(int(v) for v in np.asarray(value).reshape(-1).tolist())
+    array = np.asarray(value)
+    if array.dtype.kind in "iu":  # tolist() already gives Python ints (asked every step)
+        return tuple(array.reshape(-1).tolist())
+    return tuple(int(v) for v in array.reshape(-1).tolist())
 
 
 def as_bool(value: Any) -> bool:

@@ -214,26 +214,63 @@ def conv_transpose(
     w = weight.astype(x.dtype, copy=False).reshape(g, cg_in, cg_out * math.prod(kernel))
     cols = np.matmul(np.swapaxes(w, 1, 2), xs)  # [N, g, Cg_out*K, D]
     cols = cols.reshape((batch, g, cg_out, *kernel, *sizes))
-    buffer = np.zeros((batch, g, cg_out, *full), dtype=x.dtype)
-    for taps in np.ndindex(*kernel):
-        target = tuple(
-            slice(k * d, k * d + (size - 1) * s + 1, s)
-            for k, d, size, s in zip(taps, dl, sizes, st, strict=True)
-        )
-        buffer[(slice(None),) * 3 + target] += cols[(slice(None),) * 3 + taps]
-    out = np.zeros((batch, g, cg_out, *out_sizes), dtype=x.dtype)
-    src, dst = [], []
-    for start, size, f in zip(starts, out_sizes, full, strict=True):
-        lo, hi = max(start, 0), min(start + size, f)
-        src.append(slice(lo, max(lo, hi)))
-        dst.append(slice(lo - start, lo - start + max(0, hi - lo)))
-    out[(slice(None),) * 3 + tuple(dst)] = buffer[(slice(None),) * 3 + tuple(src)]
+    if tuple(kernel) == tuple(st) and all(d == 1 for d in dl):
+        buffer = _tile_taps(cols, n)
+    else:
+        buffer = _accumulate_taps(cols, st, dl, full)
+    if list(starts) == [0] * n and list(out_sizes) == full:
+        out = buffer  # the output is the whole buffer: no crop, no copy
+    else:
+        out = np.zeros((batch, g, cg_out, *out_sizes), dtype=x.dtype)
+        src, dst = [], []
+        for start, size, f in zip(starts, out_sizes, full, strict=True):
+            lo, hi = max(start, 0), min(start + size, f)
+            src.append(slice(lo, max(lo, hi)))
+            dst.append(slice(lo - start, lo - start + max(0, hi - lo)))
+        out[(slice(None),) * 3 + tuple(dst)] = buffer[(slice(None),) * 3 + tuple(src)]
     out = out.reshape((batch, c_out, *out_sizes))
     if bias is not None:
         if bias.shape != (c_out,):
             raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
         out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
     return out
+
+
+def _accumulate_taps(
+    cols: np.ndarray, st: Sequence[int], dl: Sequence[int], full: Sequence[int]
+) -> np.ndarray:
+    """cols [N, g, C, *K, *D]: each tap's products added into the output positions it
+    reaches, tap after tap in index order, into zeros (this loop fixes the fp32 sum order
+    of every output)."""
+    n = len(full)
+    kernel, sizes = cols.shape[3 : 3 + n], cols.shape[3 + n :]
+    buffer = np.zeros((*cols.shape[:3], *full), dtype=cols.dtype)
+    for taps in np.ndindex(*kernel):
+        target = tuple(
+            slice(k * d, k * d + (size - 1) * s + 1, s)
+            for k, d, size, s in zip(taps, dl, sizes, st, strict=True)
+        )
+        buffer[(slice(None),) * 3 + target] += cols[(slice(None),) * 3 + taps]
+    return buffer
+
+
+def _tile_taps(cols: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_accumulate_taps` where the kernel equals the stride, undilated (a pooling
+    gradient): the taps tile the output, every position receives exactly one product, so
+    the loop's ``0 + v`` is done once per value in a single pass that writes the
+    interleaved layout (the same bits, ~4x faster than nine strided passes)."""
+    kernel, sizes = cols.shape[3 : 3 + n], cols.shape[3 + n :]
+    # cols [N, g, C, *K, *D] read as [N, g, C, D0, K0, D1, K1, ...]
+    order = (0, 1, 2, *(a for i in range(n) for a in (3 + n + i, 3 + i)))
+    spread = tuple(v for dk in zip(sizes, kernel, strict=True) for v in dk)
+    buffer = np.empty((*cols.shape[:3], *(d * k for d, k in zip(sizes, kernel, strict=True))),
+                      cols.dtype)  # fmt: skip
+    np.add(
+        np.zeros((), cols.dtype),
+        cols.transpose(order),
+        out=buffer.reshape(*cols.shape[:3], *spread),
+    )
+    return buffer
 
 
 _CONV = (

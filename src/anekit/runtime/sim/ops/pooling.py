@@ -110,7 +110,21 @@ def max_pool(
     ceil_mode: Any = False,
 ) -> np.ndarray:
     geometry = _geometry(x, kernel_sizes, strides, pad_type, pad, ceil_mode)
-    return _pool(x, geometry, -np.inf, np.max)
+    return _pool(x, geometry, -np.inf, _window_max)
+
+
+def _window_max(view: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
+    """The maximum over each window of ``view`` [N, C, *O, *K] (``axis`` the K axes), one
+    elementwise maximum per kernel position: numpy's reduction over a strided window view
+    runs a short inner loop per window (10x slower). A maximum is exact in any order, and
+    NaN propagates either way."""
+    n = len(axis)
+    taps = view.shape[-n:]
+    out = np.array(view[(Ellipsis, *([0] * n))])
+    for tap in np.ndindex(*taps):
+        if any(tap):
+            np.maximum(out, view[(Ellipsis, *tap)], out=out)
+    return out
 
 
 def l2_pool(
