@@ -93,7 +93,7 @@ def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str
     phase: dict[str, int] = {}
     for n in reversed(order):
         k = klass[n.name]
-        high = min((phase[u] - (klass[u] != k) for u in users[n.name]), default=last + 1)
+        high = min((phase[u] - (klass[u] != k) for u in users[n.name]), default=last)
         phase[n.name] = fit(high, k, up=False)
     groups: list[tuple[str, list[Node]]] = []
     for p in sorted(set(phase.values())):

@@ -113,19 +113,10 @@ def build_step(
         if g is None:
             raise ModelError(f"the loss does not depend on the parameter '{p}'",
                              hint="freeze it (freeze= name patterns)")  # fmt: skip
-        bad = e("or", e("isnan", g), e("isinf", g))
-        # counted on the CPU (int32, exact) so that one number per tensor, not a mask,
-        # crosses to the engine; the sum over tensors is the engine's, as before
-        count = e("cast", e("reduce_sum", e("cast", bad, to="int32"), keepdims=False), to="fp32")
-        counts.append(e.reshape(count, (1,)))
-        # NaN -> 0 on the CPU (booleans), then the clip of infinities in the update's engine
-        # segment: clip(0) = 0, so this equals where(isnan, 0, clip(g)), and an engine clip
-        # before the where would cut the CPU work after the last gradient op in two
         views[p] = _update_view(e.shape(p))
-        finite = e.reshape(e("where", e("isnan", g), e.scalar(0.0, g), g), views[p])
-        finite = e("clip", finite, min=-FP16_MAX, max=FP16_MAX)
-        clean[p] = e.mul(finite, _ranked(e, scalars["inv_loss_scale"], len(views[p])))
-    nonfinite = e.accumulate(counts)
+        count, clean[p] = sanitise(e, g, views[p], scalars["inv_loss_scale"])
+        counts.append(count)
+    nonfinite = e.reshape(e("cast", e.accumulate(counts), to="fp32"), (1,))
     # 1 when every gradient element was finite, else 0 (a blend weight, not a boolean:
     # the engine has no booleans, and every blended value is finite after sanitising)
     keep = e.sub(e.scalar(1.0, nonfinite), e.step(nonfinite))
@@ -170,6 +161,22 @@ def build_step(
         data_inputs=tuple(data_inputs),
         scalars=tuple(scalar_names),
     )
+
+
+def sanitise(e: Emitter, g: str, view: Sequence[int], inv_scale: str) -> tuple[str, str]:
+    """(how many elements of ``g`` are NaN or infinite, as a rank-0 int32; ``g`` with NaN
+    as 0 and infinities as +-65504, shaped ``view`` and times ``inv_scale``).
+
+    The engine has no booleans and every engine op propagates NaN, so the test and the
+    NaN -> 0 run on the CPU; the count is reduced there too (exact), so one number, not a
+    mask, leaves it. The clip of infinities comes after the NaN -> 0 (clip(0) = 0: the
+    same values as where(isnan, 0, clip(g))) and runs on the engine with the update, so
+    that no engine op sits between the CPU ops and cuts them into two segments."""
+    count = e("reduce_sum", e("cast", e("or", e("isnan", g), e("isinf", g)), to="int32"),
+              keepdims=False)  # fmt: skip
+    finite = e.reshape(e("where", e("isnan", g), e.scalar(0.0, g), g), view)
+    finite = e("clip", finite, min=-FP16_MAX, max=FP16_MAX)
+    return count, e.mul(finite, _ranked(e, inv_scale, len(view)))
 
 
 def _update_view(shape: tuple[int, ...]) -> tuple[int, ...]:
