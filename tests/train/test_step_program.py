@@ -155,3 +155,14 @@ def test_labels_fed_as_one_hot_rows_train_as_probabilities(mnist_like):
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
     feeds = labels._feeds(labels._programs[labels._active][0], mnist_like)
     np.testing.assert_array_equal(feeds["target"], onehot)
+
+
+def test_heap_pages_kept_unless_the_environment_says(monkeypatch):
+    import platform
+
+    from anekit.train import runner
+
+    monkeypatch.setenv("MALLOC_TOP_PAD_", str(1 << 20))
+    assert runner.keep_heap_pages() is False  # the user's setting stands
+    monkeypatch.delenv("MALLOC_TOP_PAD_")
+    assert runner.keep_heap_pages() is (platform.libc_ver()[0] == "glibc")
