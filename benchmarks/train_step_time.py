@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,43 @@ def median_ms(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return 1000 * float(np.median(times))
+
+
+def split_ms(trainer, batch, repeats: int) -> dict:
+    """Median step time, and the part spent inside the segments' runners (the simulator's
+    compute, engine and CPU segments); the rest is the session's work between segments
+    (surface writes and reads, fp16 conversions, state hand-over) and the host's feeds."""
+    compiled = trainer.compiled(batch)
+    runners = compiled.program.runners("sim")
+    spent = [0.0] * len(runners)
+    for i, r in enumerate(runners):
+        for name in ("run_stored", "run"):
+            fn = getattr(r, name, None)
+            if fn is not None:
+
+                def timed(*a, _fn=fn, _i=i, **k):
+                    t = time.perf_counter()
+                    out = _fn(*a, **k)
+                    spent[_i] += time.perf_counter() - t
+                    return out
+
+                setattr(r, name, timed)  # this instance only; removed below
+    try:
+        steps, inside = [], []
+        for _ in range(repeats):
+            spent[:] = [0.0] * len(runners)
+            t = time.perf_counter()
+            trainer.step(batch)
+            steps.append(time.perf_counter() - t)
+            inside.append(list(spent))
+    finally:
+        for r in runners:
+            for name in ("run_stored", "run"):
+                r.__dict__.pop(name, None)
+    k = int(np.argsort(steps)[len(steps) // 2])  # the median step, split
+    return {"step_ms": round(1000 * steps[k], 2),
+            "segments_ms": [round(1000 * x, 2) for x in inside[k]],
+            "between_segments_ms": round(1000 * (steps[k] - sum(inside[k])), 2)}  # fmt: skip
 
 
 def torch_step(kind: str, w: dict, batch: dict):
@@ -119,11 +157,16 @@ def workloads():
 
 
 def estimate(graph, target_value: Value, optimizer) -> dict:
-    from anekit.cost import estimate_compiled
-
+    """The step as the trainer builds it (class labels fed as one-hot rows), compiled for
+    m4, estimated per chip."""
     params = list(graph.metadata["parameters"])
     sg = build_step(graph, cross_entropy, optimizer, params, target_value, fp16=True)
-    cm = anekit.compile(sg.graph, "m4")
+    return estimate_program(anekit.compile(sg.graph, "m4"))
+
+
+def estimate_program(cm) -> dict:
+    from anekit.cost import estimate_compiled
+
     out = {chip: round(estimate_compiled(cm, chip).as_dict()["total_ms"], 3) for chip in CHIPS}
     out["cpu_ops"] = sum(1 for r in cm.ops if r.as_dict()["placement"] == "cpu")
     return out
@@ -140,7 +183,7 @@ def seed004_mlp() -> dict:
     y = h @ anekit.parameter(_uniform(rng, (256, 10), 256), name="w1") + anekit.parameter(
         _uniform(rng, (10,), 256), name="b1"
     )
-    est = estimate(anekit.graph([y]), Value("target", (26,), "int32"), Adam(lr=1e-3))
+    est = estimate(anekit.graph([y]), Value("target", (26, 10), "fp32"), Adam(lr=1e-3))
     return {"published": "2340 steps in ~1.0 s on the engine, ~0.43 ms per step (seed 004 2.5.1)",
             "estimate_ms_per_step": est}  # fmt: skip
 
@@ -172,7 +215,7 @@ def stories110m() -> dict:
         h = h + gate @ param(f"l{i}.w2", (hidden, d))
     logits = ops.rms_norm(h, param("nf", (d,))) @ param("head", (d, vocab))
     t0 = time.perf_counter()
-    est = estimate(anekit.graph([logits]), Value("target", (1, seq), "int32"), AdamW(lr=1e-5))
+    est = estimate(anekit.graph([logits]), Value("target", (1, seq, vocab), "fp32"), AdamW(lr=1e-5))
     return {"published": "Orion (seed 001 Table 7): 913 +- 30 ms per step on an M4 Max "
                          "(849-908 ms of compute), grad_accum=4",
             "estimate_ms_per_micro_batch": est,
@@ -197,11 +240,14 @@ def main() -> None:
         trainer = Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim")
         sim_ms = median_ms(lambda t=trainer, b=batch: t.step(b), args.repeats)
         torch_ms = median_ms(torch_step(kind, w, batch), args.repeats)
-        tv = Value("target", np.shape(batch["target"]), "int32")
+        compiled = trainer.compiled(batch)
+        split = split_ms(trainer, batch, args.repeats)
         doc["workloads"][kind] = {
             "model": what, "sim_ms": round(sim_ms, 2), "torch_cpu_fp32_ms": round(torch_ms, 2),
             "ratio_sim_over_torch": round(sim_ms / torch_ms, 2),
-            "estimate_ms_per_chip": estimate(graph, tv, Adam(lr=1e-3)),
+            "segments": [s.device for s in compiled.segments], "split": split,
+            "cpu_ops_by_op": dict(Counter(r["op"] for r in trainer.check(batch))),
+            "estimate_ms_per_chip": estimate_program(compiled),
         }  # fmt: skip
         print(kind, doc["workloads"][kind])
     doc["published_seed004_mlp"] = seed004_mlp()

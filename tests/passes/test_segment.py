@@ -82,3 +82,28 @@ def test_grouping_respects_dependencies() -> None:
     device = {n.name: ("cpu" if n.op == "floor" else "ane") for n in g.nodes}
     groups = group_by_device(g, device)
     assert [[n.name for n in nodes] for _, nodes in groups] == [["c1"], ["f"], ["c2"]]
+
+
+def test_input_only_cpu_work_runs_before_the_engine_segment() -> None:
+    """A CPU op that reads only graph inputs (a label one-hot, an index fix-up) runs first:
+    one CPU and one engine segment, where taking the engine work first needs three."""
+    x = anekit.input("x", (1, 4, 4, 4))
+    x2 = anekit.input("x2", (1, 4, 4, 4))
+    y = ops.add(_conv(x, "c1"), _conv(record("floor", [x2], name="f"), "c2"), name="sum")
+    cm = compile_checked(anekit.graph(y), "m4")
+    assert [s.device for s in cm.segments] == ["cpu", "ane"]
+    assert cm.segments[0].nodes == ("f",)
+
+
+def test_input_only_engine_work_runs_in_the_segment_that_reads_it() -> None:
+    """Engine work that reads only graph inputs runs just before its reader, so its input
+    crosses into that one segment (a state input read once stays on its surface)."""
+    x = anekit.input("x", (1, 4, 4, 4))
+    x2 = anekit.input("x2", (1, 4, 4, 4))
+    late = ops.relu(x2, name="late")
+    y = ops.add(_conv(record("floor", [_conv(x, "c1")], name="f"), "c2"), late, name="sum")
+    cm = compile_checked(anekit.graph(y), "m4")
+    assert [s.device for s in cm.segments] == ["ane", "cpu", "ane"]
+    readers = [s.index for s in cm.segments if "x2" in s.inputs]
+    assert readers == [2]
+    assert cm.placement[row(cm, "late").layer.split(", ")[0]].segment == 2

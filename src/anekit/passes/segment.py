@@ -25,11 +25,90 @@ def _class_of(node: Node, device: str) -> str:
 
 
 def group_by_device(graph: Graph, device: Mapping[str, str]) -> list[tuple[str, list[Node]]]:
-    """A topological order that switches device as rarely as the dependencies allow.
+    """A topological order in as few device groups as the dependencies allow.
 
-    Greedy: keep taking ready nodes of the current class (in original order); when none is
-    ready, switch to the class of the earliest ready node.
+    With only the two devices, groups alternate, so a schedule is a sequence of phases of
+    alternating device. Each node's earliest phase (after its producers: the same phase
+    for one of its own device, a later one otherwise) gives the fewest phases, tried
+    starting on either device; each node then runs in its latest phase, just before its
+    readers, so work that depends only on the graph's inputs (a layout conversion of a
+    state input, a label one-hot) sits in the segment that uses it rather than the first
+    one, and an input read by one segment crosses into no other. Nodes keep their
+    original order within a group. A fused attention layer, a group of its own, falls
+    back to the greedy order (`_greedy_groups`).
     """
+    klass = {n.name: _class_of(n, device[n.name]) for n in graph.nodes}
+    if not set(klass.values()) <= {"ane", "cpu"}:
+        return _greedy_groups(graph, klass)
+    order, preds, users = _topology(graph)
+    first = klass[graph.nodes[0].name] if graph.nodes else "ane"
+    tries = [_phased(order, preds, users, klass, start) for start in (first, _other(first))]
+    return min(tries, key=len)  # the first device's order on a tie
+
+
+def _other(device: str) -> str:
+    return "cpu" if device == "ane" else "ane"
+
+
+def _topology(graph: Graph) -> tuple[list[Node], dict[str, set[str]], dict[str, set[str]]]:
+    """Nodes in a topological order (original order where free), producers and readers."""
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    producer = {o: n.name for n in graph.nodes for o in n.outputs}
+    preds = {n.name: {producer[i] for i in n.inputs if i in producer} for n in graph.nodes}
+    users: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+    for name, ps in preds.items():
+        for p in ps:
+            users[p].add(name)
+    deps = {name: len(ps) for name, ps in preds.items()}
+    ready = [(index[n], n) for n, d in deps.items() if not d]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(graph.nodes[index[name]])
+        for u in users[name]:
+            deps[u] -= 1
+            if not deps[u]:
+                heapq.heappush(ready, (index[u], u))
+    return order, preds, users
+
+
+def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str, set[str]],
+            klass: Mapping[str, str], start: str) -> list[tuple[str, list[Node]]]:  # fmt: skip
+    """Groups of alternating phases, phase 0 on ``start``: earliest phases fix their number,
+    then every node moves to its latest phase."""
+
+    def fit(phase: int, device: str, up: bool) -> int:
+        """The nearest phase on ``device`` at or after (up) or before ``phase``."""
+        if (phase % 2 == 0) == (device == start):
+            return phase
+        return phase + 1 if up else phase - 1
+
+    earliest: dict[str, int] = {}
+    for n in order:
+        k = klass[n.name]
+        low = max((earliest[p] + (klass[p] != k) for p in preds[n.name]), default=0)
+        earliest[n.name] = fit(low, k, up=True)
+    last = max(earliest.values(), default=0)
+    phase: dict[str, int] = {}
+    for n in reversed(order):
+        k = klass[n.name]
+        high = min((phase[u] - (klass[u] != k) for u in users[n.name]), default=last)
+        phase[n.name] = fit(high, k, up=False)
+    groups: list[tuple[str, list[Node]]] = []
+    for p in sorted(set(phase.values())):
+        device = start if p % 2 == 0 else _other(start)
+        nodes = [n for n in order if phase[n.name] == p]
+        if groups and groups[-1][0] == device:  # an empty phase between: one group
+            groups[-1][1].extend(nodes)
+        else:
+            groups.append((device, nodes))
+    return groups
+
+
+def _greedy_groups(graph: Graph, klass: Mapping[str, str]) -> list[tuple[str, list[Node]]]:
+    """Keep taking ready nodes of the current class (in original order); when none is
+    ready, switch to the class of the earliest ready node."""
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     producer = {o: n.name for n in graph.nodes for o in n.outputs}
     deps: dict[str, int] = {}
@@ -39,7 +118,6 @@ def group_by_device(graph: Graph, device: Mapping[str, str]) -> list[tuple[str, 
         deps[n.name] = len(preds)
         for p in preds:
             users[p].append(n.name)
-    klass = {n.name: _class_of(n, device[n.name]) for n in graph.nodes}
     ready: dict[str, list[tuple[int, str]]] = {}
     for n in graph.nodes:
         if not deps[n.name]:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +15,22 @@ from anekit.errors import AnekitError
 from anekit.ir.graph import Graph
 
 BACKENDS = ("sim", "sim-fp32", "reference")
+HEAP_TOP_PAD = 64 << 20  # bytes glibc keeps at the top of the heap when it trims
+_M_TOP_PAD = -2  # glibc's mallopt parameter number
+
+
+def keep_heap_pages() -> bool:
+    """Ask glibc to keep ``HEAP_TOP_PAD`` at the top of the heap (unless the environment
+    sets MALLOC_TOP_PAD_). A simulated step allocates and frees the same large temporaries
+    every step; with glibc's default the heap top is returned to the system after a
+    segment and every page faulted back in during the next, which was 40% of the MLP
+    step (7.1 ms instead of 12.2 on an otherwise equal run). Returns whether it applied."""
+    if os.environ.get("MALLOC_TOP_PAD_") is not None or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_TOP_PAD, HEAP_TOP_PAD))
+    except (OSError, AttributeError):  # pragma: no cover - not glibc after all
+        return False
 
 
 class HostSession:
@@ -46,6 +65,7 @@ def open_session(graph: Graph, state: Mapping[str, str], backend: str, target: s
     from anekit.compiler import compile as compile_model
 
     compiled = compile_model(graph, target)
+    keep_heap_pages()
     if resident_state:
         return compiled.session(backend=backend, state=dict(state)), compiled
     return _ShuttleSession(compiled.program, state, backend), compiled

@@ -107,19 +107,16 @@ def build_step(
     scaled = e.mul(loss, scalars["loss_scale"])
     grads = backprop(e, ed.nodes, scaled, params)
 
-    counts, clean = [], {}
+    counts, clean, views = [], {}, {}
     for p in params:
         g = grads.get(p)
         if g is None:
             raise ModelError(f"the loss does not depend on the parameter '{p}'",
                              hint="freeze it (freeze= name patterns)")  # fmt: skip
-        bad = e("or", e("isnan", g), e("isinf", g))
-        counts.append(e.reshape(e("reduce_sum", e("cast", bad, to="fp32"), keepdims=False), (1,)))
-        finite = e(
-            "where", e("isnan", g), e.scalar(0.0, g), e("clip", g, min=-FP16_MAX, max=FP16_MAX)
-        )
-        clean[p] = e.mul(finite, scalars["inv_loss_scale"])
-    nonfinite = e.accumulate(counts)
+        views[p] = _update_view(e.shape(p))
+        count, clean[p] = sanitise(e, g, views[p], scalars["inv_loss_scale"])
+        counts.append(count)
+    nonfinite = e.reshape(e("cast", e.accumulate(counts), to="fp32"), (1,))
     # 1 when every gradient element was finite, else 0 (a blend weight, not a boolean:
     # the engine has no booleans, and every blended value is finite after sanitising)
     keep = e.sub(e.scalar(1.0, nonfinite), e.step(nonfinite))
@@ -127,18 +124,23 @@ def build_step(
     if max_grad_norm is not None:
         factor = e("minimum", e.scalar(1.0, norm),
                    e.div(e.scalar(max_grad_norm, norm), e.add(norm, e.scalar(1e-6, norm))))  # fmt: skip
-        clean = {p: e.mul(g, factor) for p, g in clean.items()}
+        clean = {p: e.mul(g, _ranked(e, factor, e.rank(g))) for p, g in clean.items()}
 
     next_values: dict[str, str] = {}
     for p in params:
+        shape, view = e.shape(p), views[p]
         slots = {s: slot_name(p, s) for s in optimizer.slots_for(fp16)}
         for s in slots.values():
-            ed.declare_value(s, ed.values[p].shape, ed.values[p].dtype)
+            ed.declare_value(s, shape, ed.values[p].dtype)
             ed.inputs.append(ed.values[s])
-        new_p, new_slots = optimizer.update(e, p, clean[p], slots, scalars, fp16)
-        next_values[p] = _blend(e, keep, new_p, p)
+        here = {k: _ranked(e, v, len(view)) for k, v in scalars.items()}
+        kept = _ranked(e, keep, len(view))
+        state = {k: e.reshape(v, view) for k, v in slots.items()}
+        old = e.reshape(p, view)
+        new_p, new_slots = optimizer.update(e, old, clean[p], state, here, fp16)
+        next_values[p] = e.reshape(_blend(e, kept, new_p, old), shape)
         for s, v in new_slots.items():
-            next_values[slots[s]] = _blend(e, keep, v, slots[s])
+            next_values[slots[s]] = e.reshape(_blend(e, kept, v, state[s]), shape)
     for stat, update in buffer_updates.items():
         next_values[stat] = _blend(e, keep, update, stat)
 
@@ -159,6 +161,46 @@ def build_step(
         data_inputs=tuple(data_inputs),
         scalars=tuple(scalar_names),
     )
+
+
+def sanitise(e: Emitter, g: str, view: Sequence[int], inv_scale: str) -> tuple[str, str]:
+    """(how many elements of ``g`` are NaN or infinite, as a rank-0 int32; ``g`` with NaN
+    as 0 and infinities as +-65504, shaped ``view`` and times ``inv_scale``).
+
+    The engine has no booleans and every engine op propagates NaN, so the test and the
+    NaN -> 0 run on the CPU; the count is reduced there too (exact), so one number, not a
+    mask, leaves it. The clip of infinities comes after the NaN -> 0 (clip(0) = 0: the
+    same values as where(isnan, 0, clip(g))) and runs on the engine with the update, so
+    that no engine op sits between the CPU ops and cuts them into two segments."""
+    count = e("reduce_sum", e("cast", e("or", e("isnan", g), e("isinf", g)), to="int32"),
+              keepdims=False)  # fmt: skip
+    finite = e.reshape(e("where", e("isnan", g), e.scalar(0.0, g), g), view)
+    finite = e("clip", finite, min=-FP16_MAX, max=FP16_MAX)
+    return count, e.mul(finite, _ranked(e, inv_scale, len(view)))
+
+
+def _update_view(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a parameter's update runs in. The update is elementwise, so any view
+    computes the same numbers; a matrix [.., S, C] in its own shape would go to the
+    engine's layout [1, C, 1, S], a transpose in and out for the parameter, its gradient
+    and each optimizer slot every step. As [1, S, 1, C] (a reshape, no data moves) it is
+    in an engine form already."""
+    if len(shape) in (2, 3) and shape[-1] > 1 and shape[-2] > 1:
+        return (1, int(np.prod(shape[:-1])), 1, shape[-1])
+    return shape
+
+
+def _ranked(e: Emitter, scalar: str, rank: int) -> str:
+    """A [1] scalar at ``rank`` (one reshape per scalar and rank, shared)."""
+    shape = (1,) * rank
+    if e.shape(scalar) == shape:
+        return scalar
+    found = e.ed.values.get(f"{scalar}.rank{rank}")
+    if found is None:
+        (out,) = e.ed.add("reshape", [scalar], {"shape": shape}, outputs=[f"{scalar}.rank{rank}"],
+                          name=f"{scalar}.rank{rank}")  # fmt: skip
+        return out
+    return found.name
 
 
 def _blend(e: Emitter, keep: str, new: str, old: str) -> str:

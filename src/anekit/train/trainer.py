@@ -13,6 +13,7 @@ import numpy as np
 
 from anekit.errors import InputError, ModelError
 from anekit.ir.graph import Graph, Value
+from anekit.ir.ops.scatter import one_hot
 from anekit.train import checkpoint, graphio
 from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
@@ -22,6 +23,7 @@ from anekit.train.step import LOSS, NONFINITE, TARGET, StepGraph, build_step, ne
 
 GROWTH_INTERVAL = 200  # steps without overflow before the loss scale doubles (as torch's)
 MAX_LOSS_SCALE = 2.0**15
+_ONE_HOT = np.array([0.0, 1.0], np.float32)  # (off, on) values of a label's one-hot row
 
 
 def select_parameters(graph: Graph, freeze: Sequence[str] = ()) -> list[str]:
@@ -118,11 +120,9 @@ class Trainer:
     def _program(self, batch: Mapping[str, np.ndarray]) -> tuple[StepGraph, Any]:
         sig = self._signature(batch)
         if sig not in self._programs:
-            t = np.asarray(batch[TARGET])
-            tdtype = "fp32" if t.dtype.kind == "f" else "int32"
             sg = build_step(self.model, self._loss_fn, self.optimizer, self.params,
-                            Value(TARGET, t.shape, tdtype), max_grad_norm=self.max_grad_norm,
-                            fp16=self.fp16)  # fmt: skip
+                            self._target_value(np.asarray(batch[TARGET])),
+                            max_grad_norm=self.max_grad_norm, fp16=self.fp16)  # fmt: skip
             session, compiled = open_session(sg.graph, sg.state, self.backend, self.chip,
                                              self.resident_state)  # fmt: skip
             self._programs[sig] = (sg, session, compiled)
@@ -134,6 +134,18 @@ class Trainer:
             session.seed(self._state)
             self._active = sig
         return sg, session
+
+    def _target_value(self, t: np.ndarray) -> Value:
+        """The step's target input. Class labels for the built-in cross entropy are fed as
+        their one-hot rows, made on the host by the IR's own one_hot (`_feeds`): the same
+        0/1 values the graph's one_hot op would make, without an integer op that is a CPU
+        segment of its own in every step."""
+        if t.dtype.kind == "f":
+            return Value(TARGET, t.shape, "fp32")
+        logits = self.model.values[self.model.output_names[0]].shape
+        if self.loss == "cross_entropy" and t.shape == logits[:-1]:
+            return Value(TARGET, logits, "fp32")
+        return Value(TARGET, t.shape, "int32")  # a callable loss takes the labels as they are
 
     def state_values(self) -> dict[str, np.ndarray]:
         """Every state value now (parameters, optimizer slots, running statistics)."""
@@ -164,7 +176,12 @@ class Trainer:
                 raise InputError(f"the batch has no '{name}'",
                                  hint=f"a batch maps {', '.join(sg.data_inputs)} to arrays")  # fmt: skip
             elif name == TARGET and np.asarray(batch[name]).dtype.kind in "iu":
-                feeds[name] = np.asarray(batch[name], np.int32)  # class labels
+                labels = np.asarray(batch[name], np.int32)  # class labels
+                target = sg.graph.values[TARGET]
+                feeds[name] = (
+                    one_hot(labels, _ONE_HOT, depth=target.shape[-1], axis=-1)
+                    if target.dtype.is_float else labels
+                )  # fmt: skip
             else:
                 feeds[name] = batch[name]
         scalars = self.optimizer.scalars(self.step_count + 1)
@@ -176,12 +193,16 @@ class Trainer:
         """Compile (or pick) the step program for this batch's shapes now, not in step()."""
         self._program(batch)
 
+    def compiled(self, batch: Mapping[str, np.ndarray]) -> Any:
+        """The compiled step program for this batch's shapes (None on ``reference``)."""
+        self._program(batch)
+        return self._programs[self._active][2]
+
     def check(self, batch: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         """Where the step program for this batch's shapes runs off the engine, and why (the
-        compiler's placement reasons: an embedding gather, a class-label one-hot, a matmul
-        wider than the engine's 65536 limit, the NaN checks on booleans)."""
-        self._program(batch)
-        compiled = self._programs[self._active][2]
+        compiler's placement reasons: an embedding gather and its gradient, a matmul wider
+        than the engine's 65536 limit, the NaN checks on booleans)."""
+        compiled = self.compiled(batch)
         if compiled is None:
             return []
         return [r.as_dict() for r in compiled.ops if r.as_dict()["placement"] == "cpu"]
