@@ -8,7 +8,7 @@ PINS   := "numpy<2.4" "torch==2.13.0"
 
 .PHONY: demo test lint bench clean fashion-mnist train-demo chromium
 
-$(VENV)/.core: pyproject.toml setup.py src/anekit/runtime/sim/_native.c
+$(VENV)/.core: pyproject.toml setup.py src/anekit/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) -e . "numpy<2.4"

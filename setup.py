@@ -1,10 +1,11 @@
-"""The one compiled part: the simulator's kernels (src/anekit/runtime/sim/_native.c), fp16
-rounding and a float32 GEMM.
+"""The one compiled part, ``anekit._native`` (src/anekit/_native.c): fp16 rounding and
+float32 <-> fp16 conversion (the simulator's storage, and every weight the compiler or a
+weight update writes) and the simulator's float32 GEMM.
 
-``optional=True``: where no C compiler is found the install still succeeds and the simulator
-uses numpy instead (the same rounding bit for bit, about 5x slower; numpy's BLAS for the
-products). ``anekit.runtime.sim.fp16.ACCELERATED`` and ``anekit.runtime.sim.gemm.ACCELERATED``
-tell which runs. Everything else is in pyproject.toml.
+``optional=True``: where no C compiler is found the install still succeeds and numpy is used
+instead (the same bits, several times slower; numpy's BLAS for the products).
+``anekit.float16.ACCELERATED``, ``anekit.runtime.sim.fp16.ACCELERATED`` and
+``anekit.runtime.sim.gemm.ACCELERATED`` tell which runs. Everything else is in pyproject.toml.
 """
 
 import sys
@@ -16,8 +17,8 @@ flags = [] if sys.platform == "win32" else ["-O3", "-fno-fast-math"]
 setup(
     ext_modules=[
         Extension(
-            "anekit.runtime.sim._native",
-            ["src/anekit/runtime/sim/_native.c"],
+            "anekit._native",
+            ["src/anekit/_native.c"],
             extra_compile_args=flags,
             optional=True,
         )

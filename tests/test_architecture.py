@@ -37,16 +37,20 @@ ALLOWED: dict[str, set[str]] = {
             "passes"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
-# (regular files only, sniffed first) and replacing folders atomically (issue 10), and fresh
-# names (issue 11). `from anekit import __version__` reads a constant of the top-level
-# module, which loads nothing but errors (everything else it offers loads on first use).
-LEAVES = {"errors", "budget", "files", "atomic", "naming", "__version__"}
+# (regular files only, sniffed first) and replacing folders atomically (issue 10), fresh
+# names (issue 11), and float16 conversion with the compiled kernels (`_native`) that the
+# compiler, weight updates and the simulator share. `from anekit import __version__` reads a
+# constant of the top-level module, which loads nothing but errors (everything else it
+# offers loads on first use).
+LEAVES = {"errors", "budget", "files", "atomic", "naming", "float16", "_native", "__version__"}
 ALLOWED = {
     **{package: allowed | LEAVES for package, allowed in ALLOWED.items()},
     "budget": {"errors"},
     "files": {"errors", "budget"},
     "atomic": {"errors"},
     "naming": set(),
+    "float16": {"_native"},
+    "_native": set(),
 }
 # numerics (issue 16) drives the compiler and the simulator over one model, like the CLI
 DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report", "numerics"}

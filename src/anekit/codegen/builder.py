@@ -19,6 +19,7 @@ from anekit.codegen.compress import Compressed
 from anekit.codegen.names import Namer
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
+from anekit.float16 import to_float16
 from anekit.formats.blob import encode
 from anekit.formats.mil import (
     ArgList,
@@ -296,7 +297,9 @@ def cast_array(array: np.ndarray, dtype: str) -> np.ndarray:
             # Orion section 7: finite values beyond fp16's range saturate, never turn to inf
             finite = np.isfinite(wide)
             wide = np.where(finite, np.clip(wide, -FP16_MAX, FP16_MAX), wide)
-        return np.array(wide, dtype=_NUMPY[dtype], order="C")
+        if dtype == "fp16":
+            return to_float16(wide)
+        return np.array(wide, dtype=np.float32, order="C")
     if dtype == "int32" and array.size:
         low, high = int(np.min(array)), int(np.max(array))
         if low < -(2**31) or high >= 2**31:

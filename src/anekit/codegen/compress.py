@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import TargetError
+from anekit.float16 import to_float16
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph
 
@@ -98,8 +99,7 @@ def _ios(opset: str) -> int:
     return int(opset.removeprefix("ios"))
 
 
-def _fp16(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a, dtype=np.float32).astype(np.float16)
+_fp16 = to_float16
 
 
 def _quantized(w: np.ndarray, bits: int, ios18: bool) -> Compressed:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 try:  # built by setup.py where a C compiler is found; optional, so numpy is the fallback
-    from . import _native
+    from anekit import _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None
 

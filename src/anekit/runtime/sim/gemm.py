@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 try:
-    from . import _native
+    from anekit import _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None
 

@@ -1,8 +1,9 @@
-/* The simulator's compiled kernels: fp16 rounding in place, float32 <-> fp16 conversion
- * (engine surfaces), a tiled gather of strided views, and a float32 GEMM.
+/* anekit's compiled kernels: fp16 rounding in place, float32 <-> fp16 conversion (the
+ * simulator's engine surfaces, and the weights the compiler and weight updates write, through
+ * anekit/float16.py), a tiled gather of strided views, and the simulator's float32 GEMM.
  *
- * All are optional (setup.py builds them where a C compiler is found; fp16.py and gemm.py
- * fall back to numpy otherwise) and all run without the GIL.
+ * All are optional (setup.py builds them where a C compiler is found; float16.py, fp16.py and
+ * gemm.py fall back to numpy otherwise) and all run without the GIL.
  *
  * round_in_place: float32 values to the nearest fp16 value (ties to even), still as float32.
  * The simulator rounds every fp16-typed result (tens of millions of values per GPT-2 run).
@@ -659,7 +660,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native", "The simulator's compiled kernels: fp16 rounding and conversion, a float32 GEMM.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_native", "anekit's compiled kernels: fp16 rounding and conversion, a float32 GEMM.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
