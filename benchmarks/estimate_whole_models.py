@@ -4,7 +4,7 @@ The cost model is calibrated on per-op and per-layer measurements only (calibrat
 anchors); the figures here are whole models, each rebuilt in torch with the published
 architecture and input (random weights: latency does not depend on weight values) and
 estimated for the chip it was measured on. Per-layer measurements from the same harnesses
-(level "layers") sit beside them: the two the cost model is fit on are marked calibration,
+(level "layers") sit beside them: the four the cost model is fit on are marked calibration,
 the rest are checks that show where a whole model's time goes. Writes ``benchmarks/results/estimate_whole_models.json``
 and prints a Markdown table.
 
@@ -223,8 +223,9 @@ FIGURES = (
      ANEFORGE_M2 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.1351 ms", ""),
     ("gemm-compute-m5pro", "layers", lambda: gemm(256, 4096, 4096), "m5-pro", (1.2927, 1.2927), "check",
      ANEFORGE_M5PRO + ": 'GEMM compute (M=256, K=4096, N=4096)' 1.2927 ms", ""),
-    ("gemm-compute-m2", "layers", lambda: gemm(256, 4096, 4096), "m2", (2.0434, 2.0434), "check",
-     ANEFORGE_M2 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.0434 ms", ""),
+    ("gemm-compute-m2", "layers", lambda: gemm(256, 4096, 4096), "m2", (2.0434, 2.0434), "calibration",
+     ANEFORGE_M2 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.0434 ms",
+     "chips.json m2 perf.gemm_fp16_tflops is fit on it"),
     ("conv-single-m5pro", "layers", conv_single, "m5-pro", (0.1028, 0.1028), "check",
      ANEFORGE_M5PRO + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1028 ms", ""),
     ("conv-single-m2", "layers", conv_single, "m2", (0.1068, 0.1068), "check",
@@ -249,8 +250,9 @@ FIGURES = (
      ANEFORGE_M1 + ": 'GEMM floor (M=64, K=256, N=256)' 0.1644 ms", ""),
     ("gemm-bandwidth-m1", "layers", lambda: gemm(128, 1024, 1024), "m1", (0.4055, 0.4055), "check",
      ANEFORGE_M1 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.4055 ms", ""),
-    ("gemm-compute-m1", "layers", lambda: gemm(256, 4096, 4096), "m1", (2.3944, 2.3944), "check",
-     ANEFORGE_M1 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.3944 ms", ""),
+    ("gemm-compute-m1", "layers", lambda: gemm(256, 4096, 4096), "m1", (2.3944, 2.3944), "calibration",
+     ANEFORGE_M1 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.3944 ms",
+     "chips.json m1 perf.gemm_fp16_tflops is fit on it"),
     ("conv-single-m1", "layers", conv_single, "m1", (0.1914, 0.1914), "check",
      ANEFORGE_M1 + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1914 ms", ""),
     ("conv-stack-m1", "layers", conv_stack, "m1", (1.9184, 1.9184), "check",

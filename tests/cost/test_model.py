@@ -192,6 +192,20 @@ def test_prefetch_needs_idle_dma_time_and_spares_streaming_layers():
     assert hidden == pytest.approx(2e-6) and times[1][1] == pytest.approx(6e-6)
 
 
+def test_prefetch_runs_further_ahead_only_into_spare_onchip_bytes():
+    """Idle DMA time left after the next slot's weights streams a later slot's weights only
+    as far as the partition's unused on-chip bytes (``spare_s``) can hold them."""
+    a = _layer("a", compute_s=10e-6, weight_s=1e-6)  # 9 us of idle DMA
+    b = _layer("b", compute_s=10e-6, weight_s=1e-6)  # takes 1 us of it, idles 10 us more
+    c = _layer("c", compute_s=1e-6, weight_s=12e-6)
+    slots = [[a], [b], [c]]
+    assert prefetch(slots)[1] == pytest.approx(1e-6 + 10e-6)  # no spare room: one slot ahead
+    assert prefetch(slots, spare_s=1e-6)[1] == pytest.approx(1e-6 + 11e-6)
+    times, hidden = prefetch(slots, spare_s=1.0)
+    assert hidden == pytest.approx(1e-6 + 12e-6)  # never more than c's own weights
+    assert times[2] == pytest.approx((1e-6, 0.0))
+
+
 def test_a_compute_bound_layer_hides_the_next_layers_weights_in_a_program():
     """Chaining: the 1x1 layer's 2 MiB kernel streams while the 3x3 layer computes."""
     b = EngineGraphBuilder("prefetch")
