@@ -166,6 +166,24 @@ def group_norm():
     return torch.nn.GroupNorm(32, 256).eval(), (torch.randn(1, 256, 64, 64),), ["x"]
 
 
+class Jacobi(torch.nn.Module):
+    """'Jacobi solve': iters x (x <- (b - x R^T) * d) with a constant R, one program."""
+
+    def __init__(self, n=512, iters=25):
+        super().__init__()
+        self.iters = iters
+        self.r = torch.nn.Linear(n, n, bias=False)
+
+    def forward(self, x, b, d):
+        for _ in range(self.iters):
+            x = (b - self.r(x)) * d
+        return x
+
+
+def jacobi():
+    return Jacobi().eval(), tuple(torch.randn(1, 512) for _ in range(3)), ["x", "b", "d"]
+
+
 def attention_long():
     return Attention().eval(), (torch.randn(512, 768),), ["x"]
 
@@ -269,6 +287,13 @@ FIGURES = (
      ANEFORGE_M1 + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 1.025 ms", ""),
     ("stencil-m1", "layers", stencil, "m1", (0.2227, 0.2227), "check",
      ANEFORGE_M1 + ": 'stencil 5pt (256x256, 32 steps: 32 chained one-channel 3x3 convolutions)' 0.2227 ms", ""),
+    ("jacobi-m5pro", "layers", jacobi, "m5-pro", (0.1699, 0.1699), "check",
+     ANEFORGE_M5PRO + ": 'Jacobi solve (n=512, iters=25)': 25 chained (b - x.linear(R)) * d steps, R 512x512, one program, 0.1699 ms",
+     "75 small chained layers: what a call costs beyond its floor when every layer is tiny"),
+    ("jacobi-m2", "layers", jacobi, "m2", (0.3532, 0.3532), "check",
+     ANEFORGE_M2 + ": 'Jacobi solve (n=512, iters=25)' 0.3532 ms", ""),
+    ("jacobi-m1", "layers", jacobi, "m1", (0.4479, 0.4479), "check",
+     ANEFORGE_M1 + ": 'Jacobi solve (n=512, iters=25)' 0.4479 ms", ""),
 )  # fmt: skip
 # The device-comparison files time each call twice: latency_ms is the minimum of 12-30 calls
 # right after 3-8 warm-ups (the figure quoted above), energy.<device>.iter_ms the mean over a
@@ -290,6 +315,7 @@ SUSTAINED_MS = {
     "conv-single-m2": 0.2568, "stencil-m2": 0.2385, "attention-long-m2": 1.2265,
     "rms-norm-vit-m2": 0.5968, "group-norm-fmap-m2": 0.4752,
     "gemm-floor-m1": 0.197, "gemm-bandwidth-m1": 0.2972, "gemm-compute-m1": 2.5095, "conv-single-m1": 0.207, "conv-stack-m1": 2.0513, "attention-vit-m1": 0.632, "attention-long-m1": 1.671, "layer-norm-vit-m1": 0.3795, "rms-norm-vit-m1": 0.6864, "group-norm-fmap-m1": 0.6456, "stencil-m1": 0.2502,
+    "jacobi-m5pro": 0.1727, "jacobi-m2": 0.3776, "jacobi-m1": 0.4812,
 }  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",

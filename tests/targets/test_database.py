@@ -257,7 +257,9 @@ def test_measured_figures_from_facts_section_7() -> None:
     assert {n: targets.get(n).perf.gemm_fp16_tflops for n in direct} == direct
     for name, end_to_end in {"m1": 2.7, "m1-max": 4.6, "m2-pro": 3.4}.items():
         t = targets.get(name)
-        assert end_to_end in [a.value for a in t.provenance_of("perf.gemm_fp16_tflops").alternatives]
+        assert end_to_end in [
+            a.value for a in t.provenance_of("perf.gemm_fp16_tflops").alternatives
+        ]
         streamed = t.perf.gemm_fp16_tflops * t.perf.util_deep_graph * t.perf.spill_throughput_factor
         assert streamed >= end_to_end
     assert targets.get("m4").perf.dispatch_overhead_us == 95.0
