@@ -222,6 +222,31 @@ def test_a_compute_bound_layer_hides_the_next_layers_weights_in_a_program():
     assert alone.partitions[0].time_s == pytest.approx(alone.layers[0].time_s)
 
 
+def test_weights_wait_on_chip_only_where_the_budget_leaves_room():
+    """Two compute-bound 3x3 layers, then a 1x1 layer with 8 MiB of weights that one layer's
+    idle DMA time cannot cover: on the M5 Pro (32 MB budget) the idle time of both streams
+    them all; on the M1 (2 MB) only as much more than one slot's as its spare bytes hold."""
+    b = EngineGraphBuilder("lookahead")
+    x = b.input("x", (1, 256, 32, 32))
+    y = b.conv(b.conv(b.conv(x, 256, kernel=3), 256, kernel=3), 16384, kernel=1, stride=8)
+    graph = b.build([y])
+    for chip, all_hidden in (("m5-pro", True), ("m1", False)):
+        (seg,) = estimate_graph(graph, chip).segments
+        (part,) = seg.partitions
+        _, second, last = seg.layers
+        assert second.compute_s - second.memory_s < weight_stream_s(last)  # one slot: too little
+        both = weight_stream_s(second) + weight_stream_s(last)
+        one_slot = prefetch([[c] for c in seg.layers])[1]
+        spare_s = (seg.schedule.limit_bytes - part.peak_onchip_bytes) / (
+            targets.get(chip).perf.ane_bandwidth_gbps * 1e9
+        )
+        assert one_slot < part.prefetched_s <= one_slot + spare_s + 1e-12
+        if all_hidden:
+            assert part.prefetched_s == pytest.approx(both)
+        else:
+            assert part.prefetched_s < both
+
+
 def test_weight_bound_estimates_follow_each_variants_engine_bandwidth():
     """ANEMLL-Bench: the M1 streams weights faster than the M1 Pro/Max/Ultra, the M3 Max and
     M4 Pro about twice as fast as their base chips; a GEMV follows the database."""
