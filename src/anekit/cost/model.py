@@ -177,7 +177,7 @@ class PartitionCost:
     peak_onchip_bytes: int
     dma: LayerDma
     streaming: bool
-    prefetched_s: float = 0.0  # weight streaming hidden under the previous slot (`prefetch`)
+    prefetched_s: float = 0.0  # weight streaming hidden under earlier slots (`prefetch`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
