@@ -4,7 +4,7 @@ The cost model is calibrated on per-op and per-layer measurements only (calibrat
 anchors); the figures here are whole models, each rebuilt in torch with the published
 architecture and input (random weights: latency does not depend on weight values) and
 estimated for the chip it was measured on. Per-layer measurements from the same harnesses
-(level "layers") sit beside them: the two the cost model is fit on are marked calibration,
+(level "layers") sit beside them: the four the cost model is fit on are marked calibration,
 the rest are checks that show where a whole model's time goes. Writes ``benchmarks/results/estimate_whole_models.json``
 and prints a Markdown table.
 
@@ -166,6 +166,24 @@ def group_norm():
     return torch.nn.GroupNorm(32, 256).eval(), (torch.randn(1, 256, 64, 64),), ["x"]
 
 
+class Jacobi(torch.nn.Module):
+    """'Jacobi solve': iters x (x <- (b - x R^T) * d) with a constant R, one program."""
+
+    def __init__(self, n=512, iters=25):
+        super().__init__()
+        self.iters = iters
+        self.r = torch.nn.Linear(n, n, bias=False)
+
+    def forward(self, x, b, d):
+        for _ in range(self.iters):
+            x = (b - self.r(x)) * d
+        return x
+
+
+def jacobi():
+    return Jacobi().eval(), tuple(torch.randn(1, 512) for _ in range(3)), ["x", "b", "d"]
+
+
 def attention_long():
     return Attention().eval(), (torch.randn(512, 768),), ["x"]
 
@@ -223,8 +241,9 @@ FIGURES = (
      ANEFORGE_M2 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.1351 ms", ""),
     ("gemm-compute-m5pro", "layers", lambda: gemm(256, 4096, 4096), "m5-pro", (1.2927, 1.2927), "check",
      ANEFORGE_M5PRO + ": 'GEMM compute (M=256, K=4096, N=4096)' 1.2927 ms", ""),
-    ("gemm-compute-m2", "layers", lambda: gemm(256, 4096, 4096), "m2", (2.0434, 2.0434), "check",
-     ANEFORGE_M2 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.0434 ms", ""),
+    ("gemm-compute-m2", "layers", lambda: gemm(256, 4096, 4096), "m2", (2.0434, 2.0434), "calibration",
+     ANEFORGE_M2 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.0434 ms",
+     "chips.json m2 perf.gemm_fp16_tflops is fit on it"),
     ("conv-single-m5pro", "layers", conv_single, "m5-pro", (0.1028, 0.1028), "check",
      ANEFORGE_M5PRO + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1028 ms", ""),
     ("conv-single-m2", "layers", conv_single, "m2", (0.1068, 0.1068), "check",
@@ -249,8 +268,9 @@ FIGURES = (
      ANEFORGE_M1 + ": 'GEMM floor (M=64, K=256, N=256)' 0.1644 ms", ""),
     ("gemm-bandwidth-m1", "layers", lambda: gemm(128, 1024, 1024), "m1", (0.4055, 0.4055), "check",
      ANEFORGE_M1 + ": 'GEMM bandwidth (M=128, K=1024, N=1024)' 0.4055 ms", ""),
-    ("gemm-compute-m1", "layers", lambda: gemm(256, 4096, 4096), "m1", (2.3944, 2.3944), "check",
-     ANEFORGE_M1 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.3944 ms", ""),
+    ("gemm-compute-m1", "layers", lambda: gemm(256, 4096, 4096), "m1", (2.3944, 2.3944), "calibration",
+     ANEFORGE_M1 + ": 'GEMM compute (M=256, K=4096, N=4096)' 2.3944 ms",
+     "chips.json m1 perf.gemm_fp16_tflops is fit on it"),
     ("conv-single-m1", "layers", conv_single, "m1", (0.1914, 0.1914), "check",
      ANEFORGE_M1 + ": 'conv single (16 -> 64 channels, 32x32, 3x3, ReLU)' 0.1914 ms", ""),
     ("conv-stack-m1", "layers", conv_stack, "m1", (1.9184, 1.9184), "check",
@@ -267,6 +287,13 @@ FIGURES = (
      ANEFORGE_M1 + ": 'group_norm fmap (1, 256, 64, 64), 32 groups' 1.025 ms", ""),
     ("stencil-m1", "layers", stencil, "m1", (0.2227, 0.2227), "check",
      ANEFORGE_M1 + ": 'stencil 5pt (256x256, 32 steps: 32 chained one-channel 3x3 convolutions)' 0.2227 ms", ""),
+    ("jacobi-m5pro", "layers", jacobi, "m5-pro", (0.1699, 0.1699), "check",
+     ANEFORGE_M5PRO + ": 'Jacobi solve (n=512, iters=25)': 25 chained (b - x.linear(R)) * d steps, R 512x512, one program, 0.1699 ms",
+     "75 small chained layers: what a call costs beyond its floor when every layer is tiny"),
+    ("jacobi-m2", "layers", jacobi, "m2", (0.3532, 0.3532), "check",
+     ANEFORGE_M2 + ": 'Jacobi solve (n=512, iters=25)' 0.3532 ms", ""),
+    ("jacobi-m1", "layers", jacobi, "m1", (0.4479, 0.4479), "check",
+     ANEFORGE_M1 + ": 'Jacobi solve (n=512, iters=25)' 0.4479 ms", ""),
 )  # fmt: skip
 # The device-comparison files time each call twice: latency_ms is the minimum of 12-30 calls
 # right after 3-8 warm-ups (the figure quoted above), energy.<device>.iter_ms the mean over a
@@ -288,6 +315,7 @@ SUSTAINED_MS = {
     "conv-single-m2": 0.2568, "stencil-m2": 0.2385, "attention-long-m2": 1.2265,
     "rms-norm-vit-m2": 0.5968, "group-norm-fmap-m2": 0.4752,
     "gemm-floor-m1": 0.197, "gemm-bandwidth-m1": 0.2972, "gemm-compute-m1": 2.5095, "conv-single-m1": 0.207, "conv-stack-m1": 2.0513, "attention-vit-m1": 0.632, "attention-long-m1": 1.671, "layer-norm-vit-m1": 0.3795, "rms-norm-vit-m1": 0.6864, "group-norm-fmap-m1": 0.6456, "stencil-m1": 0.2502,
+    "jacobi-m5pro": 0.1727, "jacobi-m2": 0.3776, "jacobi-m1": 0.4812,
 }  # fmt: skip
 NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",

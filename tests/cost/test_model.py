@@ -192,6 +192,20 @@ def test_prefetch_needs_idle_dma_time_and_spares_streaming_layers():
     assert hidden == pytest.approx(2e-6) and times[1][1] == pytest.approx(6e-6)
 
 
+def test_prefetch_runs_further_ahead_only_into_spare_onchip_bytes():
+    """Idle DMA time left after the next slot's weights streams a later slot's weights only
+    as far as the partition's unused on-chip bytes (``spare_s``) can hold them."""
+    a = _layer("a", compute_s=10e-6, weight_s=1e-6)  # 9 us of idle DMA
+    b = _layer("b", compute_s=10e-6, weight_s=1e-6)  # takes 1 us of it, idles 10 us more
+    c = _layer("c", compute_s=1e-6, weight_s=12e-6)
+    slots = [[a], [b], [c]]
+    assert prefetch(slots)[1] == pytest.approx(1e-6 + 10e-6)  # no spare room: one slot ahead
+    assert prefetch(slots, spare_s=1e-6)[1] == pytest.approx(1e-6 + 11e-6)
+    times, hidden = prefetch(slots, spare_s=1.0)
+    assert hidden == pytest.approx(1e-6 + 12e-6)  # never more than c's own weights
+    assert times[2] == pytest.approx((1e-6, 0.0))
+
+
 def test_a_compute_bound_layer_hides_the_next_layers_weights_in_a_program():
     """Chaining: the 1x1 layer's 2 MiB kernel streams while the 3x3 layer computes."""
     b = EngineGraphBuilder("prefetch")
@@ -206,6 +220,31 @@ def test_a_compute_bound_layer_hides_the_next_layers_weights_in_a_program():
     alone = estimate_graph(single_conv(256, 32, 32, 3), "m5-pro").segments[0]
     assert alone.partitions[0].prefetched_s == 0.0
     assert alone.partitions[0].time_s == pytest.approx(alone.layers[0].time_s)
+
+
+def test_weights_wait_on_chip_only_where_the_budget_leaves_room():
+    """Two compute-bound 3x3 layers, then a 1x1 layer with 8 MiB of weights that one layer's
+    idle DMA time cannot cover: on the M5 Pro (32 MB budget) the idle time of both streams
+    them all; on the M1 (2 MB) only as much more than one slot's as its spare bytes hold."""
+    b = EngineGraphBuilder("lookahead")
+    x = b.input("x", (1, 256, 32, 32))
+    y = b.conv(b.conv(b.conv(x, 256, kernel=3), 256, kernel=3), 16384, kernel=1, stride=8)
+    graph = b.build([y])
+    for chip, all_hidden in (("m5-pro", True), ("m1", False)):
+        (seg,) = estimate_graph(graph, chip).segments
+        (part,) = seg.partitions
+        _, second, last = seg.layers
+        assert second.compute_s - second.memory_s < weight_stream_s(last)  # one slot: too little
+        both = weight_stream_s(second) + weight_stream_s(last)
+        one_slot = prefetch([[c] for c in seg.layers])[1]
+        spare_s = (seg.schedule.limit_bytes - part.peak_onchip_bytes) / (
+            targets.get(chip).perf.ane_bandwidth_gbps * 1e9
+        )
+        assert one_slot < part.prefetched_s <= one_slot + spare_s + 1e-12
+        if all_hidden:
+            assert part.prefetched_s == pytest.approx(both)
+        else:
+            assert part.prefetched_s < both
 
 
 def test_weight_bound_estimates_follow_each_variants_engine_bandwidth():

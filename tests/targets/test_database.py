@@ -250,8 +250,18 @@ def test_cost_model_figures(t: Target) -> None:
 
 
 def test_measured_figures_from_facts_section_7() -> None:
-    gemm = {"m1": 2.7, "m1-max": 4.6, "m2-pro": 3.4, "m4": 5.4, "m5-pro": 10.0}
-    assert {n: targets.get(n).perf.gemm_fp16_tflops for n in gemm} == gemm
+    """FACTS 7's GEMM peaks are end-to-end rates. The M4 and M5 Pro use them as the peak;
+    on the 2 MB-budget chips the GEMMs behind them stream, so the model's peak must be higher
+    for its streaming rate (x util x spill) to reach them, and they stay as alternatives."""
+    direct = {"m4": 5.4, "m5-pro": 10.0}
+    assert {n: targets.get(n).perf.gemm_fp16_tflops for n in direct} == direct
+    for name, end_to_end in {"m1": 2.7, "m1-max": 4.6, "m2-pro": 3.4}.items():
+        t = targets.get(name)
+        assert end_to_end in [
+            a.value for a in t.provenance_of("perf.gemm_fp16_tflops").alternatives
+        ]
+        streamed = t.perf.gemm_fp16_tflops * t.perf.util_deep_graph * t.perf.spill_throughput_factor
+        assert streamed >= end_to_end
     assert targets.get("m4").perf.dispatch_overhead_us == 95.0
     assert 63 <= targets.get("m5-pro").perf.dispatch_overhead_us <= 70
 

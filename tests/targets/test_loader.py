@@ -59,7 +59,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("unknown kind", _set("m4", "perf.bandwidth_gbps", kind="rumour"), "kind 'rumour'"),
     (
         "silent assumption",
-        _set("m2", "perf.gemm_fp16_tflops", source="[facts] 7: 3.4"),
+        _set("m3", "perf.gemm_fp16_tflops", source="[facts] 7: 3.4"),
         "must say what is assumed",
     ),
     ("string for a number", _set("m4", "ane_cores", value="16"), "expected int"),

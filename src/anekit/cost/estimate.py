@@ -273,7 +273,7 @@ def _ane_segment(
         lay.name: layer_cost(lay, sched, rates, partner.get(lay.name), startup=lay.name in starts)
         for lay in layers
     }
-    parts = partition_costs(sched, costs)
+    parts = partition_costs(sched, costs, rates.ane_bytes_per_s)
     return SegmentCost(
         index=seg.index,
         device="ane",

@@ -177,7 +177,7 @@ class PartitionCost:
     peak_onchip_bytes: int
     dma: LayerDma
     streaming: bool
-    prefetched_s: float = 0.0  # weight streaming hidden under the previous slot (`prefetch`)
+    prefetched_s: float = 0.0  # weight streaming hidden under earlier slots (`prefetch`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -199,37 +199,43 @@ def weight_stream_s(cost: LayerCost) -> float:
     return cost.memory_s * cost.dma.weight_bytes / total if total else 0.0
 
 
-def prefetch(slots: Sequence[Sequence[LayerCost]]) -> tuple[list[tuple[float, float]], float]:
-    """Each slot's (compute, memory) time once weights are fetched one slot ahead, and the
-    total weight time hidden that way.
+def prefetch(
+    slots: Sequence[Sequence[LayerCost]], spare_s: float = 0.0
+) -> tuple[list[tuple[float, float]], float]:
+    """Each slot's (compute, memory) time once weights are fetched ahead, and the total
+    weight time hidden that way.
 
     Chaining: a partition runs its layers back to back from on-chip memory, and the DMA
     engine that streams a layer's weights is idle whenever the running slot is bound by
-    compute. With one kernel of look-ahead (the next layer's start-up, its kernel fetch,
-    overlaps the running layer: `pays_startup`), that idle time streams the next slot's
-    weights, so a memory-bound layer after a compute-bound one starts with part of its
-    weights already on chip. The first slot of a partition fetches all of its own weights
-    (one-layer programs, the calibration anchors, are unchanged), streaming layers (whose
-    activations already occupy the DMA engine) are not prefetched, and nothing crosses a
-    partition boundary.
+    compute. That idle time streams the weights of the slots that follow, in order: always
+    the next slot's (one kernel of look-ahead, as the start-up overlap of `pays_startup`),
+    and further ahead only as far as ``spare_s`` (DMA seconds' worth of the partition's
+    unused on-chip bytes) holds the weights fetched early. The first slot of a partition
+    fetches all of its own weights (one-layer programs, the calibration anchors, are
+    unchanged), streaming layers (whose activations already occupy the DMA engine) are not
+    prefetched, and nothing crosses a partition boundary.
     """
     out: list[tuple[float, float]] = []
-    idle = hidden = 0.0
+    banked = hidden = 0.0  # DMA time already spent on the weights of slots still to run
     for slot in slots:
         compute = max(c.compute_s for c in slot)
         memory = max(c.memory_s for c in slot)
+        early = 0.0
         if not any(c.streaming for c in slot):
-            early = min(sum(weight_stream_s(c) for c in slot), idle)
+            early = min(sum(weight_stream_s(c) for c in slot), banked)
             memory -= early
             hidden += early
         out.append((compute, memory))
-        idle = max(0.0, compute - memory)
+        # what the next slot does not take must wait on chip, in the spare bytes
+        banked = min(banked - early, spare_s) + max(0.0, compute - memory)
     return out, hidden
 
 
 def partition_costs(
-    sched: SegmentSchedule, costs: Mapping[str, LayerCost]
+    sched: SegmentSchedule, costs: Mapping[str, LayerCost], ane_bytes_per_s: float = 0.0
 ) -> tuple[PartitionCost, ...]:
+    """``ane_bytes_per_s``: the weight-streaming rate; with it, weights are fetched ahead into
+    each partition's unused on-chip bytes (`prefetch`), without it one slot ahead only."""
     partner = {a: b for a, b in sched.coissue} | {b: a for a, b in sched.coissue}
     out = []
     for part in sched.partitions:
@@ -241,7 +247,8 @@ def partition_costs(
             slot = [costs[name]] + ([costs[partner[name]]] if name in partner else [])
             done.update(c.name for c in slot)
             slots.append(slot)
-        times, hidden = prefetch(slots)
+        spare = max(0.0, sched.limit_bytes - part.peak_bytes)
+        times, hidden = prefetch(slots, spare / ane_bytes_per_s if ane_bytes_per_s else 0.0)
         compute = sum(c for c, m in times if c >= m)
         memory = sum(m for c, m in times if c < m)
         out.append(
