@@ -445,28 +445,37 @@ static void *gemm_rows(void *arg)
 
 /* ---- the worker pool ----
  * Workers live for the process and are started on first use. A run of the simulator calls the
- * GEMM every millisecond or so, with numpy work in between; a thread started per call, or one
- * that sleeps as soon as it is done, must be woken each time, and on a virtual machine whose
- * other CPU has gone idle that costs up to half a millisecond per call (30 ms per GPT-2 run
- * here). So after each task a worker spins for SPIN_NS, then sleeps on a condition variable
- * (as onnxruntime's and OpenBLAS's pools do). One product uses the pool at a time; a caller
- * that finds it busy (another Python thread) computes its product alone. After fork() the
- * child has no workers: the pool is rebuilt there on first use. */
+ * GEMM every millisecond or so, with numpy work in between. Rows are handed out in chunks of
+ * one register block from a shared counter: the caller starts at once and takes chunks until
+ * none are left, and a worker joins as soon as it runs. So a worker that is slow to wake (a
+ * virtual machine whose other CPU has gone idle: up to half a millisecond) or that the OS has
+ * descheduled (other processes on a shared machine) delays the product by at most the chunk it
+ * holds, where a fixed split of the rows waited for its whole half (8x slower products with
+ * one other busy process on two cores). After each product a worker spins for SPIN_NS in case
+ * another product follows at once, then sleeps on a condition variable; a longer spin took a
+ * core away from the Python thread between products. One product uses the pool at a time; a
+ * caller that finds it busy (another Python thread) computes its product alone. After fork()
+ * the child has no workers: the pool is rebuilt there on first use. */
 #include <stdatomic.h>
 #include <time.h>
 
-#define SPIN_NS 5000000L /* 5 ms */
+#define SPIN_NS 200000L /* 0.2 ms */
+#define FIELD 20        /* bits of the chunk count and of the next chunk in ``claims`` */
+#define FIELD_MASK ((1L << FIELD) - 1)
+#define MAX_CHUNKS FIELD_MASK
 
 static struct {
     pthread_mutex_t lock;      /* guards sleeping on ``wake`` */
     pthread_cond_t wake;
     pthread_mutex_t busy;      /* held by the product that is using the pool */
     atomic_long generation;    /* bumped for each product */
+    atomic_long claims;        /* generation (low bits) | chunk count | next chunk to take */
+    atomic_long done;          /* chunks of the current product finished */
+    atomic_int helpers;        /* workers asked to take part in the current product */
     atomic_int sleepers;
-    atomic_int remaining;      /* workers that have not yet finished with the current product */
     int started;               /* workers running (in this process) */
-    part *parts;               /* the current product's parts, one per worker */
-    int tasks;                 /* how many workers take part in it */
+    part job;                  /* the current product (rows: the whole of M) */
+    long chunk_rows;           /* rows per chunk: a multiple of ROWS */
     long first_seen[MAX_THREADS]; /* the generation before each worker's first product */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
 
@@ -475,6 +484,34 @@ static long now_ns(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static long claims_word(long generation, long chunks)
+{
+    return ((generation & ((1L << (62 - 2 * FIELD)) - 1)) << (2 * FIELD)) | (chunks << FIELD);
+}
+
+/* Take chunks of product ``generation`` until none are left. The fields of ``pool.job`` are
+ * read only after a chunk is claimed: the product cannot finish, and the next one cannot be
+ * published, before that chunk is counted done. */
+static void take_chunks(long generation)
+{
+    long word = atomic_load(&pool.claims);
+    for (;;) {
+        if ((word >> (2 * FIELD)) != (claims_word(generation, 0) >> (2 * FIELD)))
+            return; /* that product is over */
+        long next = word & FIELD_MASK, chunks = (word >> FIELD) & FIELD_MASK;
+        if (next >= chunks)
+            return;
+        if (!atomic_compare_exchange_weak(&pool.claims, &word, word + 1))
+            continue; /* ``word`` now holds the current value */
+        part p = pool.job;
+        p.row0 = next * pool.chunk_rows;
+        p.row1 = p.row0 + pool.chunk_rows < p.row1 ? p.row0 + pool.chunk_rows : p.row1;
+        gemm_rows(&p);
+        atomic_fetch_add(&pool.done, 1);
+        word = atomic_load(&pool.claims);
+    }
 }
 
 static void *worker(void *arg)
@@ -486,7 +523,7 @@ static void *worker(void *arg)
         unsigned spins = 0;
         while ((generation = atomic_load(&pool.generation)) == seen) {
             _mm_pause();
-            if (++spins % 1024 == 0 && now_ns() > deadline) {
+            if (++spins % 256 == 0 && now_ns() > deadline) {
                 pthread_mutex_lock(&pool.lock);
                 atomic_fetch_add(&pool.sleepers, 1);
                 while ((generation = atomic_load(&pool.generation)) == seen)
@@ -497,11 +534,9 @@ static void *worker(void *arg)
             }
         }
         seen = generation;
-        if (index < pool.tasks)
-            gemm_rows(&pool.parts[index]);
-        /* every worker acknowledges every product, so none can still be reading ``tasks``
-         * or ``parts`` of an old one when the next one is published */
-        atomic_fetch_sub(&pool.remaining, 1);
+        /* a stale ``helpers`` (a later product's) only changes who helps, never the result */
+        if (index < atomic_load(&pool.helpers))
+            take_chunks(generation);
     }
     return NULL;
 }
@@ -513,7 +548,6 @@ static void pool_after_fork(void)
     pthread_cond_init(&pool.wake, NULL);
     pthread_mutex_init(&pool.busy, NULL);
     atomic_store(&pool.sleepers, 0);
-    atomic_store(&pool.remaining, 0);
     pool.started = 0;
 }
 
@@ -540,8 +574,8 @@ static int pool_grow(int wanted)
     return pool.started;
 }
 
-/* Split the rows (in whole register blocks) between the caller and up to ``threads - 1``
- * workers; the caller takes the last part. */
+/* The caller and up to ``threads - 1`` workers take the rows chunk by chunk. Every output row
+ * is computed by one register block whoever takes it: the bits do not depend on the split. */
 static void gemm_run(const float *A, const float *B, float *C, long M, long K, long N, int threads)
 {
     long blocks = (M + ROWS - 1) / ROWS;
@@ -549,30 +583,29 @@ static void gemm_run(const float *A, const float *B, float *C, long M, long K, l
         threads = (int)blocks;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
-    if (threads > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
-        threads = 1 + (pool_grow(threads - 1) < threads - 1 ? pool.started : threads - 1);
-    } else {
+    if (threads < 2 || pthread_mutex_trylock(&pool.busy) != 0) {
         part all = {A, B, C, 0, M, K, N};
         gemm_rows(&all);
         return;
     }
-    part parts[MAX_THREADS];
-    for (int t = 0; t < threads; t++) {
-        long r0 = blocks * t / threads * ROWS, r1 = blocks * (t + 1) / threads * ROWS;
-        parts[t] = (part){A, B, C, r0, r1 < M ? r1 : M, K, N};
-    }
-    pool.parts = parts;
-    pool.tasks = threads - 1;
-    atomic_store(&pool.remaining, pool.started);
-    atomic_fetch_add(&pool.generation, 1);
+    int helpers = pool_grow(threads - 1);
+    long per = (blocks + MAX_CHUNKS - 1) / MAX_CHUNKS; /* blocks per chunk: 1 below 2**20 */
+    long chunks = (blocks + per - 1) / per;
+    long generation = atomic_load(&pool.generation) + 1;
+    pool.job = (part){A, B, C, 0, M, K, N};
+    pool.chunk_rows = per * ROWS;
+    atomic_store(&pool.done, 0);
+    atomic_store(&pool.helpers, helpers);
+    atomic_store(&pool.claims, claims_word(generation, chunks));
+    atomic_store(&pool.generation, generation);
     if (atomic_load(&pool.sleepers) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    gemm_rows(&parts[threads - 1]);
-    while (atomic_load(&pool.remaining) > 0)
-        _mm_pause();
+    take_chunks(generation);
+    while (atomic_load(&pool.done) < chunks)
+        _mm_pause(); /* at most the chunks workers hold: one register block each */
     pthread_mutex_unlock(&pool.busy);
 }
 #endif
