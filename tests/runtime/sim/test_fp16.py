@@ -180,3 +180,17 @@ def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:
     assert got.flags.c_contiguous and got.shape == v.shape
     assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))
     assert same_bits(round_to_fp16(v), numpy_round(v))
+
+
+@pytest.mark.parametrize("rows,cols", [(61, 37), (16, 8), (17, 9), (7, 100), (512, 512)])
+@pytest.mark.parametrize(
+    "view",
+    [lambda a: a.T, lambda a: a[::-1].T, lambda a: a[3:, 5:].T, lambda a: a[:, ::2].T],
+)  # fmt: skip
+def test_transposes_copy_every_edge_bit_for_bit(rows: int, cols: int, view) -> None:
+    # the C gather transposes 16 x 8 blocks in registers and copies the edges in tiles
+    bits = np.random.default_rng(rows * cols).integers(0, 2**32, size=rows * cols, dtype=np.uint64)
+    v = view(bits.astype(np.uint32).view(np.float32).reshape(rows, cols))
+    got = fp16.contiguous(v)
+    assert got.flags.c_contiguous and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))

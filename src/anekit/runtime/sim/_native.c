@@ -93,6 +93,31 @@ PyDoc_STRVAR(round_doc,
 "Round the float32 values of a writable C-contiguous buffer to fp16 values in place.\n"
 "Returns how many values were left alone: |x| >= 65520, infinities and NaNs.");
 
+static int f16c_supported(void);
+static int avx2_supported(void);
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+/* round_block with F16C where the CPU has it (AVX2 for the 8-lane integer compare): the
+ * conversion to fp16 and back is IEEE rounding to nearest even in two instructions per 8
+ * values, twice as fast as the bit arithmetic. The same contract: lanes with |x| >= 65520
+ * (infinities, NaNs) are left as they were and counted; the tail takes round_block. */
+__attribute__((target("avx2,f16c"))) static Py_ssize_t round_f16c(uint32_t *bits, Py_ssize_t n)
+{
+    const __m256i abs_mask = _mm256_set1_epi32((int)ABS_MASK);
+    const __m256i below = _mm256_set1_epi32((int)OVERFLOW - 1);
+    Py_ssize_t i = 0, special = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(bits + i));
+        __m256 x = _mm256_castsi256_ps(b);
+        __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256 big = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(b, abs_mask), below));
+        special += __builtin_popcount((unsigned)_mm256_movemask_ps(big));
+        _mm256_storeu_ps((float *)(bits + i), _mm256_blendv_ps(r, x, big));
+    }
+    return special + round_block(bits + i, (uint32_t)(n - i));
+}
+#endif
+
 static PyObject *round_in_place(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
@@ -100,12 +125,19 @@ static PyObject *round_in_place(PyObject *self, PyObject *arg)
         return NULL;
     Py_ssize_t n = view.len / 4, special = 0;
     uint32_t *bits = (uint32_t *)view.buf;
+    int fast = f16c_supported() && avx2_supported();
     Py_BEGIN_ALLOW_THREADS
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (fast)
+        special = round_f16c(bits, n);
+    else
+#endif
     for (Py_ssize_t start = 0; start < n; start += BLOCK) {
         Py_ssize_t left = n - start;
         special += round_block(bits + start, (uint32_t)(left < BLOCK ? left : BLOCK));
     }
     Py_END_ALLOW_THREADS
+    (void)fast;
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(special);
 }
@@ -213,6 +245,16 @@ static int f16c_supported(void)
 #endif
 }
 
+static int avx2_supported(void)
+{
+#ifdef HAVE_F16C
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
 /* A C-contiguous buffer of ``itemsize``-byte items (writable if asked); ValueError otherwise. */
 static int items_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, int writable,
                         const char *what)
@@ -293,7 +335,7 @@ static PyObject *from_fp16(PyObject *self, PyObject *args) { return convert(args
 #define TILE 32
 
 static void gather_tiles(const char *src, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t rs,
-                         Py_ssize_t cs, uint32_t *dst)
+                         Py_ssize_t cs, uint32_t *dst, Py_ssize_t ld)
 {
     for (Py_ssize_t i0 = 0; i0 < rows; i0 += TILE) {
         Py_ssize_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
@@ -301,13 +343,62 @@ static void gather_tiles(const char *src, Py_ssize_t rows, Py_ssize_t cols, Py_s
             Py_ssize_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
             for (Py_ssize_t i = i0; i < i1; i++) {
                 const char *row = src + i * rs;
-                uint32_t *out = dst + i * cols;
+                uint32_t *out = dst + i * ld;
                 for (Py_ssize_t j = j0; j < j1; j++)
                     memcpy(out + j, row + j * cs, 4);
             }
         }
     }
 }
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* A transposed view (its rows' items adjacent: rs == 4) in 16 x 8 blocks: the eight source
+ * columns' 64-byte runs are loaded once each, transposed in registers (two 8 x 8 blocks) and
+ * stored as 32-byte row pieces. No tile has to stay in L1: with power-of-two row lengths the
+ * 32 x 32 tiles' source lines share a few cache sets and evict each other (0.47 against
+ * 0.08 ms for a 512 x 512 transpose). Plain copies; the edges take the tiles. */
+__attribute__((target("avx"))) static void transpose8(const float *src, Py_ssize_t cs,
+                                                      float *dst, Py_ssize_t cols)
+{
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + cs),
+           r2 = _mm256_loadu_ps(src + 2 * cs), r3 = _mm256_loadu_ps(src + 3 * cs),
+           r4 = _mm256_loadu_ps(src + 4 * cs), r5 = _mm256_loadu_ps(src + 5 * cs),
+           r6 = _mm256_loadu_ps(src + 6 * cs), r7 = _mm256_loadu_ps(src + 7 * cs);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+           t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+           t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + cols, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * cols, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * cols, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * cols, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * cols, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * cols, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+static void gather_transposed(const char *src, Py_ssize_t rows, Py_ssize_t cols,
+                              Py_ssize_t cs, uint32_t *dst)
+{
+    const Py_ssize_t fr = rows / 16 * 16, fc = cols / 8 * 8, step = cs / 4;
+    for (Py_ssize_t i = 0; i < fr; i += 16)
+        for (Py_ssize_t j = 0; j < fc; j += 8) {
+            const float *s = (const float *)(src + j * cs) + i;
+            float *d = (float *)dst + i * cols + j;
+            transpose8(s, step, d, cols);
+            transpose8(s + 8, step, d + 8 * cols, cols);
+        }
+    if (fc < cols) /* the last columns of the full row blocks */
+        gather_tiles(src + fc * cs, fr, cols - fc, 4, cs, dst + fc, cols);
+    if (fr < rows)
+        gather_tiles(src + fr * 4, rows - fr, cols, 4, cs, dst + fr * cols, cols);
+}
+#endif
 
 PyDoc_STRVAR(gather_doc,
 "gather(src, dst) -> None\n\n"
@@ -339,8 +430,15 @@ static PyObject *gather(PyObject *self, PyObject *args)
         PyBuffer_Release(&vd);
         return NULL;
     }
+    int avx = f16c_supported(); /* AVX and F16C: AVX is what the transposes need */
+    (void)avx;
     Py_BEGIN_ALLOW_THREADS
-    gather_tiles(vs.buf, rows, cols, vs.strides[0], vs.strides[1], vd.buf);
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (avx && vs.strides[0] == 4 && vs.strides[1] % 4 == 0)
+        gather_transposed(vs.buf, rows, cols, vs.strides[1], vd.buf);
+    else
+#endif
+        gather_tiles(vs.buf, rows, cols, vs.strides[0], vs.strides[1], vd.buf, cols);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&vs);
     PyBuffer_Release(&vd);
