@@ -8,6 +8,7 @@ dtypes. Each op's result is checked against the type the program declares.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import numpy as np
 from anekit.errors import InputError, check_input_names
 from anekit.formats.mil import MilProgram, MilTensorType, ScalarType, parse, parse_file
 
-from . import gemm
+from . import fp16, gemm
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
@@ -27,6 +28,7 @@ from .execute import (
     check_output,
     kernel_error,
     shape_matches,
+    Step,
     storage_shape,
 )
 from .fp16 import narrow_to_float16, round_to_fp16, widen_fp16
@@ -93,9 +95,11 @@ class SimProgram:
         finally:
             blobs.close()
         # what a run reads of each step, unpacked once (a training step runs ~1300 steps
-        # per call; the known arguments are copied per call, never modified)
+        # per call, ~2.7 us of Python each besides the arithmetic): a kernel whose arguments
+        # are its leading parameters is called positionally, the others with keywords (the
+        # known ones copied per call, never modified)
         self._loop = tuple(
-            (step, dict(step.known), step.dynamic, step.variadic,
+            (step, *_call(step), step.variadic,
              step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
             for step in self._plan.steps
         )  # fmt: skip
@@ -227,16 +231,21 @@ class SimProgram:
         for slot, array in zip(plan.input_slots, inputs, strict=True):
             env[slot] = array
         source = self._source
+        native = fp16._native  # read per run: tests switch it off
         with np.errstate(all="ignore"), gemm.blas_on_one_thread():
-            for step, known, dynamic, variadic, single, frees in self._loop:
-                kwargs = known.copy()
-                for key, slot in dynamic:
-                    kwargs[key] = env[slot]
-                for key, items in variadic:
-                    kwargs[key] = tuple(env[s] if s != NO_SLOT else v for s, v in items)
+            for step, positional, known, dynamic, variadic, single, frees in self._loop:
+                if positional is not None:
+                    kwargs = None
+                    args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
+                else:
+                    kwargs = known.copy()
+                    for key, slot in dynamic:
+                        kwargs[key] = env[slot]
+                    for key, items in variadic:
+                        kwargs[key] = tuple(env[s] if s != NO_SLOT else v for s, v in items)
                 if single is not None:
                     try:
-                        out = step.kernel(**kwargs)
+                        out = step.kernel(*args) if kwargs is None else step.kernel(**kwargs)
                     except KERNEL_ERRORS as exc:
                         raise kernel_error(step, exc, source) from None
                     e = single
@@ -251,10 +260,18 @@ class SimProgram:
                             # writeable means made by the kernel: every value a kernel is given
                             # is read-only, and so is any view of one (a reshaped matmul result
                             # is a view, and is rounded where it is, without a copy)
-                            out = round_to_fp16(out, in_place=out.flags.writeable)
+                            flags = out.flags
+                            if native is not None and flags.writeable and flags.c_contiguous:
+                                if native.round_in_place(out):  # left |x| >= 65520, inf, NaN
+                                    round_to_fp16(out, in_place=True)  # exact for those
+                            else:
+                                out = round_to_fp16(out, in_place=flags.writeable)
                         out.flags.writeable = False
                     env[e.slot] = out
                 else:
+                    if kwargs is None:
+                        kwargs = dict(known)
+                        kwargs.update((key, env[slot]) for key, slot in dynamic)
                     values = apply(step, kwargs, symbols, source)
                     for e, value in zip(step.outputs, values, strict=True):
                         env[e.slot] = value
@@ -286,6 +303,29 @@ class SimProgram:
             value.flags.writeable = True
             return value
         return value.copy()
+
+
+def _call(step: Step) -> tuple[Any, Any, Any]:
+    """(positional arguments as (slot, value) pairs or None, known keywords, dynamic
+    keywords): positional when the step's arguments are exactly its kernel's leading
+    parameters (no variadic ones), so a call builds no keyword dict."""
+    given = {key: (NO_SLOT, value) for key, value in step.known.items()}
+    given.update((key, (slot, None)) for key, slot in step.dynamic)
+    names = _parameters(step.kernel)
+    if step.variadic or names is None or set(names[: len(given)]) != set(given):
+        return None, dict(step.known), step.dynamic
+    return tuple(given[name] for name in names[: len(given)]), dict(step.known), step.dynamic
+
+
+def _parameters(kernel: Any) -> tuple[str, ...] | None:
+    """A kernel's parameter names in order, when all can be passed positionally."""
+    try:
+        params = inspect.signature(kernel).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return None
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return None
+    return tuple(p.name for p in params)
 
 
 def run_function(

@@ -89,7 +89,10 @@ def _rsqrt(x: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
 
 
 def _clip(x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    return np.minimum(np.maximum(x, alpha), beta)
+    out = np.maximum(x, alpha)
+    if out.shape != np.broadcast_shapes(out.shape, np.shape(beta)):
+        return np.minimum(out, beta)
+    return np.minimum(out, beta, out=out)  # in place: no second array
 
 
 def _check_clip(sig: Any, opset: int) -> None:
