@@ -90,7 +90,7 @@ def _rsqrt(x: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
 
 def _clip(x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
     out = np.maximum(x, alpha)
-    if out.shape != np.broadcast_shapes(out.shape, np.shape(beta)):
+    if type(out) is not np.ndarray or out.shape != np.broadcast_shapes(out.shape, np.shape(beta)):
         return np.minimum(out, beta)
     return np.minimum(out, beta, out=out)  # in place: no second array
 
