@@ -169,7 +169,9 @@ def test_c_conversions_refuse_mismatched_buffers() -> None:
         lambda a: a.T,  # a transpose
         lambda a: a.reshape(64, 48, 1).transpose(1, 2, 0).reshape(1, 48, 1, 64),  # engine layout
         lambda a: a[::-1, ::3],  # negative and non-unit strides
-        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: numpy's copy
+        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: slice by slice
+        lambda a: a.reshape(4, 16, 48).transpose(0, 2, 1)[:, None],  # a batch of transposes
+        lambda a: a.reshape(2, 96, 16).transpose(1, 2, 0),  # 3-D, too many slices: numpy
     ],
 )
 def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:

@@ -99,7 +99,7 @@ class SimProgram:
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = tuple(
-            (step, *_call(step), step.variadic,
+            (step, *_call(step), _gathers(step), step.variadic,
              step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
             for step in self._plan.steps
         )  # fmt: skip
@@ -233,10 +233,12 @@ class SimProgram:
         source = self._source
         native = fp16._native  # read per run: tests switch it off
         with np.errstate(all="ignore"), gemm.blas_on_one_thread():
-            for step, positional, known, dynamic, variadic, single, frees in self._loop:
+            for step, positional, known, dynamic, gathers, variadic, single, frees in self._loop:
                 if positional is not None:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
+                    if gathers:
+                        args = [_gathered(a) for a in args]
                 else:
                     kwargs = known.copy()
                     for key, slot in dynamic:
@@ -303,6 +305,35 @@ class SimProgram:
             value.flags.writeable = True
             return value
         return value.copy()
+
+
+GATHER_MIN = 4096  # elements: below, numpy's strided walk is as cheap as a gather
+
+
+def _gathered(value: Any) -> Any:
+    """A large strided float32 operand of an elementwise step as a C-contiguous copy."""
+    if (
+        type(value) is np.ndarray
+        and value.size >= GATHER_MIN
+        and not value.flags.c_contiguous
+        and value.dtype == np.float32
+        and 0 not in value.strides  # a broadcast: numpy reads it well, a copy would not
+    ):
+        return fp16.contiguous(value)
+    return value
+
+
+def _gathers(step: Step) -> bool:
+    """An elementwise step whose result is rounded (and so made C-contiguous whatever the
+    kernel returns): a transposed operand is gathered first, 6x faster than numpy's
+    arithmetic walking it, with the same values element by element."""
+    single = step.outputs[0] if len(step.outputs) == 1 else None
+    return (
+        single is not None
+        and single.round
+        and not step.variadic
+        and getattr(step.kernel, "elementwise", False)
+    )
 
 
 def _call(step: Step) -> tuple[Any, Any, Any]:

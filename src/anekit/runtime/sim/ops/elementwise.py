@@ -17,6 +17,7 @@ def _binary(ufunc: Callable[..., Any]) -> Callable[..., np.ndarray]:
     def kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return ufunc(x, y)
 
+    kernel.elementwise = True  # type: ignore[attr-defined]  # see SimProgram's run loop
     return kernel
 
 
@@ -26,6 +27,9 @@ def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # int32 / int32: Core ML's ML Program backend truncates the quotient (coremltools'
     # test_real_div_int_builder_to_backend expects np.array(x / y, dtype=int32)).
     return np.trunc(np.true_divide(x, y, dtype=np.float64)).astype(x.dtype)
+
+
+_real_div.elementwise = True  # type: ignore[attr-defined]
 
 
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -52,6 +56,7 @@ def _unary(fn: Callable[[np.ndarray], Any]) -> Callable[..., np.ndarray]:
     def kernel(x: np.ndarray) -> np.ndarray:
         return fn(x)
 
+    kernel.elementwise = True  # type: ignore[attr-defined]
     return kernel
 
 
