@@ -143,6 +143,104 @@ static PyObject *round_in_place(PyObject *self, PyObject *arg)
 }
 
 
+/* ---- binary_round: x (op) y rounded to fp16 in one pass ------------------------------------
+ * The simulator's add, sub, mul and real_div on fp16 values compute in fp32 and round the
+ * result (numpy's ufunc, then round_in_place: two passes over memory and a temporary). Here
+ * both happen per 8 values in registers. IEEE arithmetic and F16C's rounding give numpy's
+ * bits for every finite result below 65520; a result at or above it, infinite or NaN (whose
+ * payload the two could differ on) is only counted, and the caller then computes the whole
+ * product with numpy (fp16.py). Operands: C-contiguous float32 of n values, or of 1 value
+ * (a scalar broadcast). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define BINARY_LOOP(EXPR)                                                                       \
+    for (; i + 8 <= n; i += 8) {                                                                \
+        __m256 a = nx == 1 ? _mm256_set1_ps(x[0]) : _mm256_loadu_ps(x + i);                     \
+        __m256 b = ny == 1 ? _mm256_set1_ps(y[0]) : _mm256_loadu_ps(y + i);                     \
+        __m256 r = EXPR;                                                                        \
+        __m256i big = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(r), abs_mask),   \
+                                         below);                                                \
+        special += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(big))); \
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(r, ROUNDING)));              \
+    }
+
+#define ROUNDING (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+__attribute__((target("avx2,f16c"))) static Py_ssize_t binary_round_f16c(
+    int op, const float *x, Py_ssize_t nx, const float *y, Py_ssize_t ny, float *out,
+    Py_ssize_t n)
+{
+    const __m256i abs_mask = _mm256_set1_epi32((int)ABS_MASK);
+    const __m256i below = _mm256_set1_epi32((int)OVERFLOW - 1);
+    Py_ssize_t i = 0, special = 0;
+    switch (op) {
+    case 0: BINARY_LOOP(_mm256_add_ps(a, b)) break;
+    case 1: BINARY_LOOP(_mm256_sub_ps(a, b)) break;
+    case 2: BINARY_LOOP(_mm256_mul_ps(a, b)) break;
+    default: BINARY_LOOP(_mm256_div_ps(a, b)) break;
+    }
+    for (; i < n; i++) { /* the last values one by one, rounded by the bit arithmetic */
+        float a = x[nx == 1 ? 0 : i], b = y[ny == 1 ? 0 : i];
+        float r = op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+        uint32_t bits;
+        memcpy(&bits, &r, sizeof bits);
+        special += round_block(&bits, 1);
+        memcpy(out + i, &bits, sizeof bits);
+    }
+    return special;
+}
+#endif
+
+PyDoc_STRVAR(binary_round_doc,
+"binary_round(op, x, y, out) -> int or None\n\n"
+"out = fp16 rounding of x + y, x - y, x * y or x / y (op 0 to 3), as float32; x and y are\n"
+"C-contiguous float32 buffers of out's size or of one value. Returns how many results were\n"
+"at or above 65520 in magnitude, infinite or NaN (out is then not to be used), or None\n"
+"where the CPU lacks AVX2 and F16C (nothing was computed).");
+
+static PyObject *binary_round(PyObject *self, PyObject *args)
+{
+    int op;
+    PyObject *xo, *yo, *oo;
+    if (!PyArg_ParseTuple(args, "iOOO:binary_round", &op, &xo, &yo, &oo))
+        return NULL;
+    if (op < 0 || op > 3) {
+        PyErr_SetString(PyExc_ValueError, "binary_round: op must be 0 to 3");
+        return NULL;
+    }
+    if (!(f16c_supported() && avx2_supported()))
+        Py_RETURN_NONE;
+    Py_buffer vx, vy, vo;
+    if (float_buffer(oo, &vo, -1, 1, "binary_round: out") < 0)
+        return NULL;
+    if (float_buffer(xo, &vx, -1, 0, "binary_round: x") < 0) {
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    if (float_buffer(yo, &vy, -1, 0, "binary_round: y") < 0) {
+        PyBuffer_Release(&vo);
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    Py_ssize_t n = vo.len / 4, nx = vx.len / 4, ny = vy.len / 4, special = 0;
+    if ((nx != n && nx != 1) || (ny != n && ny != 1)) {
+        PyErr_SetString(PyExc_ValueError, "binary_round: x and y must hold out's count or 1");
+        PyBuffer_Release(&vo);
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vy);
+        return NULL;
+    }
+#if defined(__GNUC__) && defined(__x86_64__)
+    Py_BEGIN_ALLOW_THREADS
+    special = binary_round_f16c(op, vx.buf, nx, vy.buf, ny, vo.buf, n);
+    Py_END_ALLOW_THREADS
+#endif
+    PyBuffer_Release(&vo);
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vy);
+    return PyLong_FromSsize_t(special);
+}
+
+
 /* ---- fp16 surfaces: float32 <-> IEEE binary16 bits ------------------------------------------
  * A session's engine surfaces hold fp16 bytes (binding.py). numpy's float16 casts cost about
  * 2 ns per element each way here, more than the arithmetic of a training step; these loops
@@ -786,6 +884,7 @@ static PyMethodDef methods[] = {
     {"to_fp16", to_fp16, METH_VARARGS, to_fp16_doc},
     {"from_fp16", from_fp16, METH_VARARGS, from_fp16_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
+    {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
     {NULL, NULL, 0, NULL},
 };
 

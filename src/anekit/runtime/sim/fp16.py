@@ -115,6 +115,31 @@ def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
     return round_with_numpy(values)
 
 
+def binary_rounded(
+    op: int, x: np.ndarray, y: np.ndarray, shape: tuple[int, ...] | None
+) -> np.ndarray | None:
+    """``x + y``, ``x - y``, ``x * y`` or ``x / y`` (``op`` 0 to 3) rounded to fp16 in one C
+    pass (1.6x the ufunc and the rounding pass), for C-contiguous float32 operands of the
+    result's ``shape`` or of one value. None where that does not apply (other operands,
+    no C extension, no AVX2/F16C) or where a result needs the exact conversion (|r| >=
+    65520, infinite, NaN): the caller then computes it with numpy, as before."""
+    binary_round = _converter("binary_round")
+    if (
+        binary_round is None
+        or shape is None
+        or type(x) is not np.ndarray
+        or type(y) is not np.ndarray
+        or x.dtype != np.float32
+        or y.dtype != np.float32
+        or not (x.shape == shape or x.size == 1)
+        or not (y.shape == shape or y.size == 1)
+        or not (x.flags.c_contiguous and y.flags.c_contiguous)
+    ):
+        return None
+    out = np.empty(shape, np.float32)
+    return out if binary_round(op, x, y, out) == 0 else None
+
+
 def round_with_numpy(values: np.ndarray) -> np.ndarray:
     """Round a C-contiguous float32 array in place with numpy alone (the fallback path)."""
     size = values.size

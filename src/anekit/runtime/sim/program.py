@@ -9,6 +9,7 @@ dtypes. Each op's result is checked against the type the program declares.
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from .execute import (
     Step,
     storage_shape,
 )
-from .fp16 import narrow_to_float16, round_to_fp16, widen_fp16
+from .fp16 import binary_rounded, narrow_to_float16, round_to_fp16, widen_fp16
 from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
 
@@ -99,7 +100,7 @@ class SimProgram:
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = tuple(
-            (step, *_call(step), _gathers(step), step.variadic,
+            (step, *_call(step), _gathers(step), _fused(step), step.variadic,
              step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
             for step in self._plan.steps
         )  # fmt: skip
@@ -233,7 +234,9 @@ class SimProgram:
         source = self._source
         native = fp16._native  # read per run: tests switch it off
         with np.errstate(all="ignore"), gemm.blas_on_one_thread():
-            for step, positional, known, dynamic, gathers, variadic, single, frees in self._loop:
+            for (
+                step, positional, known, dynamic, gathers, fused, variadic, single, frees
+            ) in self._loop:  # fmt: skip
                 if positional is not None:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
@@ -246,11 +249,19 @@ class SimProgram:
                     for key, items in variadic:
                         kwargs[key] = tuple(env[s] if s != NO_SLOT else v for s, v in items)
                 if single is not None:
+                    e = single
+                    if fused is not None and kwargs is None:
+                        out = binary_rounded(fused, args[0], args[1], e.shape)
+                        if out is not None:  # computed and rounded in one pass
+                            out.flags.writeable = False
+                            env[e.slot] = out
+                            for slot in frees:
+                                env[slot] = None
+                            continue
                     try:
                         out = step.kernel(*args) if kwargs is None else step.kernel(**kwargs)
                     except KERNEL_ERRORS as exc:
                         raise kernel_error(step, exc, source) from None
-                    e = single
                     if (
                         type(out) is not np.ndarray
                         or out.dtype != e.storage
@@ -334,6 +345,21 @@ def _gathers(step: Step) -> bool:
         and not step.variadic
         and getattr(step.kernel, "elementwise", False)
     )
+
+
+FUSE_MIN = 4096  # elements: below, the operand checks cost more than the pass saved
+
+
+def _fused(step: Step) -> int | None:
+    """The C extension's fused code of an arithmetic step whose (large) result is rounded
+    (see fp16.binary_rounded), given its two operands positionally; else None."""
+    code = getattr(step.kernel, "fused", None)
+    single = step.outputs[0] if len(step.outputs) == 1 else None
+    if code is None or single is None or not single.round or step.variadic:
+        return None
+    if single.shape is None or math.prod(single.shape) < FUSE_MIN:
+        return None
+    return code if len(step.dynamic) + len(step.known) == 2 else None
 
 
 def _call(step: Step) -> tuple[Any, Any, Any]:

@@ -13,11 +13,13 @@ from ..registry import FLOAT, NUMERIC, SimOp, op
 from ._util import F32
 
 
-def _binary(ufunc: Callable[..., Any]) -> Callable[..., np.ndarray]:
+def _binary(ufunc: Callable[..., Any], fused: int | None = None) -> Callable[..., np.ndarray]:
     def kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return ufunc(x, y)
 
     kernel.elementwise = True  # type: ignore[attr-defined]  # see SimProgram's run loop
+    if fused is not None:
+        kernel.fused = fused  # type: ignore[attr-defined]
     return kernel
 
 
@@ -113,6 +115,10 @@ def _threshold(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return np.maximum(x, alpha)
 
 
+# the C extension's fused arithmetic-and-rounding codes (fp16.binary_rounded)
+_FUSED = {"add": 0, "sub": 1, "mul": 2}
+_real_div.fused = 3  # type: ignore[attr-defined]
+
 _ARITHMETIC = {
     "add": np.add,
     "sub": np.subtract,
@@ -163,8 +169,8 @@ _NUMERIC_UNARY: dict[str, Callable[[np.ndarray], Any]] = {
 _EXACT_UNARY = frozenset({"abs", "ceil", "floor", "round", "sign"})
 
 OPS: tuple[SimOp, ...] = (
-    *(op(n, "x:T y:T", "T", _binary(f), T=NUMERIC, exact=n in ("maximum", "minimum"))
-      for n, f in _ARITHMETIC.items()),
+    *(op(n, "x:T y:T", "T", _binary(f, _FUSED.get(n)), T=NUMERIC,
+         exact=n in ("maximum", "minimum")) for n, f in _ARITHMETIC.items()),
     op("real_div", "x:T y:T", "T", _real_div, T=NUMERIC),
     op("pow", "x:T y:T", "T", _pow, T=NUMERIC),
     *(op(n, "x:T y:T", "bool", _binary(f), T=NUMERIC) for n, f in _COMPARE.items()),
