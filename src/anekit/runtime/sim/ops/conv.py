@@ -177,13 +177,14 @@ def _picked(w: np.ndarray, x: np.ndarray) -> np.ndarray | None:
 
 
 def _pick(columns: np.ndarray, picked: np.ndarray) -> np.ndarray:
-    """``columns`` [N, g, inputs, D] -> [N, g, outputs, D], output o of group j being input
-    ``picked[j, o]`` (0 for -1); ``columns`` itself when every group picks every input in
-    order. Not yet +0-added: the caller adds it, or accumulates into zeros, which does."""
+    """``columns`` [N, g, inputs, *D] -> [N, g, outputs, *D], output o of group j being
+    input ``picked[j, o]`` (0 for -1); ``columns`` itself when every group picks every input
+    in order. Not yet +0-added: the caller adds it, or accumulates into zeros, which does."""
     if _identity(picked, columns.shape[2]):
         return columns
-    index = np.maximum(picked, 0)[None, :, :, None]
-    shape = (columns.shape[0], *picked.shape, columns.shape[3])
+    trailing = columns.shape[3:]
+    index = np.maximum(picked, 0).reshape(1, *picked.shape, *(1,) * len(trailing))
+    shape = (columns.shape[0], *picked.shape, *trailing)
     out = np.take_along_axis(columns, np.broadcast_to(index, shape), axis=2)
     out[:, picked < 0] = 0
     return out
@@ -268,7 +269,8 @@ def conv_transpose(
     w = weight.astype(x.dtype, copy=False).reshape(g, cg_in, cg_out * math.prod(kernel))
     picked = _picked(np.swapaxes(w, 1, 2), x)
     if picked is not None:  # the taps below add into zeros: that is the sum's +0
-        cols = _pick(x.reshape(batch, g, cg_in, -1), picked)  # [N, g, Cg_out*K, D]
+        # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
+        cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
     else:
         cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
     cols = cols.reshape((batch, g, cg_out, *kernel, *sizes))
