@@ -1,5 +1,6 @@
-/* The simulator's compiled kernels: fp16 rounding in place, float32 <-> fp16 conversion
- * (engine surfaces), a tiled gather of strided views, and a float32 GEMM.
+/* The simulator's compiled kernels: fp16 rounding in place, add/sub/mul/div with the rounding
+ * fused, float32 <-> fp16 conversion (engine surfaces), a gather of strided views, and a
+ * float32 GEMM.
  *
  * All are optional (setup.py builds them where a C compiler is found; fp16.py and gemm.py
  * fall back to numpy otherwise) and all run without the GIL.
@@ -16,6 +17,8 @@
  *     (a carry into the exponent is the correct result);
  *   - |x| < 2**-14 (fp16 subnormal): the fp16 grid is 2**-24, the ulp of 0.5f, so
  *     (|x| + 0.5f) - 0.5f rounds to it to nearest even with the fp32 adder itself.
+ * Where the CPU has AVX2 and F16C, a conversion to fp16 and back does the same rounding in two
+ * instructions per 8 values (round_f16c, twice as fast); the loop above serves other CPUs.
  * Values at or above 65520 in magnitude, infinities and NaNs are left as they are and counted;
  * the caller hands those arrays to numpy's exact IEEE conversion (fp16.py), so both paths
  * give the same bits. Build with IEEE semantics (no -ffast-math): the 0.5f add must not be

@@ -5,8 +5,11 @@ BLAS sgemm); every fp16-typed result is rounded once with :func:`round_to_fp16`.
 float16 casts are scalar code (2 to 4 ns per element here), several times the cost of the
 arithmetic, so values are rounded on their bit patterns instead:
 
-- by the C extension ``_native`` when it was built (``ACCELERATED``): one vectorised,
-  branch-free loop, about 0.2 ns per element with AVX-512 (0.3 with AVX2);
+- by the C extension ``_native`` when it was built (``ACCELERATED``): an F16C conversion to
+  fp16 and back (IEEE rounding, 8 values per instruction pair, about 0.1 ns per element)
+  where the CPU has AVX2 and F16C, else one vectorised branch-free loop (0.2-0.3 ns); the
+  arithmetic ops of large values round in the same pass as they compute
+  (:func:`binary_rounded`);
 - otherwise in numpy, in blocks that stay in the L2 cache, with a few simple ufunc passes
   (about 0.05-0.15 ns per element each, 1 ns in all).
 

@@ -99,11 +99,7 @@ class SimProgram:
         # per call, ~2.7 us of Python each besides the arithmetic): a kernel whose arguments
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
-        self._loop = tuple(
-            (step, *_call(step), _gathers(step), _fused(step), step.variadic,
-             step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
-            for step in self._plan.steps
-        )  # fmt: skip
+        self._loop = _loop(self._plan)
         # constants a kernel could hand back unchanged: outputs that are one of them are copied
         self._constants = frozenset(
             id(v)
@@ -332,6 +328,15 @@ def _gathered(value: Any) -> Any:
     ):
         return fp16.contiguous(value)
     return value
+
+
+def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
+    """What a run reads of each step of ``plan``, unpacked once (see SimProgram.__init__)."""
+    return tuple(
+        (step, *_call(step), _gathers(step), _fused(step), step.variadic,
+         step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
+        for step in plan.steps
+    )  # fmt: skip
 
 
 def _gathers(step: Step) -> bool:
