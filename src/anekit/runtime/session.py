@@ -25,8 +25,8 @@ from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
 from anekit.runtime.binding import (
     Surfaces,
-    from_surface,
     check_engine_segment,
+    from_surface,
     min_surface_bytes,
 )
 from anekit.runtime.program import _from_program, _key, _to_program, check_feeds

@@ -75,7 +75,9 @@ def test_pooling_windows_and_their_gradient_give_the_gemms_bits(monkeypatch) -> 
     x = _values((2, 3, 8, 6), 2)
     w = _window_picks(3, 2)  # a 2x2 stride-2 pooling's windows
     strides = np.array([2, 2], np.int32)
-    fast, slow = _both(monkeypatch, conv_ops.conv, x=x, weight=w, strides=strides, groups=np.int32(3))
+    fast, slow = _both(
+        monkeypatch, conv_ops.conv, x=x, weight=w, strides=strides, groups=np.int32(3)
+    )
     assert fast.shape == (2, 12, 4, 3) and _same_bits(fast, slow)
     grad = _values((2, 12, 4, 3), 3)
     fast, slow = _both(monkeypatch, conv_ops.conv_transpose, x=grad, weight=w, strides=strides,

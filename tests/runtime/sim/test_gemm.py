@@ -253,7 +253,9 @@ def test_blocks_of_k_resume_each_outputs_sum_where_it_stopped(threads: int) -> N
     out = np.empty((50, 80), np.float32)
     native.gemm(a, b, out, 50, 600, 80, threads)
     first = np.empty((50, 80), np.float32)
-    native.gemm(np.ascontiguousarray(a[:, :256]), np.ascontiguousarray(b[:256]), first, 50, 256, 80, 1)
+    native.gemm(
+        np.ascontiguousarray(a[:, :256]), np.ascontiguousarray(b[:256]), first, 50, 256, 80, 1
+    )
     assert np.all(first != 0)  # no signed zero for the + 0 products to turn positive
     np.testing.assert_array_equal(out.view(np.uint32), first.view(np.uint32))
     assert within_summation_bound(out, a, b)

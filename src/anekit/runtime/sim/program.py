@@ -25,11 +25,11 @@ from . import fp16, gemm
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
+    Step,
     apply,
     check_output,
     kernel_error,
     shape_matches,
-    Step,
     storage_shape,
 )
 from .fp16 import binary_rounded, narrow_to_float16, round_to_fp16, widen_fp16
@@ -96,7 +96,7 @@ class SimProgram:
         finally:
             blobs.close()
         # what a run reads of each step, unpacked once (a training step runs ~1300 steps
-        # per call, ~2.7 us of Python each besides the arithmetic): a kernel whose arguments
+        # per call, ~2.4 us of Python each besides the arithmetic): a kernel whose arguments
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = _loop(self._plan)

@@ -171,8 +171,8 @@ def _picked(w: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     counts = ones.sum(axis=2)
     if np.any(counts > 1):
         return None
-    if not math.isfinite(float(np.add.reduce(x, axis=None))):  # |x| <= 65504: no overflow
-        return None
+    if not math.isfinite(float(np.add.reduce(x, axis=None))):
+        return None  # an inf or NaN in x (a sum that overflows only costs the GEMM)
     return np.where(counts == 1, ones.argmax(axis=2), -1)
 
 
@@ -191,7 +191,9 @@ def _pick(columns: np.ndarray, picked: np.ndarray) -> np.ndarray:
 
 
 def _identity(picked: np.ndarray, inputs: int) -> bool:
+    """Every group picks each of its ``inputs`` once, in order."""
     return picked.shape[1] == inputs and bool(np.all(picked == np.arange(inputs)))
+
 
 def _check_conv(sig: Signature, opset: int) -> None:
     pad_type = as_str(sig.consts.get("pad_type", "valid"))
