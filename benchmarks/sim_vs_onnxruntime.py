@@ -29,6 +29,7 @@ How it measures (one process; the machine has 2 cores and is shared):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -91,7 +92,7 @@ def _wait_for_quiet(max_load: float, max_wait: float) -> dict:
 
 def _segment_shares(program, feeds) -> list[dict]:  # noqa: ANN001
     """Seconds per segment in one run (wrapping each simulator program's run)."""
-    sims = program._programs("sim")
+    sims = [runner.program for runner in program.runners("sim")]
     spent: list[float] = [0.0] * len(sims)
     originals = [s.run for s in sims]
     for i, sim in enumerate(sims):
@@ -118,36 +119,64 @@ def _segment_shares(program, feeds) -> list[dict]:  # noqa: ANN001
 def _breakdown(program, feeds, runs: int) -> dict:  # noqa: ANN001
     """Where a sim run's time goes (seconds per run, averaged over ``runs`` instrumented
     runs): each op's kernel, the fp16 rounding of results, and the rest (the interpreter's
-    own work, feeds and outputs). GEMM is the conv, matmul and linear kernels."""
+    own work, feeds and outputs). GEMM is the conv, matmul and linear kernels; the arithmetic
+    the C extension computes and rounds in one pass counts as rounding."""
     import anekit.runtime.sim.program as sim_program
+    from anekit.runtime.sim import fp16
 
     kernels: dict[str, float] = defaultdict(float)
     rounding = [0.0]
-    sims = program._programs("sim")
+    sims = [runner.program for runner in program.runners("sim")]
     plans = [sim._plan for sim in sims]
 
+    class TimedNative:  # the C extension, its rounding entry points timed
+        def __init__(self, native):  # noqa: ANN001
+            self._native = native
+
+        def __getattr__(self, name: str):  # noqa: ANN204
+            found = getattr(self._native, name)
+            if name not in ("round_in_place", "binary_round") or inside[0]:
+                return found
+
+            def run(*args):  # noqa: ANN002, ANN202
+                start = time.perf_counter()
+                try:
+                    return found(*args)
+                finally:
+                    rounding[0] += time.perf_counter() - start
+
+            return run
+
     def timed(kernel, op):  # noqa: ANN001, ANN202
-        def run(**kwargs):  # noqa: ANN003, ANN202
+        @functools.wraps(kernel)  # the kernel's signature and marks: the loop calls it alike
+        def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             start = time.perf_counter()
             try:
-                return kernel(**kwargs)
+                return kernel(*args, **kwargs)
             finally:
                 kernels[op] += time.perf_counter() - start
 
         return run
 
+    inside = [False]  # in round_to_fp16: its C call is counted there, once
+
     def timed_rounding(values, in_place=False):  # noqa: ANN001, ANN202
         start = time.perf_counter()
+        inside[0] = True
         try:
             return original_rounding(values, in_place=in_place)
         finally:
+            inside[0] = False
             rounding[0] += time.perf_counter() - start
 
     original_rounding = sim_program.round_to_fp16
+    original_native = fp16._native
     for sim, plan in zip(sims, plans, strict=True):
         steps = tuple(replace(st, kernel=timed(st.kernel, st.op)) for st in plan.steps)
         sim._plan = replace(plan, steps=steps)
+        sim._loop = sim_program._loop(sim._plan)
     sim_program.round_to_fp16 = timed_rounding
+    fp16._native = TimedNative(original_native) if original_native is not None else None
     try:
         start = time.perf_counter()
         for _ in range(runs):
@@ -155,8 +184,10 @@ def _breakdown(program, feeds, runs: int) -> dict:  # noqa: ANN001
         total = (time.perf_counter() - start) / runs
     finally:
         sim_program.round_to_fp16 = original_rounding
+        fp16._native = original_native
         for sim, plan in zip(sims, plans, strict=True):
             sim._plan = plan
+            sim._loop = sim_program._loop(plan)
     per_op = {op: t / runs for op, t in sorted(kernels.items(), key=lambda kv: -kv[1])}
     gemm = sum(t for op, t in per_op.items() if op in ("conv", "matmul", "linear"))
     other = sum(per_op.values()) - gemm

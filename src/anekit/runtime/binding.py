@@ -24,7 +24,8 @@ from anekit import targets
 from anekit.errors import FormatError, TargetError
 from anekit.formats import mil
 from anekit.formats.bundle import SegmentEntry, SegmentIO
-from anekit.runtime.sim.fp16 import narrow_into
+from anekit.runtime.sim.fp16 import contiguous, narrow_into, widen_fp16
+from anekit.runtime.sim.values import STORAGE
 
 # bytes of one element of each MIL dtype as the engine stores it
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
@@ -129,6 +130,13 @@ class Surfaces(PinnedInputs):
     The rules are checked once, when the session binds the program
     (:func:`check_engine_segment`); each port's packed view of its surface (its value's
     dtype and shape at byte 0) is made here once too, so a step only converts values.
+
+    A value a session already holds in the simulator's storage form (fp16 values as
+    float32: a segment's result, or a feed it has rounded) is kept beside the surface and
+    converted into its fp16 bytes only when the bytes are read (:meth:`read_input`,
+    :meth:`read_output`, :meth:`read_inputs`): the round trip through fp16 is exact for
+    such values, so a step that hands results from segment to segment in the same form,
+    and resident state from step to step, never converts them (:meth:`stored_inputs`).
     """
 
     def __init__(self, inputs: Sequence[SegmentIO], outputs: Sequence[SegmentIO], size: int):
@@ -140,34 +148,119 @@ class Surfaces(PinnedInputs):
         self._in_views = {n: _packed(self._in[n], io) for n, io in self.inputs.items()}
         self._out_views = {n: _packed(self._out[n], io) for n, io in self.outputs.items()}
         self._seen = MappingProxyType(self._in_views)  # read-only, follows alias()
+        self._aliased: dict[str, str] = {}  # input -> the output whose surface it reads
+        # values not yet converted into their surface's bytes (storage form, read-only)
+        self._in_held: dict[str, np.ndarray] = {}
+        self._out_held: dict[str, np.ndarray] = {}
 
         self._fixed: set[str] = set()  # inputs not written per step: aliased or pinned
 
     def alias(self, input_name: str, output_name: str) -> None:
+        self._in_held.pop(input_name, None)
         self._in[input_name] = self._out[output_name]
         self._in_views[input_name] = _packed(self._in[input_name], self.inputs[input_name])
+        self._aliased[input_name] = output_name
         self._fixed.add(input_name)
 
     def write_input(self, name: str, array: np.ndarray) -> None:
+        self._forget_input(name)
         _write(self._in_views[name], array, self.inputs[name])
 
     def write_output(self, name: str, array: np.ndarray) -> None:
-        _write(self._out_views[name], array, self.outputs[name])
+        """Write a segment's result: kept in its storage form until the bytes are read."""
+        io = self.outputs[name]
+        if _storable(array, io):
+            self._out_held[name] = contiguous(array)
+        else:
+            self._out_held.pop(name, None)
+            _write(self._out_views[name], array, io)
+
+    def hold_input(self, name: str, array: np.ndarray) -> None:
+        """Fill an input with a value already in the port's storage form (a held result,
+        or a feed rounded to fp16): its bytes are written only when read."""
+        if not _storable(array, self.inputs[name]) or name in self._aliased:
+            self.write_input(name, array)  # an aliased input's bytes are its output's too
+            return
+        self._forget_input(name)
+        self._in_held[name] = contiguous(array)
 
     def copy_input(self, name: str, packed: np.ndarray) -> None:
         """Fill an input with a value already packed on another surface in the port's
         form (a producing engine segment's output): its bytes, as they are."""
+        self._forget_input(name)
         np.copyto(self._in_views[name], packed)
 
+    def hand_over(self, name: str, producer: Surfaces, output_name: str) -> None:
+        """Fill an input with what ``producer``'s output holds, in the same form: its
+        bytes as they are, or the value not yet converted into them."""
+        held = producer._out_held.get(output_name)
+        if held is None or name in self._aliased:
+            self.copy_input(name, producer.read_output(output_name))
+        else:
+            self._forget_input(name)
+            self._in_held[name] = held
+
     def read_input(self, name: str) -> np.ndarray:
+        self._settle_input(name)
         return self._in_views[name]
 
     def read_output(self, name: str) -> np.ndarray:
+        held = self._out_held.pop(name, None)
+        if held is not None:
+            _write(self._out_views[name], held, self.outputs[name])
         return self._out_views[name]
 
     def read_inputs(self) -> Mapping[str, np.ndarray]:
         """What the engine sees: each input read packed from byte 0 of its surface."""
+        for name in self.inputs:
+            self._settle_input(name)
         return self._seen
+
+    def stored_inputs(self) -> dict[str, np.ndarray]:
+        """Each input in the simulator's storage form (fp16 widened to float32): the value
+        held beside the surface where there is one, else the surface's bytes converted."""
+        out = {}
+        for name, io in self.inputs.items():
+            held = self._in_held.get(name)
+            if held is None and name in self._aliased:
+                held = self._out_held.get(self._aliased[name])
+            out[name] = held if held is not None else from_surface(self._in_views[name], io)
+        return out
+
+    def _settle_input(self, name: str) -> None:
+        """Convert a held input (or the output it is aliased to) into its bytes."""
+        held = self._in_held.pop(name, None)
+        if held is not None:
+            _write(self._in_views[name], held, self.inputs[name])
+        elif name in self._aliased:
+            self.read_output(self._aliased[name])
+
+    def _forget_input(self, name: str) -> None:
+        """The input's bytes are about to be written: a held value is stale (an aliased
+        input shares its output's bytes, so the output's is too)."""
+        self._in_held.pop(name, None)
+        if name in self._aliased:
+            self._out_held.pop(self._aliased[name], None)
+
+
+def _storable(array: np.ndarray, io: SegmentIO) -> bool:
+    """``array`` can stand for the port's bytes: fp16 values as float32 of the port's shape
+    (a round trip through fp16 returns them bit for bit). It is held C-contiguous, as a
+    read off the surface would be: kernels take other paths for strided inputs (numpy's
+    BLAS instead of the C GEMM), whose sums can differ in the last bit."""
+    return (
+        io.mil_dtype == "fp16"
+        and type(array) is np.ndarray
+        and array.dtype == np.float32
+        and array.shape == io.mil_shape
+    )
+
+
+def from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+    """A value read off a surface in the simulator's storage form (fp16 widened exactly)."""
+    if io.mil_dtype == "fp16":
+        return widen_fp16(array)
+    return np.array(array, dtype=STORAGE[io.mil_dtype])
 
 
 def _packed(surface: np.ndarray, io: SegmentIO) -> np.ndarray:

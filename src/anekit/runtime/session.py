@@ -23,9 +23,14 @@ from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
-from anekit.runtime.binding import Surfaces, check_engine_segment, min_surface_bytes
+from anekit.runtime.binding import (
+    Surfaces,
+    check_engine_segment,
+    from_surface,
+    min_surface_bytes,
+)
 from anekit.runtime.program import _from_program, _key, _to_program, check_feeds
-from anekit.runtime.sim.fp16 import round_to_fp16, widen_fp16
+from anekit.runtime.sim.fp16 import round_to_fp16
 from anekit.runtime.sim.values import STORAGE
 
 if TYPE_CHECKING:
@@ -181,7 +186,7 @@ class Session:
             index, io = found
             surfaces = self._surfaces[index]
             assert surfaces is not None
-            return _from_program(_from_surface(surfaces.read_input(io.mil_name), io), io)
+            return _from_program(from_surface(surfaces.read_input(io.mil_name), io), io)
         array, io = self._held[name]
         return _held_to_caller((array, io))
 
@@ -256,11 +261,7 @@ class Session:
             i = seg.index
             if isinstance(surfaces, Surfaces):
                 self._fill(seg, surfaces, env)
-                seen = {
-                    n: _from_surface(a, surfaces.inputs[n])
-                    for n, a in surfaces.read_inputs().items()
-                }
-                results = run(seen)
+                results = run(surfaces.stored_inputs())
                 for io in seg.outputs:
                     surfaces.write_output(io.mil_name, results[io.mil_name])
             else:
@@ -301,9 +302,9 @@ class Session:
             if key[0] == "input" and producer is not None and producer < seg.index:
                 producer = None  # overwritten this step: the held array is the value
             if producer is not None and _same_form(src, io):
-                surfaces.copy_input(io.mil_name, self._surfaces[producer].read_output(src.mil_name))
+                surfaces.hand_over(io.mil_name, self._surfaces[producer], src.mil_name)
             else:
-                surfaces.write_input(io.mil_name, _feed(io, held))
+                surfaces.hold_input(io.mil_name, _feed(io, held))
 
     def _rebind(self, index: int, old: Any, new: Any) -> Any:
         """Carry resident state and pinned inputs from a released engine program to the
@@ -344,13 +345,6 @@ def _store(io: SegmentIO, caller: np.ndarray) -> np.ndarray:
     if io.mil_dtype == "fp16":
         return round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
     return np.ascontiguousarray(array, dtype=STORAGE[io.mil_dtype])
-
-
-def _from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
-    """A value read off a surface in the simulator's storage form (fp16 widened exactly)."""
-    if io.mil_dtype == "fp16":
-        return widen_fp16(array)
-    return np.array(array, dtype=STORAGE[io.mil_dtype])
 
 
 def _held_to_caller(held: Held) -> np.ndarray:

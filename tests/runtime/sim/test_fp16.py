@@ -169,7 +169,9 @@ def test_c_conversions_refuse_mismatched_buffers() -> None:
         lambda a: a.T,  # a transpose
         lambda a: a.reshape(64, 48, 1).transpose(1, 2, 0).reshape(1, 48, 1, 64),  # engine layout
         lambda a: a[::-1, ::3],  # negative and non-unit strides
-        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: numpy's copy
+        lambda a: a.reshape(8, 8, 48).transpose(2, 0, 1),  # 3-D: slice by slice
+        lambda a: a.reshape(4, 16, 48).transpose(0, 2, 1)[:, None],  # a batch of transposes
+        lambda a: a.reshape(2, 96, 16).transpose(1, 2, 0),  # 3-D, too many slices: numpy
     ],
 )
 def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:
@@ -180,3 +182,57 @@ def test_contiguous_copies_strided_views_bit_for_bit(view) -> None:
     assert got.flags.c_contiguous and got.shape == v.shape
     assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))
     assert same_bits(round_to_fp16(v), numpy_round(v))
+
+
+@pytest.mark.parametrize("rows,cols", [(61, 37), (16, 8), (17, 9), (7, 100), (512, 512)])
+@pytest.mark.parametrize(
+    "view",
+    [lambda a: a.T, lambda a: a[::-1].T, lambda a: a[3:, 5:].T, lambda a: a[:, ::2].T],
+)  # fmt: skip
+def test_transposes_copy_every_edge_bit_for_bit(rows: int, cols: int, view) -> None:
+    # the C gather transposes 16 x 8 blocks in registers and copies the edges in tiles
+    bits = np.random.default_rng(rows * cols).integers(0, 2**32, size=rows * cols, dtype=np.uint64)
+    v = view(bits.astype(np.uint32).view(np.float32).reshape(rows, cols))
+    got = fp16.contiguous(v)
+    assert got.flags.c_contiguous and got.shape == v.shape
+    assert np.array_equal(got.view(np.uint32), np.ascontiguousarray(v).view(np.uint32))
+
+
+@pytest.mark.parametrize("op,ufunc", list(enumerate([np.add, np.subtract, np.multiply, np.divide])))
+@pytest.mark.parametrize("size", [1, 7, 8, 13, 4099])
+def test_fused_arithmetic_rounds_like_the_ufunc_and_the_rounding_pass(
+    op: int, ufunc, size: int, implementation: str
+) -> None:
+    rng = np.random.default_rng(size * 4 + op)
+    x = round_to_fp16(rng.standard_normal(size).astype(np.float32) * 50)
+    y = round_to_fp16(rng.standard_normal(size).astype(np.float32) * 50)
+    x[: size // 3] = -0.0  # signed zeros and tiny results (fp16 subnormals)
+    if ufunc is np.divide:  # finite quotients below 65520 (the rest is the next test's)
+        y = np.where(np.abs(y) < 1, np.float32(1), y)
+        x[size // 2 :] = round_to_fp16(x[size // 2 :] * np.float32(1e-6))
+    else:
+        y[size // 2 :] = round_to_fp16(y[size // 2 :] * np.float32(1e-6))
+    for a, b in ((x, y), (x, y[:1].copy()), (x[:1].copy(), y)):
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        got = fp16.binary_rounded(op, a, b, shape)
+        if implementation == "numpy":
+            assert got is None  # no C extension: the caller takes numpy's path
+            continue
+        with np.errstate(all="ignore"):
+            want = round_to_fp16(ufunc(a, b))
+        assert got is not None and same_bits(got, want) and got.shape == want.shape
+
+
+@pytest.mark.parametrize("x,y", [(60000.0, 6000.0), (1.0, 0.0), (np.nan, 1.0), (np.inf, 1.0)])
+def test_fused_arithmetic_leaves_overflow_and_nan_to_numpy(x: float, y: float) -> None:
+    a = np.full(40, x, np.float32)
+    b = np.full(40, y, np.float32)
+    with np.errstate(all="ignore"):
+        assert fp16.binary_rounded(0 if x == 60000.0 else 3, a, b, (40,)) is None
+
+
+def test_fused_arithmetic_takes_only_contiguous_float32_of_the_result_shape() -> None:
+    a = np.ones((8, 8), np.float32)
+    assert fp16.binary_rounded(0, a.T[:, ::2], a[:, :4], (8, 4)) is None  # strided
+    assert fp16.binary_rounded(0, a, a[:1], (8, 8)) is None  # a broadcast row
+    assert fp16.binary_rounded(0, a.astype(np.int32), a, (8, 8)) is None

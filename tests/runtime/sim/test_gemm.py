@@ -239,3 +239,23 @@ def test_changing_thread_counts_between_products_is_safe() -> None:
         out = np.full((240, 64), np.nan, np.float32)
         native.gemm(a, b, out, 240, 64, 64, (1, 4, 2, 3, 2)[i % 5])
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocks_of_k_resume_each_outputs_sum_where_it_stopped(threads: int) -> None:
+    # the kernel runs k in blocks of 256 and reloads each sum from C between blocks; with
+    # the products beyond the first block all zero, every sum must be the first block's,
+    # bit for bit (a sum restarted from zero, or resumed from the wrong place, is not)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((50, 600), dtype=np.float32)
+    b = rng.standard_normal((600, 80), dtype=np.float32)
+    a[:, 256:] = 0.0
+    out = np.empty((50, 80), np.float32)
+    native.gemm(a, b, out, 50, 600, 80, threads)
+    first = np.empty((50, 80), np.float32)
+    native.gemm(
+        np.ascontiguousarray(a[:, :256]), np.ascontiguousarray(b[:256]), first, 50, 256, 80, 1
+    )
+    assert np.all(first != 0)  # no signed zero for the + 0 products to turn positive
+    np.testing.assert_array_equal(out.view(np.uint32), first.view(np.uint32))
+    assert within_summation_bound(out, a, b)

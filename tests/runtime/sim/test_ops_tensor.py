@@ -367,3 +367,30 @@ def test_select_identity_non_zero_against_onnxruntime() -> None:
     f = replace(f, operations=(*f.operations[:-1], replace(last, outputs=(out,))))
     got = SimProgram(replace(program, functions=(f,))).run({"x": x})
     np.testing.assert_array_equal(got["y0"], want)
+
+
+@pytest.mark.parametrize("mode", ["add", "sub", "mul", "div", "max", "min"])
+def test_scatter_rounds_give_ufunc_at_bits(mode: str) -> None:
+    # repeated targets are updated in rounds (the k-th update of each target in round k);
+    # every target must see the same operations in the same order as numpy's ufunc.at
+    from anekit.runtime.sim.ops.gather import _MODES, ROUNDS_MAX, _accumulate
+
+    rng = np.random.default_rng(len(mode))
+    data = rng.standard_normal((12, 5)).astype(np.float32)
+    data[0, 0] = np.nan
+    for rows in (rng.integers(0, 12, 300), np.arange(12), np.zeros(ROUNDS_MAX + 1, np.int64)):
+        updates = (rng.standard_normal((len(rows), 5)) * 3).astype(np.float32)
+        updates[::7] = -0.0
+        want, got = data.copy(), data.copy()
+        with np.errstate(all="ignore"):
+            _MODES[mode].at(want, (rows,), updates)
+            _accumulate(got, (rows,), updates, _MODES[mode])
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    grid = (rng.integers(0, 4, (6, 7)), rng.integers(0, 3, (6, 7)))  # scatter_nd's index pairs
+    cube = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    updates = rng.standard_normal((6, 7, 2)).astype(np.float32)
+    want, got = cube.copy(), cube.copy()
+    with np.errstate(all="ignore"):
+        _MODES[mode].at(want, grid, updates)
+        _accumulate(got, grid, updates, _MODES[mode])
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

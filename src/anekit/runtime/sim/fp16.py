@@ -5,8 +5,11 @@ BLAS sgemm); every fp16-typed result is rounded once with :func:`round_to_fp16`.
 float16 casts are scalar code (2 to 4 ns per element here), several times the cost of the
 arithmetic, so values are rounded on their bit patterns instead:
 
-- by the C extension ``_native`` when it was built (``ACCELERATED``): one vectorised,
-  branch-free loop, about 0.2 ns per element with AVX-512 (0.3 with AVX2);
+- by the C extension ``_native`` when it was built (``ACCELERATED``): an F16C conversion to
+  fp16 and back (IEEE rounding, 8 values per instruction pair, about 0.1 ns per element)
+  where the CPU has AVX2 and F16C, else one vectorised branch-free loop (0.2-0.3 ns); the
+  arithmetic ops of large values round in the same pass as they compute
+  (:func:`binary_rounded`);
 - otherwise in numpy, in blocks that stay in the L2 cache, with a few simple ufunc passes
   (about 0.05-0.15 ns per element each, 1 ns in all).
 
@@ -115,6 +118,31 @@ def round_to_fp16(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
     return round_with_numpy(values)
 
 
+def binary_rounded(
+    op: int, x: np.ndarray, y: np.ndarray, shape: tuple[int, ...] | None
+) -> np.ndarray | None:
+    """``x + y``, ``x - y``, ``x * y`` or ``x / y`` (``op`` 0 to 3) rounded to fp16 in one C
+    pass (1.6x the ufunc and the rounding pass), for C-contiguous float32 operands of the
+    result's ``shape`` or of one value. None where that does not apply (other operands,
+    no C extension, no AVX2/F16C) or where a result needs the exact conversion (|r| >=
+    65520, infinite, NaN): the caller then computes it with numpy, as before."""
+    binary_round = _converter("binary_round")
+    if (
+        binary_round is None
+        or shape is None
+        or type(x) is not np.ndarray
+        or type(y) is not np.ndarray
+        or x.dtype != np.float32
+        or y.dtype != np.float32
+        or not (x.shape == shape or x.size == 1)
+        or not (y.shape == shape or y.size == 1)
+        or not (x.flags.c_contiguous and y.flags.c_contiguous)
+    ):
+        return None
+    out = np.empty(shape, np.float32)
+    return out if binary_round(op, x, y, out) == 0 else None
+
+
 def round_with_numpy(values: np.ndarray) -> np.ndarray:
     """Round a C-contiguous float32 array in place with numpy alone (the fallback path)."""
     size = values.size
@@ -191,11 +219,15 @@ def narrow_to_float16(values: np.ndarray) -> np.ndarray:
         return values.astype(np.float16)
 
 
+BATCHES = 64  # at most this many 2-D slices of a 3-D view are gathered one by one
+
+
 def contiguous(values: np.ndarray) -> np.ndarray:
     """A float32 array as a C-contiguous copy (the array itself when it is one already). A
     view that is 2-D once its size-1 axes are dropped (a transpose) is copied by the C
-    extension in tiles, 3x faster than numpy's column-by-column walk; the bits are copied
-    as they are."""
+    extension in register blocks, 3-10x faster than numpy's column-by-column walk, and so
+    is a 3-D one slice by slice (a batch of transposes, as attention's head layouts are);
+    the bits are copied as they are."""
     if values.flags.c_contiguous:
         return values
     gather = _converter("gather")
@@ -204,5 +236,11 @@ def contiguous(values: np.ndarray) -> np.ndarray:
         if squeezed.ndim == 2:
             out = np.empty(values.shape, np.float32)
             gather(squeezed, out)
+            return out
+        if squeezed.ndim == 3 and len(squeezed) <= BATCHES and squeezed.strides[2] != 4:
+            out = np.empty(values.shape, np.float32)
+            slices = out.reshape(squeezed.shape)
+            for i, part in enumerate(squeezed):
+                gather(part, slices[i])
             return out
     return np.ascontiguousarray(values)

@@ -127,14 +127,72 @@ def conv(
         spatial_out = view.shape[2 : 2 + n]
         order = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
         checked_shape((batch, c_in * math.prod(kernel), math.prod(spatial_out)), "im2col")
-        cols = view.transpose(order).reshape(batch, g, (c_in // g) * math.prod(kernel), -1)
         w = weight.reshape(g, c_out // g, -1)
-        out = np.matmul(w, cols).reshape((batch, c_out) + tuple(spatial_out))
+        picked = _picked(w, x)
+        if picked is not None and _identity(picked, w.shape[2]):
+            # each output channel is one window position: the windows themselves, +0 added
+            # as the sum does, written once in the output's layout
+            out = np.empty(view.shape[:2] + view.shape[2 + n :] + spatial_out, x.dtype)
+            np.add(np.float32(0), view.transpose(order), out=out)
+        elif picked is not None:
+            cols = view.transpose(order).reshape(batch, g, w.shape[2], -1)
+            out = _pick(cols, picked)
+            np.add(np.float32(0), out, out=out)
+        else:
+            cols = view.transpose(order).reshape(batch, g, w.shape[2], -1)
+            out = np.matmul(w, cols)
+        out = out.reshape((batch, c_out) + tuple(spatial_out))
     if bias is not None:
         if bias.shape != (c_out,):
             raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
         out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
     return out
+
+
+# A grouped convolution whose weights only pick inputs (each output sums one input times 1
+# and the rest times 0) is how a compiled step gathers windows (im2col, pooling) and
+# scatters their gradients back (col2im). Its products are exact, so any summation order
+# gives the same sum: +0 plus the picked input (-0 becomes +0, as the GEMM's accumulator
+# starting at +0 makes it), 0 where nothing is picked, NaN where any input of the group is
+# infinite or NaN (0 * inf). The picked values are copied instead of multiplied (a GEMM of
+# thousands of 9x9 matrices); inputs that are not all finite take the GEMM.
+PICK_LIMIT = 1 << 16  # weights larger than this are never checked (real weights, not picks)
+
+
+def _picked(w: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """For weights ``w`` [g, outputs, inputs] of 0s and 1s with at most one 1 per output:
+    the input each output picks (-1 for none), per group; else None. None as well when
+    ``x`` is not all finite (then the sum is not the picked value)."""
+    if w.size > PICK_LIMIT or w.dtype != np.float32 or x.dtype != np.float32:
+        return None
+    ones = w == 1
+    if not np.all(ones | (w == 0)):
+        return None
+    counts = ones.sum(axis=2)
+    if np.any(counts > 1):
+        return None
+    if not math.isfinite(float(np.add.reduce(x, axis=None))):
+        return None  # an inf or NaN in x (a sum that overflows only costs the GEMM)
+    return np.where(counts == 1, ones.argmax(axis=2), -1)
+
+
+def _pick(columns: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """``columns`` [N, g, inputs, *D] -> [N, g, outputs, *D], output o of group j being
+    input ``picked[j, o]`` (0 for -1); ``columns`` itself when every group picks every input
+    in order. Not yet +0-added: the caller adds it, or accumulates into zeros, which does."""
+    if _identity(picked, columns.shape[2]):
+        return columns
+    trailing = columns.shape[3:]
+    index = np.maximum(picked, 0).reshape(1, *picked.shape, *(1,) * len(trailing))
+    shape = (columns.shape[0], *picked.shape, *trailing)
+    out = np.take_along_axis(columns, np.broadcast_to(index, shape), axis=2)
+    out[:, picked < 0] = 0
+    return out
+
+
+def _identity(picked: np.ndarray, inputs: int) -> bool:
+    """Every group picks each of its ``inputs`` once, in order."""
+    return picked.shape[1] == inputs and bool(np.all(picked == np.arange(inputs)))
 
 
 def _check_conv(sig: Signature, opset: int) -> None:
@@ -210,9 +268,13 @@ def conv_transpose(
         raise ValueError(f"output spatial size {out_sizes} is empty")
     # [N, g, Cg_in, D] -> per group: W_g^T [Cg_out*K, Cg_in] @ x_g [Cg_in, D]
     cg_in, cg_out = c_in // g, c_out // g
-    xs = x.reshape(batch, g, cg_in, -1)
     w = weight.astype(x.dtype, copy=False).reshape(g, cg_in, cg_out * math.prod(kernel))
-    cols = np.matmul(np.swapaxes(w, 1, 2), xs)  # [N, g, Cg_out*K, D]
+    picked = _picked(np.swapaxes(w, 1, 2), x)
+    if picked is not None:  # the taps below add into zeros: that is the sum's +0
+        # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
+        cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
+    else:
+        cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
     cols = cols.reshape((batch, g, cg_out, *kernel, *sizes))
     if tuple(kernel) == tuple(st) and all(d == 1 for d in dl):
         buffer = _tile_taps(cols, n)

@@ -13,10 +13,13 @@ from ..registry import FLOAT, NUMERIC, SimOp, op
 from ._util import F32
 
 
-def _binary(ufunc: Callable[..., Any]) -> Callable[..., np.ndarray]:
+def _binary(ufunc: Callable[..., Any], fused: int | None = None) -> Callable[..., np.ndarray]:
     def kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return ufunc(x, y)
 
+    kernel.elementwise = True  # type: ignore[attr-defined]  # see SimProgram's run loop
+    if fused is not None:
+        kernel.fused = fused  # type: ignore[attr-defined]
     return kernel
 
 
@@ -26,6 +29,9 @@ def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # int32 / int32: Core ML's ML Program backend truncates the quotient (coremltools'
     # test_real_div_int_builder_to_backend expects np.array(x / y, dtype=int32)).
     return np.trunc(np.true_divide(x, y, dtype=np.float64)).astype(x.dtype)
+
+
+_real_div.elementwise = True  # type: ignore[attr-defined]
 
 
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -52,6 +58,7 @@ def _unary(fn: Callable[[np.ndarray], Any]) -> Callable[..., np.ndarray]:
     def kernel(x: np.ndarray) -> np.ndarray:
         return fn(x)
 
+    kernel.elementwise = True  # type: ignore[attr-defined]
     return kernel
 
 
@@ -89,7 +96,10 @@ def _rsqrt(x: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
 
 
 def _clip(x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    return np.minimum(np.maximum(x, alpha), beta)
+    out = np.maximum(x, alpha)
+    if type(out) is not np.ndarray or out.shape != np.broadcast_shapes(out.shape, np.shape(beta)):
+        return np.minimum(out, beta)
+    return np.minimum(out, beta, out=out)  # in place: no second array
 
 
 def _check_clip(sig: Any, opset: int) -> None:
@@ -104,6 +114,10 @@ def _check_clip(sig: Any, opset: int) -> None:
 def _threshold(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return np.maximum(x, alpha)
 
+
+# the C extension's fused arithmetic-and-rounding codes (fp16.binary_rounded)
+_FUSED = {"add": 0, "sub": 1, "mul": 2}
+_real_div.fused = 3  # type: ignore[attr-defined]
 
 _ARITHMETIC = {
     "add": np.add,
@@ -155,8 +169,8 @@ _NUMERIC_UNARY: dict[str, Callable[[np.ndarray], Any]] = {
 _EXACT_UNARY = frozenset({"abs", "ceil", "floor", "round", "sign"})
 
 OPS: tuple[SimOp, ...] = (
-    *(op(n, "x:T y:T", "T", _binary(f), T=NUMERIC, exact=n in ("maximum", "minimum"))
-      for n, f in _ARITHMETIC.items()),
+    *(op(n, "x:T y:T", "T", _binary(f, _FUSED.get(n)), T=NUMERIC,
+         exact=n in ("maximum", "minimum")) for n, f in _ARITHMETIC.items()),
     op("real_div", "x:T y:T", "T", _real_div, T=NUMERIC),
     op("pow", "x:T y:T", "T", _pow, T=NUMERIC),
     *(op(n, "x:T y:T", "bool", _binary(f), T=NUMERIC) for n, f in _COMPARE.items()),

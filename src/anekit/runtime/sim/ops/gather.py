@@ -9,6 +9,7 @@ a time so repeated indices accumulate.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -106,9 +107,39 @@ def _apply(out: np.ndarray, where: tuple[Any, ...], updates: np.ndarray, mode: s
         ufunc = _MODES[mode]
         if mode == "div" and out.dtype.kind != "f":
             ufunc = np.floor_divide
-        ufunc.at(out, where, updates)
+        _accumulate(out, where, updates, ufunc)
     else:
         raise ValueError(f"mode {mode!r} is not one of update, {', '.join(_MODES)}")
+
+
+ROUNDS_MAX = 64  # a target hit more often than this: ufunc.at's own loop
+
+
+def _accumulate(out: np.ndarray, where: tuple[Any, ...], updates: np.ndarray, ufunc: Any) -> None:
+    """``ufunc.at(out, where, updates)``: each target updated by its updates in their order.
+    ufunc.at runs element by element (0.6 ms for an embedding gradient's 512 rows); here the
+    updates go in rounds, the k-th update of every target in round k, so no target occurs
+    twice in a round and one fancy-indexed ufunc applies the round: the same operations on
+    every element, in the same order."""
+    lead = np.broadcast_shapes(*(np.shape(w) for w in where))
+    n = math.prod(lead)
+    if out.dtype != updates.dtype or n == 0 or updates.shape[: len(lead)] != lead:
+        ufunc.at(out, where, updates)
+        return
+    flat = tuple(np.broadcast_to(w, lead).reshape(-1) for w in where)
+    keys = np.ravel_multi_index(flat, out.shape[: len(flat)])
+    order = np.argsort(keys, kind="stable")  # each target's updates together, in order
+    ordered = keys[order]
+    first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    rank = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    if rank.max() >= ROUNDS_MAX:
+        ufunc.at(out, where, updates)
+        return
+    values = updates.reshape((n, *updates.shape[len(lead) :]))
+    for k in range(int(rank.max()) + 1):
+        chosen = order[rank == k]
+        target = tuple(f[chosen] for f in flat)
+        out[target] = ufunc(out[target], values[chosen])
 
 
 def scatter(
