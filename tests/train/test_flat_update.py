@@ -102,19 +102,21 @@ def test_joined_update_keeps_the_segments_and_cpu_ops():
         assert len(update[True].nodes) < len(update[False].nodes), name
 
 
-def test_groups_by_row_width_caps_and_member_size():
+def test_groups_by_row_width_and_size():
     shapes = {"w": (64, 32), "b": (32,), "odd": (10,), "k": (4, 1, 3, 3), "big": (512, 256),
-              "lone_odd": (70000,)}  # fmt: skip
+              "odd_big": (16385,)}  # fmt: skip
     got = flat.groups(shapes, _update_view)
-    assert [g.params for g in got] == [("w", "b"), ("odd", "k"), ("big",), ("lone_odd",)]
-    wide, narrow, big, lone = got
+    assert [g.params for g in got] == [("w", "b"), ("odd", "k"), ("big",), ("odd_big",)]
+    wide, narrow, big, odd_big = got
     assert wide.axis == 1 and wide.views == ((1, 64, 1, 32), (1, 1, 1, 32))
     assert narrow.axis == 3 and narrow.views == ((1, 1, 1, 10), (1, 1, 1, 36))
     assert narrow.sizes == (10, 36)
-    assert not big.joined and big.views == (_update_view((512, 256)),)  # past MAX_MEMBER
-    assert lone.views == ((70000,),)
-    # a group never passes its cap: 16384 channels of 32 = 8 members of 2048 rows
-    many = {f"p{i}": (2048, 32) for i in range(9)}
-    sizes = [len(g.params) for g in flat.groups(many, _update_view)]
-    assert sizes == [8, 1]
+    # larger than a group: alone, in the view of the per-parameter update
+    assert not big.joined and big.views == (_update_view((512, 256)),)
+    assert not odd_big.joined and odd_big.views == ((16385,),)
+    # a group never passes its size: 65536 elements = 4 members of 16384
+    many = {f"p{i}": (512, 32) for i in range(9)}
+    assert [len(g.params) for g in flat.groups(many, _update_view)] == [4, 4, 1]
+    rows = {f"r{i}": (4097,) for i in range(5)}  # a row of at most 16384
+    assert [g.sizes for g in flat.groups(rows, _update_view)] == [(4097,) * 3, (4097,) * 2]
     assert all(not g.joined for g in flat.groups(shapes, _update_view, flat=False))
