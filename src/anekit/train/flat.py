@@ -52,28 +52,25 @@ def _view(n: int, axis: int) -> tuple[int, ...]:
 
 def groups(shapes: Mapping[str, Sequence[int]], own_view: Callable, flat: bool = True,
            ) -> list[Group]:  # fmt: skip
-    """The update groups of ``shapes`` (parameter -> shape), ordered by their first
-    member; ``own_view(shape)`` is the view of a parameter updated alone."""
+    """The update groups of ``shapes`` (parameter -> shape): each parameter joins the first
+    group of its kind with room (ordered by their first members); ``own_view(shape)`` is
+    the view of a parameter updated alone."""
     caps = {1: MAX_GROUP, 3: MAX_ROW}
-    open_: dict[int, list[str]] = {1: [], 3: []}  # axis -> the members of its open group
-    done: list[tuple[int, list[str]]] = []
+    packed: list[tuple[int, list[str]]] = []  # (axis, members), first fit in parameter order
     sizes = {p: int(np.prod(s)) for p, s in shapes.items()}
     for p, n in sizes.items():
         axis = 1 if n % ROW == 0 else 3
-        if not flat or n > caps[axis]:
-            done.append((axis, [p]))
-            continue
-        if sum(sizes[q] for q in open_[axis]) + n > caps[axis]:
-            done.append((axis, open_[axis]))
-            open_[axis] = []
-        open_[axis].append(p)
-    done.extend(open_.items())
+        room = (m for a, m in packed if a == axis and sum(sizes[q] for q in m) + n <= caps[axis])
+        members = next(room, None) if flat and n <= caps[axis] else None
+        if members is None:
+            packed.append((axis, [p]))
+        else:
+            members.append(p)
     out = []
-    for axis, members in done:
+    for axis, members in packed:
         if len(members) > 1:
             out.append(Group(tuple(members), tuple(_view(sizes[p], axis) for p in members), axis))
-        elif members:
+        else:
             p = members[0]
             out.append(Group((p,), (tuple(own_view(tuple(shapes[p]))),), axis))
-    order = {p: i for i, p in enumerate(shapes)}
-    return sorted(out, key=lambda g: order[g.params[0]])
+    return out
