@@ -35,7 +35,7 @@ from anekit.train.modes import (
     convs_as_matmuls,
     explicit_ranks,
 )
-from anekit.train.optim import Optimizer
+from anekit.train.optim import TINY, Optimizer
 
 TARGET = "target"
 LOSS, NONFINITE, GRAD_NORM = "loss", "nonfinite", "grad_norm"
@@ -234,11 +234,14 @@ def _blend(e: Emitter, keep: str, new: str, old: str) -> str:
 
 def _global_norm(e: Emitter, grads: list[str]) -> str:
     """sqrt(sum of squares) over all gradients, scaled by the largest per-tensor norm so
-    that no square overflows fp16."""
+    that no square overflows fp16. The scale is at least fp16's smallest subnormal: when
+    every gradient is zero (a step whose gradients were all NaN, sanitised to 0) an
+    epsilon below fp16's range would leave 0 / 0, a NaN norm and so a NaN clipping factor
+    that the skip's blend cannot undo (NaN * 0 is NaN)."""
     norms = [e.reshape(e("reduce_l2", g, keepdims=False), (1,)) for g in grads]
     top = norms[0]
     for n in norms[1:]:
         top = e("maximum", top, n)
-    top = e.add(top, e.scalar(1e-12, top))
+    top = e("maximum", top, e.scalar(TINY, top))
     total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
     return e.mul(top, e("sqrt", total))
