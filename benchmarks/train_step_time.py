@@ -90,6 +90,26 @@ def split_ms(trainer, batch, repeats: int) -> dict:
             "between_segments_ms": round(1000 * (steps[k] - sum(inside[k])), 2)}  # fmt: skip
 
 
+def flat_vs_per_parameter(graph, batch, repeats: int, rounds: int = 4) -> dict:
+    """The step and its last (update) segment with the update joined over parameter groups
+    (the default) and once per parameter, in interleaved rounds: medians of the rounds."""
+    runs = {f: Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim", flat_update=f)
+            for f in (True, False)}  # fmt: skip
+    seen = {f: [] for f in runs}
+    for _ in range(rounds):
+        for f, t in runs.items():
+            seen[f].append(split_ms(t, batch, repeats))
+    out = {}
+    for f, splits in seen.items():
+        update = runs[f].compiled(batch).segments[-1]
+        out["flat" if f else "per_parameter"] = {
+            "step_ms": round(float(np.median([s["step_ms"] for s in splits])), 2),
+            "update_segment_ms": round(float(np.median([s["segments_ms"][-1] for s in splits])), 2),
+            "update_segment_ops": len(update.nodes),
+        }  # fmt: skip
+    return out
+
+
 def torch_step(kind: str, w: dict, batch: dict):
     import torch
     import torch.nn.functional as F
@@ -248,6 +268,7 @@ def main() -> None:
             "segments": [s.device for s in compiled.segments], "split": split,
             "cpu_ops_by_op": dict(Counter(r["op"] for r in trainer.check(batch))),
             "estimate_ms_per_chip": estimate_program(compiled),
+            "update_flat_vs_per_parameter": flat_vs_per_parameter(graph, batch, args.repeats // 2),
         }  # fmt: skip
         print(kind, doc["workloads"][kind])
     doc["published_seed004_mlp"] = seed004_mlp()

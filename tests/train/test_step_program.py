@@ -122,8 +122,9 @@ def test_mlp_step_is_engine_cpu_engine_with_resident_state(mnist_like):
     assert "transpose" not in ops
 
 
-def test_nonfinite_step_keeps_every_state_value(mnist_like):
-    t = _trainer()
+@pytest.mark.parametrize("max_grad_norm", [None, 1.0])
+def test_nonfinite_step_keeps_every_state_value(mnist_like, max_grad_norm):
+    t = _trainer(max_grad_norm=max_grad_norm)
     t.step(mnist_like)
     before = t.state_values()
     bad = dict(mnist_like)

@@ -11,6 +11,9 @@ Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale 
 differentiation and the gradients divided by it after; NaN gradient elements become 0 and
 infinities +-65504, and are counted; a step with any such element leaves every state value
 unchanged (the host then halves the loss scale). Optional clipping by global norm follows.
+
+The update runs once per group of parameters joined into one tensor (train/flat.py), not
+once per parameter: the same values, in fewer ops.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from anekit.errors import ModelError
 from anekit.ir.graph import Graph, Value
+from anekit.train import flat
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
 from anekit.train.losses import FP16_MAX
@@ -31,7 +35,7 @@ from anekit.train.modes import (
     convs_as_matmuls,
     explicit_ranks,
 )
-from anekit.train.optim import Optimizer
+from anekit.train.optim import TINY, Optimizer
 
 TARGET = "target"
 LOSS, NONFINITE, GRAD_NORM = "loss", "nonfinite", "grad_norm"
@@ -73,6 +77,7 @@ def build_step(
     *,
     max_grad_norm: float | None = None,
     fp16: bool = False,
+    flat_update: bool = True,
 ) -> StepGraph:
     if len(model.outputs) != 1:
         raise ModelError(
@@ -121,26 +126,32 @@ def build_step(
     # the engine has no booleans, and every blended value is finite after sanitising)
     keep = e.sub(e.scalar(1.0, nonfinite), e.step(nonfinite))
     norm = _global_norm(e, list(clean.values()))
+    factor = None
     if max_grad_norm is not None:
         factor = e("minimum", e.scalar(1.0, norm),
                    e.div(e.scalar(max_grad_norm, norm), e.add(norm, e.scalar(1e-6, norm))))  # fmt: skip
-        clean = {p: e.mul(g, _ranked(e, factor, e.rank(g))) for p, g in clean.items()}
 
     next_values: dict[str, str] = {}
+    slot_names = optimizer.slots_for(fp16)
     for p in params:
-        shape, view = e.shape(p), views[p]
-        slots = {s: slot_name(p, s) for s in optimizer.slots_for(fp16)}
-        for s in slots.values():
-            ed.declare_value(s, shape, ed.values[p].dtype)
-            ed.inputs.append(ed.values[s])
-        here = {k: _ranked(e, v, len(view)) for k, v in scalars.items()}
-        kept = _ranked(e, keep, len(view))
-        state = {k: e.reshape(v, view) for k, v in slots.items()}
-        old = e.reshape(p, view)
-        new_p, new_slots = optimizer.update(e, old, clean[p], state, here, fp16)
-        next_values[p] = e.reshape(_blend(e, kept, new_p, old), shape)
-        for s, v in new_slots.items():
-            next_values[slots[s]] = e.reshape(_blend(e, kept, v, state[s]), shape)
+        for s in slot_names:
+            ed.declare_value(slot_name(p, s), e.shape(p), ed.values[p].dtype)
+            ed.inputs.append(ed.values[slot_name(p, s)])
+    for group in flat.groups({p: e.shape(p) for p in params}, _update_view, flat_update):
+        members, rank = group.params, len(group.views[0])
+        here = {k: _ranked(e, v, rank) for k, v in scalars.items()}
+        kept = _ranked(e, keep, rank)
+        g = _join(e, [clean[p] for p in members], group)
+        if factor is not None:
+            g = e.mul(g, _ranked(e, factor, rank))
+        state = {s: _join(e, [slot_name(p, s) for p in members], group) for s in slot_names}
+        old = _join(e, members, group)
+        new_p, new_slots = optimizer.update(e, old, g, state, here, fp16)
+        results = {None: _blend(e, kept, new_p, old)}  # None: the parameters themselves
+        results.update({s: _blend(e, kept, v, state[s]) for s, v in new_slots.items()})
+        for s, v in results.items():
+            for p, part in zip(members, _split(e, v, group), strict=True):
+                next_values[p if s is None else slot_name(p, s)] = e.reshape(part, e.shape(p))
     for stat, update in buffer_updates.items():
         next_values[stat] = _blend(e, keep, update, stat)
 
@@ -190,6 +201,19 @@ def _update_view(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
+def _join(e: Emitter, names: Sequence[str], group: flat.Group) -> str:
+    """The members' values (gradients, parameters or one slot) as the group's one tensor."""
+    parts = [e.reshape(n, v) for n, v in zip(names, group.views, strict=True)]
+    return e("concat", *parts, axis=group.axis) if group.joined else parts[0]
+
+
+def _split(e: Emitter, joined: str, group: flat.Group) -> tuple[str, ...]:
+    """A joined group's value cut back into its members' views."""
+    if not group.joined:
+        return (joined,)
+    return e.multi("split", [joined], axis=group.axis, sizes=group.sizes)
+
+
 def _ranked(e: Emitter, scalar: str, rank: int) -> str:
     """A [1] scalar at ``rank`` (one reshape per scalar and rank, shared)."""
     shape = (1,) * rank
@@ -210,11 +234,14 @@ def _blend(e: Emitter, keep: str, new: str, old: str) -> str:
 
 def _global_norm(e: Emitter, grads: list[str]) -> str:
     """sqrt(sum of squares) over all gradients, scaled by the largest per-tensor norm so
-    that no square overflows fp16."""
+    that no square overflows fp16. The scale is at least fp16's smallest subnormal: when
+    every gradient is zero (a step whose gradients were all NaN, sanitised to 0) an
+    epsilon below fp16's range would leave 0 / 0, a NaN norm and so a NaN clipping factor
+    that the skip's blend cannot undo (NaN * 0 is NaN)."""
     norms = [e.reshape(e("reduce_l2", g, keepdims=False), (1,)) for g in grads]
     top = norms[0]
     for n in norms[1:]:
         top = e("maximum", top, n)
-    top = e.add(top, e.scalar(1e-12, top))
+    top = e("maximum", top, e.scalar(TINY, top))
     total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
     return e.mul(top, e("sqrt", total))

@@ -69,6 +69,7 @@ class Trainer:
         max_grad_norm: float | None = None,
         loss_scale: float | None = None,
         seed: int = 0,
+        flat_update: bool = True,
     ):
         self.model, self._onnx = _as_graph(model)
         self.loss = loss
@@ -88,6 +89,7 @@ class Trainer:
             raise ModelError("the model has no trainable parameters",
                              hint="check the freeze= patterns")  # fmt: skip
         self.max_grad_norm = max_grad_norm
+        self.flat_update = flat_update  # one update chain per parameter group (train/flat.py)
         self.fp16 = backend == "sim"
         self.dynamic_scale = loss_scale is None and self.fp16
         self.loss_scale = float(
@@ -122,7 +124,8 @@ class Trainer:
         if sig not in self._programs:
             sg = build_step(self.model, self._loss_fn, self.optimizer, self.params,
                             self._target_value(np.asarray(batch[TARGET])),
-                            max_grad_norm=self.max_grad_norm, fp16=self.fp16)  # fmt: skip
+                            max_grad_norm=self.max_grad_norm, fp16=self.fp16,
+                            flat_update=self.flat_update)  # fmt: skip
             session, compiled = open_session(sg.graph, sg.state, self.backend, self.chip,
                                              self.resident_state)  # fmt: skip
             self._programs[sig] = (sg, session, compiled)
