@@ -91,3 +91,20 @@ def test_softmax_of_logits_near_1e4(name: str, chip: str) -> None:
     shape = CASES[name][0]
     x = 9992.0 - 8.0 * rng.integers(0, 4, size=shape).astype(np.float32)
     _compare(name, chip, x, 1e4)
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_l2_norm_over_an_infinite_element_is_infinite(chip: str) -> None:
+    """The peak is capped at fp16's largest value: dividing an infinite element by an
+    infinite peak gave NaN, where fp32 (and torch) give an infinite norm. Finite rows are
+    unchanged."""
+    shape, build = CASES["reduce_l2"]
+    graph = anekit.graph([build(anekit.input("x", shape), 1.0)])
+    x = _fp16_grid(np.random.default_rng(5).standard_normal(shape))
+    x[0, 0, 3] = np.inf
+    x[0, 1, 7] = -np.inf
+    (want,) = graph.run({"x": x}).values()
+    (got,) = anekit.compile(graph, chip).run({"x": x}, "sim").values()
+    assert np.isposinf(want[0, :2]).all() and np.isposinf(got[0, :2]).all(), got
+    rows = np.abs(got[0, 2:] - want[0, 2:]) <= TOLERANCE * np.abs(want[0, 2:])
+    assert rows.all(), (got, want)

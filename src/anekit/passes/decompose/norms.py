@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.graph import Node
 from anekit.passes.decompose.emit import Emit
 from anekit.passes.rewrite import Rewriter, rule
@@ -15,15 +16,18 @@ LRN_MAX_CHANNELS = 4096  # the banded window weight is channels x channels
 # intermediate exceeds 1 in magnitude however large the input (a plain d*d overflows fp16
 # once |d| > 256: a residual stream at std 100 already does). The peak is floored at
 # SCALE_FLOOR so a constant row divides by a finite number: 1/peak <= 128 and
-# eps/peak^2 <= 16384 * eps stay finite in fp16. The math is exact for any peak:
+# eps/peak^2 <= 16384 * eps stay finite in fp16. It is capped at fp16's largest finite value
+# so an infinite element scales to infinity (inf / inf would be NaN): an L2 norm over it is
+# then infinite, as in fp32. The math is exact for any peak:
 # (d/p) / sqrt(mean((d/p)^2) + eps/p^2) = d / sqrt(mean(d^2) + eps).
 SCALE_FLOOR = 2.0**-7
 
 
 def peak_scaled(e: Emit, d: str, red: dict) -> tuple[str, str, str]:
-    """(d / peak, 1 / peak, peak) with peak = max(max |d| over the reduced axes, SCALE_FLOOR)."""
+    """(d / peak, 1 / peak, peak) with peak = max |d| over the reduced axes, clipped to
+    [SCALE_FLOOR, FP16_MAX]."""
     peak = e("reduce_max", [e("abs", [d], tag="magnitude")], red, "peak")
-    peak = e("maximum", [peak, e.const(SCALE_FLOOR, "scale_floor")], tag="scale")
+    peak = e("clip", [peak], {"min": SCALE_FLOOR, "max": FP16_MAX}, tag="scale")
     inv = e("reciprocal", [peak], tag="inv_scale")
     return e("mul", [d, inv], tag="unit"), inv, peak  # |d / peak| <= 1
 
