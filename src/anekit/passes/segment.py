@@ -50,8 +50,8 @@ def _other(device: str) -> str:
     return "cpu" if device == "ane" else "ane"
 
 
-def _topology(graph: Graph) -> tuple[list[Node], dict[str, set[str]], dict[str, set[str]]]:
-    """Nodes in a topological order (original order where free), producers and readers."""
+def _dependencies(graph: Graph) -> tuple[dict[str, int], dict[str, set[str]], dict[str, set[str]]]:
+    """Each node's position, its producers and its readers (by node name)."""
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     producer = {o: n.name for n in graph.nodes for o in n.outputs}
     preds = {n.name: {producer[i] for i in n.inputs if i in producer} for n in graph.nodes}
@@ -59,6 +59,12 @@ def _topology(graph: Graph) -> tuple[list[Node], dict[str, set[str]], dict[str, 
     for name, ps in preds.items():
         for p in ps:
             users[p].add(name)
+    return index, preds, users
+
+
+def _topology(graph: Graph) -> tuple[list[Node], dict[str, set[str]], dict[str, set[str]]]:
+    """Nodes in a topological order (original order where free), producers and readers."""
+    index, preds, users = _dependencies(graph)
     deps = {name: len(ps) for name, ps in preds.items()}
     ready = [(index[n], n) for n, d in deps.items() if not d]
     heapq.heapify(ready)
@@ -109,15 +115,8 @@ def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str
 def _greedy_groups(graph: Graph, klass: Mapping[str, str]) -> list[tuple[str, list[Node]]]:
     """Keep taking ready nodes of the current class (in original order); when none is
     ready, switch to the class of the earliest ready node."""
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
-    producer = {o: n.name for n in graph.nodes for o in n.outputs}
-    deps: dict[str, int] = {}
-    users: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
-    for n in graph.nodes:
-        preds = {producer[i] for i in n.inputs if i in producer}
-        deps[n.name] = len(preds)
-        for p in preds:
-            users[p].append(n.name)
+    index, preds, users = _dependencies(graph)
+    deps = {name: len(ps) for name, ps in preds.items()}
     ready: dict[str, list[tuple[int, str]]] = {}
     for n in graph.nodes:
         if not deps[n.name]:
