@@ -1,11 +1,12 @@
 """float32 -> IEEE float16 arrays, as numpy's cast gives them, in a fraction of its time.
 
 numpy's float16 cast is scalar code (4-7 ns per element here). Every weight the compiler or a
-weight update writes goes through it: 124M values for GPT-2, 170M for a Stories110M-sized
-weight update. The C extension ``anekit._native`` converts with F16C (about 0.5 ns per
+weight update writes goes through this module (124M values for GPT-2, 170M for a
+Stories110M-sized weight update), and so does every fp16 surface write of a simulated
+session. The C extension ``anekit._native`` converts with F16C (about 0.5 ns per
 element, without the GIL so threads overlap); where it was not built, numpy's cast is used.
-Both give the same bits: nearest even, overflow to infinity, NaN kept a NaN (the tests
-compare them on every tie and on random bit patterns).
+Both give the same bits: nearest even, overflow to infinity, NaN payloads as numpy keeps
+them (the tests compare them on every tie and on random bit patterns).
 """
 
 from __future__ import annotations
@@ -25,9 +26,21 @@ def to_float16(values: np.ndarray) -> np.ndarray:
     cast rounds them."""
     wide = np.asarray(values, dtype=np.float32, order="C")
     out = np.empty(wide.shape, np.float16)
-    if ACCELERATED and wide.size:
-        _native.to_fp16(wide, out)
-        return out
-    with np.errstate(over="ignore"):
-        out[...] = wide
+    narrow_into(wide, out)
     return out
+
+
+def narrow_into(values: np.ndarray, out: np.ndarray) -> None:
+    """Write ``values`` into the float16 array ``out`` (of the same shape) as numpy's cast
+    would; in C where both are C-contiguous and ``values`` is float32."""
+    if (
+        ACCELERATED
+        and values.dtype == np.float32
+        and values.shape == out.shape
+        and values.flags.c_contiguous
+        and out.flags.c_contiguous
+    ):
+        _native.to_fp16(values, out)
+        return
+    with np.errstate(over="ignore"):
+        out[...] = values

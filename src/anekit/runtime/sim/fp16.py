@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from anekit import float16
+
 try:  # built by setup.py where a C compiler is found; optional, so numpy is the fallback
     from anekit import _native
 except ImportError:  # pragma: no cover - depends on the install
@@ -199,18 +201,10 @@ def narrow_into(values: np.ndarray, out: np.ndarray) -> None:
     """Write ``values`` into the float16 array ``out`` (of the same shape) as numpy's cast
     would: nearest even, overflow to infinity; exact for values already fp16 (a surface
     write)."""
-    to_fp16 = _converter("to_fp16")
-    if (
-        to_fp16 is not None
-        and values.dtype == np.float32
-        and out.flags.c_contiguous
-        and values.shape == out.shape
-    ):
+    if float16.ACCELERATED and values.dtype == np.float32 and out.flags.c_contiguous:
         # a strided view (a transposed result) is gathered first: still far cheaper
-        to_fp16(contiguous(values), out)
-        return
-    with np.errstate(over="ignore"):
-        out[...] = values
+        values = contiguous(values)
+    float16.narrow_into(values, out)
 
 
 def narrow_to_float16(values: np.ndarray) -> np.ndarray:
