@@ -163,10 +163,13 @@ class CompiledModel:
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
 
-    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+    def session(
+        self, backend: str = "sim", state: Mapping[str, str] | None = None, guard: str | None = None
+    ) -> Any:
         """The bundle in memory run step after step with resident ``state`` (input ->
-        output fed back); see `anekit.runtime.Program.session`."""
-        return self.program.session(backend, state)
+        output fed back), kept only while ``guard`` is finite; see
+        `anekit.runtime.Program.session`."""
+        return self.program.session(backend, state, guard)
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.graph.name!r}, target={self.target.name!r}: {self.summary_line()})"

@@ -95,10 +95,44 @@ def test_resume_through_the_command_line_is_exact(files, capsys, tmp_path) -> No
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_check_names_what_runs_on_the_cpu(files, capsys) -> None:
-    report = _train(files, capsys, str(files["model"]), "--check")
-    assert report["cpu_parts"], "the class-label one-hot runs on the CPU"
-    assert all(row["placement"] == "cpu" and row["reason"] for row in report["cpu_parts"])
+def _embedding_files(root: Path) -> tuple[Path, Path]:
+    """An ONNX embedding classifier (Gather of int64 ids, then a matmul) and its data."""
+    rng = np.random.default_rng(1)
+    emb = numpy_helper.from_array((rng.standard_normal((16, 8)) * 0.2).astype(np.float32), "emb")
+    w = numpy_helper.from_array((rng.standard_normal((32, 10)) * 0.2).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([BATCH, 32], np.int64), "shape")
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]),
+             helper.make_node("Reshape", ["e", "shape"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["logits"])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [BATCH, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [BATCH, 10])],
+        [emb, w, shape],
+    )  # fmt: skip
+    model = root / "embedding.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = root / "ids.npz"
+    np.savez(data, ids=rng.integers(0, 16, (BATCH, 4)), target=rng.integers(0, 10, BATCH))
+    return model, data
+
+
+def test_check_names_what_runs_on_the_cpu(files, capsys, tmp_path) -> None:
+    # the MLP's whole step (forward, backward, overflow guard, Adam) is one engine program
+    assert _train(files, capsys, str(files["model"]), "--check")["cpu_parts"] == []
+    assert main(["train", str(files["model"]), "--data", str(files["train"]), "--check"]) == 0
+    assert "the whole step (forward, backward, optimizer) runs on the engine" in (
+        capsys.readouterr().out
+    )
+    # an embedding's lookup and its gradient's scatter have no engine form
+    model, data = _embedding_files(tmp_path)
+    args = ["train", str(model), "--data", str(data), "--batch-size", str(BATCH), "--check"]
+    assert main([*args, "--json"]) == 0, capsys.readouterr().err
+    rows = json.loads(capsys.readouterr().out)["cpu_parts"]
+    assert {"gather", "scatter_nd"} <= {r["op"] for r in rows}
+    assert all(row["placement"] == "cpu" and row["reason"] for row in rows)
+    assert main(args) == 0
+    assert "ops of the step run on the CPU" in capsys.readouterr().out
 
 
 def _refused(capsys, args: list[str], says: str) -> None:

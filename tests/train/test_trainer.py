@@ -106,7 +106,9 @@ def test_check_names_what_runs_on_the_cpu_and_why():
     rows = t.check({"ids": np.zeros((2, 4), np.int32), "target": np.zeros((2, 4), np.int64)})
     reasons = {r["op"]: r["reason"] for r in rows}
     assert "gather" in reasons and "no engine form" in reasons["gather"]
-    assert "isnan" in reasons and "bool" in reasons["isnan"]
+    assert "scatter_nd" in reasons  # the embedding's gradient
+    # the overflow test is arithmetic on the engine: no NaN check on booleans
+    assert not {"isnan", "isinf"} & set(reasons)
     # class labels come as one-hot rows made on the host: no integer one_hot in the step
     assert "one_hot" not in reasons
     compiled = t.compiled({"ids": np.zeros((2, 4), np.int32), "target": np.zeros((2, 4), np.int64)})

@@ -149,6 +149,7 @@ class Surfaces(PinnedInputs):
         self._out_views = {n: _packed(self._out[n], io) for n, io in self.outputs.items()}
         self._seen = MappingProxyType(self._in_views)  # read-only, follows alias()
         self._aliased: dict[str, str] = {}  # input -> the output whose surface it reads
+        self._paired: dict[str, str] = {}  # input -> the output it swaps surfaces with
         # values not yet converted into their surface's bytes (storage form, read-only)
         self._in_held: dict[str, np.ndarray] = {}
         self._out_held: dict[str, np.ndarray] = {}
@@ -161,6 +162,28 @@ class Surfaces(PinnedInputs):
         self._in_views[input_name] = _packed(self._in[input_name], self.inputs[input_name])
         self._aliased[input_name] = output_name
         self._fixed.add(input_name)
+
+    def pair(self, input_name: str, output_name: str) -> None:
+        """Double-buffer a state: the input keeps a surface of its own, the output writes
+        the other, and :meth:`swap` exchanges them once a step's value is accepted. Until
+        then the input still reads the previous value: a step can be discarded."""
+        self._paired[input_name] = output_name
+        self._fixed.add(input_name)
+
+    def swap(self, input_name: str) -> None:
+        """The output's surface becomes the paired input's, and the input's old surface
+        the output's spare (what it holds is stale: the next step writes it)."""
+        output_name = self._paired[input_name]
+        self._in[input_name], self._out[output_name] = self._out[output_name], self._in[input_name]
+        self._in_views[input_name], self._out_views[output_name] = (
+            self._out_views[output_name], self._in_views[input_name],
+        )  # fmt: skip
+        held = self._out_held.pop(output_name, None)
+        stale = self._in_held.pop(input_name, None)
+        if held is not None:
+            self._in_held[input_name] = held
+        if stale is not None:
+            self._out_held[output_name] = stale
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         self._forget_input(name)

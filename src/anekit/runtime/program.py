@@ -123,12 +123,15 @@ class Program:
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return check_feeds({p.name: p for p in self.inputs}, feeds, "the program takes")
 
-    def session(self, backend: str = "sim", state: Mapping[str, str] | None = None) -> Any:
+    def session(
+        self, backend: str = "sim", state: Mapping[str, str] | None = None, guard: str | None = None
+    ) -> Any:
         """A `anekit.runtime.session.Session`: this program loaded once on ``backend``, run
-        step after step; ``state`` maps inputs to the outputs fed back into them."""
+        step after step; ``state`` maps inputs to the outputs fed back into them; a step
+        whose ``guard`` output is not all finite keeps the state as it was."""
         from anekit.runtime.session import Session
 
-        return Session(self, backend, state)
+        return Session(self, backend, state, guard)
 
     def runners(self, backend: str) -> list[SegmentRunner]:
         """Each segment loaded on ``backend`` (loaded once, then shared by every run)."""

@@ -8,6 +8,12 @@ the same engine segment has its input bound to the output's surface, so it stays
 the engine's fp16 form from step to step and is read back only when asked. Other state
 (crossing segments, or on a CPU segment) is handed from step to step in the producing
 program's storage form, never converted to the caller's dtype or stripped of padding.
+
+``guard`` names an output that decides whether a step's state is kept: when any element of
+it is NaN or infinite, the step's next values are discarded and every state keeps the value
+it had (a training step whose gradients overflowed, as torch's GradScaler skips it). A
+guarded state on an engine surface is double-buffered instead of aliased: the step writes
+its next value to a second surface, which becomes the input's only when the step is kept.
 """
 
 from __future__ import annotations
@@ -44,10 +50,18 @@ Held = tuple[np.ndarray, SegmentIO | None]
 class Session:
     """Run a program step after step with resident state; see :meth:`Program.session`."""
 
-    def __init__(self, program: Program, backend: str, state: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        program: Program,
+        backend: str,
+        state: Mapping[str, str] | None = None,
+        guard: str | None = None,
+    ):
         self.program = program
         self.backend = backend
         self.state = dict(state or {})
+        self.guard = guard
+        self.kept = True  # whether the last step's state was kept (see guard)
         self._check_state()
         runners = program.runners(backend)  # loaded now: errors surface here
         # an engine segment's surfaces: the engine's own buffers (a runner that can alias
@@ -74,6 +88,7 @@ class Session:
             for io in seg.outputs
         }
         self._resident: dict[str, tuple[int, SegmentIO]] = {}  # state -> its aliased surface
+        self._paired: list[tuple[Surfaces, str]] = []  # guarded resident state's input ports
         self._held: dict[str, Held] = {}
         self._bind_state()
         ports = {p.name: p for p in program.inputs}
@@ -116,6 +131,11 @@ class Session:
                 )
         if len(set(self.state.values())) != len(self.state):
             raise AnekitError("two states are fed back from the same output")
+        if self.guard is not None and (self.guard not in outs or self.guard in self.state.values()):
+            raise AnekitError(
+                f"the guard '{self.guard}' is not an output of the program that is not state",
+                hint=f"outputs: {', '.join(n for n in outs if n not in self.state.values())}",
+            )
 
     def _bind_state(self) -> None:
         """Alias each state's input port to its output's surface where both are ports of
@@ -142,10 +162,16 @@ class Session:
                 and consumers[0][0] == src.segment
                 and _same_form(consumers[0][1], producer)
             ):
-                surfaces.alias(consumers[0][1].mil_name, producer.mil_name)
-                self._aliases.setdefault(src.segment, []).append(
-                    (consumers[0][1].mil_name, producer.mil_name)
-                )
+                if self.guard is None:
+                    surfaces.alias(consumers[0][1].mil_name, producer.mil_name)
+                    self._aliases.setdefault(src.segment, []).append(
+                        (consumers[0][1].mil_name, producer.mil_name)
+                    )
+                elif isinstance(surfaces, Surfaces):
+                    surfaces.pair(consumers[0][1].mil_name, producer.mil_name)
+                    self._paired.append((surfaces, consumers[0][1].mil_name))
+                else:  # the engine's own buffers alias in place: a step could not be undone
+                    continue
                 self._resident[name] = (src.segment, consumers[0][1])
 
     @property
@@ -279,9 +305,19 @@ class Session:
             for io in seg.outputs:
                 env[(i, io.value)] = (results[io.mil_name], io)
         outs = {p.name: p.source for p in self.program.outputs}
-        for name, target in self.state.items():
-            if name not in self._resident:
-                self._held[name] = env[_key(outs[target])]
+        self.kept = self.guard is None or bool(np.isfinite(env[_key(outs[self.guard])][0]).all())
+        if self.kept:
+            for surfaces, name in self._paired:
+                surfaces.swap(name)
+            for name, target in self.state.items():
+                if name not in self._resident:
+                    self._held[name] = env[_key(outs[target])]
+        else:
+            # the held values stand; the surfaces that produced them hold the discarded
+            # step's now, so they are no longer handed over from there
+            for name, (array, src) in list(self._held.items()):
+                if src is not None:
+                    self._held[name] = (_from_program(array, src), None)
         return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
 
     def _fill(self, seg: Any, surfaces: Surfaces, env: Mapping[tuple, Held]) -> None:

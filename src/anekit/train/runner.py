@@ -34,20 +34,25 @@ def keep_heap_pages() -> bool:
 
 
 class HostSession:
-    """The session protocol (seed/run/read) over `Graph.run`: state kept in host arrays."""
+    """The session protocol (seed/run/read) over `Graph.run`: state kept in host arrays,
+    replaced only when the ``guard`` output is all finite (as `Session` does)."""
 
-    def __init__(self, graph: Graph, state: Mapping[str, str]):
+    def __init__(self, graph: Graph, state: Mapping[str, str], guard: str | None = None):
         self.graph = graph
         self.state = dict(state)
+        self.guard = guard
         self._values: dict[str, np.ndarray] = {}
 
     def seed(self, values: Mapping[str, np.ndarray]) -> None:
         self._values.update({k: np.asarray(v, np.float32) for k, v in values.items()})
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        out = self.graph.run({**feeds, **self._values})
-        for s, o in self.state.items():
-            self._values[s] = out.pop(o)
+        return self._keep(self.graph.run({**feeds, **self._values}))
+
+    def _keep(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nexts = {s: out.pop(o) for s, o in self.state.items()}
+        if self.guard is None or np.isfinite(out[self.guard]).all():
+            self._values.update(nexts)
         return out
 
     def read(self, name: str) -> np.ndarray:
@@ -55,34 +60,33 @@ class HostSession:
 
 
 def open_session(graph: Graph, state: Mapping[str, str], backend: str, target: str,
-                 resident_state: bool) -> tuple[Any, Any]:  # fmt: skip
-    """(session, compiled model or None) for a step graph."""
+                 resident_state: bool, guard: str | None = None) -> tuple[Any, Any]:  # fmt: skip
+    """(session, compiled model or None) for a step graph; a step whose ``guard`` output
+    is not all finite keeps every state value."""
     if backend not in BACKENDS:
         raise AnekitError(f"unknown training backend '{backend}'",
                           hint=f"choose one of {', '.join(BACKENDS)}")  # fmt: skip
     if backend == "reference":
-        return HostSession(graph, state), None
+        return HostSession(graph, state, guard), None
     from anekit.compiler import compile as compile_model
 
     compiled = compile_model(graph, target)
     keep_heap_pages()
     if resident_state:
-        return compiled.session(backend=backend, state=dict(state)), compiled
-    return _ShuttleSession(compiled.program, state, backend), compiled
+        return compiled.session(backend=backend, state=dict(state), guard=guard), compiled
+    return _ShuttleSession(compiled.program, state, backend, guard), compiled
 
 
 class _ShuttleSession(HostSession):
     """resident_state=False: every step sends the state in and reads it back (the host
     shuttle seed 004 measured at ~4x the resident path)."""
 
-    def __init__(self, program: Any, state: Mapping[str, str], backend: str):
+    def __init__(self, program: Any, state: Mapping[str, str], backend: str, guard: str | None):
         self.program = program
         self.backend = backend
         self.state = dict(state)
+        self.guard = guard
         self._values = {}
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        out = self.program.run({**feeds, **self._values}, backend=self.backend)
-        for s, o in self.state.items():
-            self._values[s] = out.pop(o)
-        return out
+        return self._keep(self.program.run({**feeds, **self._values}, backend=self.backend))

@@ -2,15 +2,19 @@
 
 Inputs: the model's data inputs, ``target``, dropout masks, the per-step scalars
 (learning rate, bias corrections, loss scale) and the state (parameters, optimizer slots,
-running statistics). Outputs: ``loss``, ``nonfinite`` (how many gradient elements were NaN
-or infinite), ``grad_norm`` and, for every state input ``s``, its next value ``s.next``.
-A session aliases each ``s.next`` onto ``s`` (seed 004 section 2.5.1), so the state stays
-resident and the host feeds only the batch and the scalars.
+running statistics). Outputs: ``loss``, ``overflow`` (0 when every gradient element is
+finite, else NaN), ``grad_norm`` and, for every state input ``s``, its next value
+``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (seed 004 section
+2.5.1), so the state stays resident and the host feeds only the batch and the scalars.
 
 Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale before
-differentiation and the gradients divided by it after; NaN gradient elements become 0 and
-infinities +-65504, and are counted; a step with any such element leaves every state value
-unchanged (the host then halves the loss scale). Optional clipping by global norm follows.
+differentiation and the gradients divided by it after. A NaN or infinite gradient element
+makes ``overflow`` NaN, and the session, guarded by it, commits none of the step's next
+values: every state value stays as it was (the host then halves the loss scale), as
+torch's GradScaler skips such a step. The test is arithmetic on the engine (the peak
+magnitude of each gradient, which the global norm computes anyway, times 0), so no
+gradient leaves the engine for a CPU check and no blend runs over the state. Optional
+clipping by global norm follows.
 
 The update runs once per group of parameters joined into one tensor (train/flat.py), not
 once per parameter: the same values, in fewer ops.
@@ -38,7 +42,7 @@ from anekit.train.modes import (
 from anekit.train.optim import TINY, Optimizer
 
 TARGET = "target"
-LOSS, NONFINITE, GRAD_NORM = "loss", "nonfinite", "grad_norm"
+LOSS, OVERFLOW, GRAD_NORM = "loss", "overflow", "grad_norm"
 
 
 def next_name(state: str) -> str:
@@ -112,19 +116,19 @@ def build_step(
     scaled = e.mul(loss, scalars["loss_scale"])
     grads = backprop(e, ed.nodes, scaled, params)
 
-    counts, clean, views = [], {}, {}
+    clean, views = {}, {}
     for p in params:
         g = grads.get(p)
         if g is None:
             raise ModelError(f"the loss does not depend on the parameter '{p}'",
                              hint="freeze it (freeze= name patterns)")  # fmt: skip
         views[p] = _update_view(e.shape(p))
-        count, clean[p] = sanitise(e, g, views[p], scalars["inv_loss_scale"])
-        counts.append(count)
-    nonfinite = e.reshape(e("cast", e.accumulate(counts), to="fp32"), (1,))
-    # 1 when every gradient element was finite, else 0 (a blend weight, not a boolean:
-    # the engine has no booleans, and every blended value is finite after sanitising)
-    keep = e.sub(e.scalar(1.0, nonfinite), e.step(nonfinite))
+        inv_scale = _ranked(e, scalars["inv_loss_scale"], len(views[p]))
+        clean[p] = e.mul(e.reshape(g, views[p]), inv_scale)
+    # 0 when every element is finite, else NaN (NaN * 0 and inf * 0 are NaN): one number
+    # guards the step; the engine has no booleans, and needs none here
+    zeros = [e.mul(_peak(e, g), e.scalar(0.0, g)) for g in clean.values()]
+    overflow = e.reshape(e.accumulate(zeros), (1,))
     norm = _global_norm(e, list(clean.values()))
     factor = None
     if max_grad_norm is not None:
@@ -140,22 +144,20 @@ def build_step(
     for group in flat.groups({p: e.shape(p) for p in params}, _update_view, flat_update):
         members, rank = group.params, len(group.views[0])
         here = {k: _ranked(e, v, rank) for k, v in scalars.items()}
-        kept = _ranked(e, keep, rank)
         g = _join(e, [clean[p] for p in members], group)
         if factor is not None:
             g = e.mul(g, _ranked(e, factor, rank))
         state = {s: _join(e, [slot_name(p, s) for p in members], group) for s in slot_names}
         old = _join(e, members, group)
         new_p, new_slots = optimizer.update(e, old, g, state, here, fp16)
-        results = {None: _blend(e, kept, new_p, old)}  # None: the parameters themselves
-        results.update({s: _blend(e, kept, v, state[s]) for s, v in new_slots.items()})
+        results = {None: new_p, **new_slots}  # None: the parameters themselves
         for s, v in results.items():
             for p, part in zip(members, _split(e, v, group), strict=True):
                 next_values[p if s is None else slot_name(p, s)] = e.reshape(part, e.shape(p))
     for stat, update in buffer_updates.items():
-        next_values[stat] = _blend(e, keep, update, stat)
+        next_values[stat] = update
 
-    outs = {LOSS: loss, NONFINITE: nonfinite, GRAD_NORM: norm}
+    outs = {LOSS: loss, OVERFLOW: overflow, GRAD_NORM: norm}
     outs.update({next_name(s): v for s, v in next_values.items()})
     named = []
     for out_name, value in outs.items():
@@ -172,22 +174,6 @@ def build_step(
         data_inputs=tuple(data_inputs),
         scalars=tuple(scalar_names),
     )
-
-
-def sanitise(e: Emitter, g: str, view: Sequence[int], inv_scale: str) -> tuple[str, str]:
-    """(how many elements of ``g`` are NaN or infinite, as a rank-0 int32; ``g`` with NaN
-    as 0 and infinities as +-65504, shaped ``view`` and times ``inv_scale``).
-
-    The engine has no booleans and every engine op propagates NaN, so the test and the
-    NaN -> 0 run on the CPU; the count is reduced there too (exact), so one number, not a
-    mask, leaves it. The clip of infinities comes after the NaN -> 0 (clip(0) = 0: the
-    same values as where(isnan, 0, clip(g))) and runs on the engine with the update, so
-    that no engine op sits between the CPU ops and cuts them into two segments."""
-    count = e("reduce_sum", e("cast", e("or", e("isnan", g), e("isinf", g)), to="int32"),
-              keepdims=False)  # fmt: skip
-    finite = e.reshape(e("where", e("isnan", g), e.scalar(0.0, g), g), view)
-    finite = e("clip", finite, min=-FP16_MAX, max=FP16_MAX)
-    return count, e.mul(finite, _ranked(e, inv_scale, len(view)))
 
 
 def _update_view(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -227,21 +213,23 @@ def _ranked(e: Emitter, scalar: str, rank: int) -> str:
     return found.name
 
 
-def _blend(e: Emitter, keep: str, new: str, old: str) -> str:
-    """new when keep is 1, old when it is 0, exactly (x * 1 + y * 0 = x in any precision)."""
-    return e.add(e.mul(new, keep), e.mul(old, e.sub(e.scalar(1.0, keep), keep)))
+def _peak(e: Emitter, g: str) -> str:
+    """max |g| over every axis, kept as [1, ..]: NaN when any element is NaN, infinite when
+    any is, else finite. The same reduction as the fp16-safe L2 norm's peak
+    (passes/decompose), so the compiler computes it once for both."""
+    return e("reduce_max", e("abs", g), keepdims=True)
 
 
 def _global_norm(e: Emitter, grads: list[str]) -> str:
     """sqrt(sum of squares) over all gradients, scaled by the largest per-tensor norm so
-    that no square overflows fp16. The scale is at least fp16's smallest subnormal: when
-    every gradient is zero (a step whose gradients were all NaN, sanitised to 0) an
-    epsilon below fp16's range would leave 0 / 0, a NaN norm and so a NaN clipping factor
-    that the skip's blend cannot undo (NaN * 0 is NaN)."""
+    that no square overflows fp16. The scale is clipped to [fp16's smallest subnormal,
+    65504]: all-zero gradients give 0, not 0 / 0 = NaN (an epsilon below fp16's range
+    rounds to 0), and a per-tensor norm beyond fp16's range (finite gradients, an
+    infinite norm) gives an infinite norm, not inf / inf = NaN."""
     norms = [e.reshape(e("reduce_l2", g, keepdims=False), (1,)) for g in grads]
     top = norms[0]
     for n in norms[1:]:
         top = e("maximum", top, n)
-    top = e("maximum", top, e.scalar(TINY, top))
+    top = e("clip", top, min=TINY, max=FP16_MAX)
     total = e.accumulate([e.mul(e.div(n, top), e.div(n, top)) for n in norms])
     return e.mul(top, e("sqrt", total))

@@ -19,7 +19,7 @@ from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
 from anekit.train.optim import Adam, Optimizer, from_config
 from anekit.train.runner import open_session
-from anekit.train.step import LOSS, NONFINITE, TARGET, StepGraph, build_step, next_name
+from anekit.train.step import LOSS, OVERFLOW, TARGET, StepGraph, build_step, next_name
 
 GROWTH_INTERVAL = 200  # steps without overflow before the loss scale doubles (as torch's)
 MAX_LOSS_SCALE = 2.0**15
@@ -127,7 +127,7 @@ class Trainer:
                             max_grad_norm=self.max_grad_norm, fp16=self.fp16,
                             flat_update=self.flat_update)  # fmt: skip
             session, compiled = open_session(sg.graph, sg.state, self.backend, self.chip,
-                                             self.resident_state)  # fmt: skip
+                                             self.resident_state, guard=OVERFLOW)  # fmt: skip
             self._programs[sig] = (sg, session, compiled)
         sg, session, _ = self._programs[sig]
         if self._active != sig:
@@ -204,7 +204,7 @@ class Trainer:
     def check(self, batch: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         """Where the step program for this batch's shapes runs off the engine, and why (the
         compiler's placement reasons: an embedding gather and its gradient, a matmul wider
-        than the engine's 65536 limit, the NaN checks on booleans)."""
+        than the engine's 65536 limit)."""
         compiled = self.compiled(batch)
         if compiled is None:
             return []
@@ -215,8 +215,8 @@ class Trainer:
         sg, session = self._program(batch)
         out = session.run(self._feeds(sg, batch))
         loss = float(np.asarray(out[LOSS]).reshape(-1)[0])
-        if float(np.asarray(out[NONFINITE]).reshape(-1)[0]) > 0:
-            self.skipped += 1  # the program kept every state value; retry at half the scale
+        if not np.isfinite(out[OVERFLOW]).all():
+            self.skipped += 1  # the session kept every state value; retry at half the scale
             self.good_steps = 0
             if self.dynamic_scale:
                 self.loss_scale = max(1.0, self.loss_scale / 2)
