@@ -259,3 +259,38 @@ def test_blocks_of_k_resume_each_outputs_sum_where_it_stopped(threads: int) -> N
     assert np.all(first != 0)  # no signed zero for the + 0 products to turn positive
     np.testing.assert_array_equal(out.view(np.uint32), first.view(np.uint32))
     assert within_summation_bound(out, a, b)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,strided",
+    [((8, 64, 512), (512, 128), False), ((8, 64, 512), (512, 128), True),
+     ((2, 3, 80, 192), (1, 1, 192, 64), True), ((400, 96), (1, 1, 96, 64), False),
+     ((4, 128, 256), (1, 256, 32), True)],
+)  # fmt: skip
+def test_batched_rows_times_one_matrix_take_the_kernel_as_one_product(
+    a_shape, b_shape, strided, monkeypatch
+) -> None:
+    """[batch.., M, K] x one matrix is one [batch*M, K] product on the C GEMM (rows copied
+    to C order when they are a strided view), of numpy's result shape."""
+    rng = np.random.default_rng(sum(a_shape))
+    a = rng.standard_normal(a_shape, dtype=np.float32)
+    if strided:  # the same values as a non-contiguous view
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+        assert not a.flags.c_contiguous
+    b = rng.standard_normal(b_shape, dtype=np.float32)
+    calls = []
+    kernel = native.gemm
+    monkeypatch.setattr(gemm._native, "gemm", lambda *args: calls.append(args[3:6]) or kernel(*args))
+    got = gemm.matmul(a, b)
+    assert got.shape == np.matmul(a, b).shape
+    m = int(np.prod(a_shape[:-1]))
+    assert calls == [(m, a_shape[-1], b_shape[-1])]
+    rows = got.reshape(m, b_shape[-1])
+    assert within_summation_bound(rows, a.reshape(m, -1), b.reshape(b_shape[-2:]))
+
+
+def test_a_transposed_matrix_stays_with_numpy(monkeypatch) -> None:
+    a = np.ones((256, 128), np.float32)
+    b = np.ones((256, 128), np.float32).T  # a strided view
+    monkeypatch.setattr(gemm._native, "gemm", lambda *args: pytest.fail("took the C GEMM"))
+    np.testing.assert_array_equal(gemm.matmul(a, b), np.full((256, 256), 128.0, np.float32))

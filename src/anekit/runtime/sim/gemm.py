@@ -3,10 +3,11 @@
 A model's weight products (1x1 convs, a weight matrix times activations) are skinny: M and K
 are channels, N is the number of tokens (64 for the GPT-2 benchmark). OpenBLAS runs those at
 about 70% of what onnxruntime's pre-packed MLAS reaches; ``_native.gemm`` (AVX-512F, see
-``_native.c``) matches MLAS. It is used for float32 products of two C-contiguous matrices
-(leading dimensions of size 1 allowed) with enough work to pay for its threads; anything
-else, and every machine without AVX-512F or without the compiled module, takes
-``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
+``_native.c``) matches MLAS. It is used for float32 products of a batch of rows (a matrix, or
+activations [batch, tokens, channels] stacked into one) by one matrix, with enough work to
+pay for its threads; rows in another memory order are copied to C order first.
+Batched products of two batched operands (attention's scores and mixes), small ones, and
+every machine without AVX-512F or without the compiled module take ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
 batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
@@ -53,27 +54,32 @@ def thread_count() -> int:
 THREADS = thread_count()
 
 
-def _as_matrix(a: np.ndarray) -> np.ndarray | None:
-    """``a`` as a 2-D C-contiguous float32 view when its leading dimensions are all 1."""
-    if a.ndim < 2 or a.dtype != np.float32 or not a.flags.c_contiguous:
+def _weight_matrix(b: np.ndarray) -> np.ndarray | None:
+    """``b`` as a 2-D float32 matrix view when it is C-contiguous with leading dimensions
+    all 1 (a transposed view stays with numpy: OpenBLAS reads it in place as fast as the
+    C GEMM runs after a copy)."""
+    if b.ndim < 2 or b.dtype != np.float32 or not b.flags.c_contiguous:
         return None
-    if any(d != 1 for d in a.shape[:-2]):
+    if any(d != 1 for d in b.shape[:-2]):
         return None
-    return a.reshape(a.shape[-2:])
+    return b.reshape(b.shape[-2:])
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies."""
-    if ACCELERATED:
-        x, y = _as_matrix(a), _as_matrix(b)
-        if x is not None and y is not None and x.shape[1] == y.shape[0]:
-            m, k = x.shape
-            n = y.shape[1]
+    """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies: a
+    float32 ``a`` of any batch shape times one C-contiguous matrix ``b`` is one product of
+    ``a``'s rows (stacked, copied to C order if they are not) by ``b``."""
+    if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32:
+        y = _weight_matrix(b)
+        if y is not None and a.shape[-1] == y.shape[0]:
+            k, n = y.shape
+            m = a.size // k if k else 0
             if n >= MIN_COLUMNS and m * k * n >= MIN_WORK:
+                x = np.ascontiguousarray(a.reshape(m, k))
                 out = np.empty((m, n), np.float32)
                 _native.gemm(x, y, out, m, k, n, THREADS)
-                rank = max(a.ndim, b.ndim)
-                return out.reshape((1,) * (rank - 2) + (m, n))
+                batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+                return out.reshape((*batch, a.shape[-2], n))
     return np.matmul(a, b)
 
 
