@@ -107,3 +107,20 @@ def test_input_only_engine_work_runs_in_the_segment_that_reads_it() -> None:
     readers = [s.index for s in cm.segments if "x2" in s.inputs]
     assert readers == [2]
     assert cm.placement[row(cm, "late").layer.split(", ")[0]].segment == 2
+
+
+def test_a_reduction_of_early_work_runs_early_when_that_moves_fewer_bytes() -> None:
+    """c1's activation feeds a CPU op and, through a small reduction, the last engine
+    segment: the reduction runs in the first segment (the activation crosses into the
+    CPU segment only, four values into the last), not in its latest phase (the
+    activation would be carried into the last segment as well), as a weight gradient
+    runs where its activations are rather than carrying them to the update."""
+    x = anekit.input("x", (1, 4, 32, 32))
+    c1 = _conv(x, "c1")
+    r = ops.reduce_mean(c1, axes=(2, 3), keepdims=True, name="r")
+    y = ops.add(_conv(record("floor", [c1], name="f"), "c2"), r, name="sum")
+    cm = compile_checked(anekit.graph(y), "m4")
+    assert [s.device for s in cm.segments] == ["ane", "cpu", "ane"]
+    assert cm.placement[row(cm, "r").layer.split(", ")[0]].segment == 0
+    first, _, last = cm.segments
+    assert first.outputs == ("c1", "r") and set(last.inputs) == {"f", "r"}

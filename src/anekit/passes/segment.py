@@ -30,19 +30,23 @@ def group_by_device(graph: Graph, device: Mapping[str, str]) -> list[tuple[str, 
     With only the two devices, groups alternate, so a schedule is a sequence of phases of
     alternating device. Each node's earliest phase (after its producers: the same phase
     for one of its own device, a later one otherwise) gives the fewest phases, tried
-    starting on either device; each node then runs in its latest phase, just before its
-    readers, so work that depends only on the graph's inputs (a layout conversion of a
-    state input, a label one-hot) sits in the segment that uses it rather than the first
-    one, and an input read by one segment crosses into no other. Nodes keep their
-    original order within a group. A fused attention layer, a group of its own, falls
-    back to the greedy order (`_greedy_groups`).
+    starting on either device. Work that depends only on the graph's inputs (a layout
+    conversion of a state input, a label one-hot) runs in its latest phase, just before
+    its readers, so it sits in the segment that uses it and an input read by one segment
+    crosses into no other. Every other node runs in its latest phase too, or in its
+    earliest, whichever of the two placements moves fewer bytes between segments (a
+    weight gradient computed where its activations are, rather than the activations
+    carried to the update). Nodes keep their original order within a group. A fused
+    attention layer, a group of its own, falls back to the greedy order (`_greedy_groups`).
     """
     klass = {n.name: _class_of(n, device[n.name]) for n in graph.nodes}
     if not set(klass.values()) <= {"ane", "cpu"}:
         return _greedy_groups(graph, klass)
     order, preds, users = _topology(graph)
     first = klass[graph.nodes[0].name] if graph.nodes else "ane"
-    tries = [_phased(order, preds, users, klass, start) for start in (first, _other(first))]
+    sizes = {v.name: v.numel * v.dtype.itemsize for v in graph.values.values()}
+    tries = [_phased(graph, order, preds, users, klass, start, sizes)
+             for start in (first, _other(first))]  # fmt: skip
     return min(tries, key=len)  # the first device's order on a tie
 
 
@@ -79,10 +83,12 @@ def _topology(graph: Graph) -> tuple[list[Node], dict[str, set[str]], dict[str, 
     return order, preds, users
 
 
-def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str, set[str]],
-            klass: Mapping[str, str], start: str) -> list[tuple[str, list[Node]]]:  # fmt: skip
+def _phased(graph: Graph, order: list[Node], preds: Mapping[str, set[str]],
+            users: Mapping[str, set[str]], klass: Mapping[str, str], start: str,
+            sizes: Mapping[str, int]) -> list[tuple[str, list[Node]]]:  # fmt: skip
     """Groups of alternating phases, phase 0 on ``start``: earliest phases fix their number,
-    then every node moves to its latest phase."""
+    then each node moves to its latest phase, or (when that moves fewer bytes between
+    phases) every node with a producer stays in its earliest."""
 
     def fit(phase: int, device: str, up: bool) -> int:
         """The nearest phase on ``device`` at or after (up) or before ``phase``."""
@@ -96,11 +102,20 @@ def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str
         low = max((earliest[p] + (klass[p] != k) for p in preds[n.name]), default=0)
         earliest[n.name] = fit(low, k, up=True)
     last = max(earliest.values(), default=0)
-    phase: dict[str, int] = {}
-    for n in reversed(order):
-        k = klass[n.name]
-        high = min((phase[u] - (klass[u] != k) for u in users[n.name]), default=last)
-        phase[n.name] = fit(high, k, up=False)
+
+    def placed(stay_early: bool) -> dict[str, int]:
+        phase: dict[str, int] = {}
+        for n in reversed(order):
+            if stay_early and preds[n.name]:
+                phase[n.name] = earliest[n.name]  # readers are placed no earlier
+                continue
+            k = klass[n.name]
+            high = min((phase[u] - (klass[u] != k) for u in users[n.name]), default=last)
+            phase[n.name] = fit(high, k, up=False)
+        return phase
+
+    phase = min((placed(False), placed(True)),
+                key=lambda ph: _crossing_bytes(graph, order, ph, sizes))  # fmt: skip
     groups: list[tuple[str, list[Node]]] = []
     for p in sorted(set(phase.values())):
         device = start if p % 2 == 0 else _other(start)
@@ -110,6 +125,19 @@ def _phased(order: list[Node], preds: Mapping[str, set[str]], users: Mapping[str
         else:
             groups.append((device, nodes))
     return groups
+
+
+def _crossing_bytes(graph: Graph, order: list[Node], phase: Mapping[str, int],
+                    sizes: Mapping[str, int]) -> int:  # fmt: skip
+    """Bytes handed into phases other than the one that made them: each value once per
+    other phase that reads it (a graph input once per phase that reads it)."""
+    made = {o: phase[n.name] for n in order for o in n.outputs}
+    readers: dict[str, set[int]] = {}
+    for n in order:
+        for i in n.inputs:
+            if i and i not in graph.constants:
+                readers.setdefault(i, set()).add(phase[n.name])
+    return sum(sizes.get(v, 0) * len(ps - {made.get(v)}) for v, ps in readers.items())
 
 
 def _greedy_groups(graph: Graph, klass: Mapping[str, str]) -> list[tuple[str, list[Node]]]:
