@@ -37,7 +37,7 @@ from anekit.train.models import (  # noqa: E402
     mlp,
     mlp_weights,
 )  # fmt: skip
-from anekit.train.step import build_step  # noqa: E402
+from anekit.train.step import build_step, update_ops  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_step_time.json"
 CHIPS = ("m1", "m2", "m3", "m4", "m4-max", "m5")
@@ -91,21 +91,22 @@ def split_ms(trainer, batch, repeats: int) -> dict:
 
 
 def flat_vs_per_parameter(graph, batch, repeats: int, rounds: int = 4) -> dict:
-    """The step and its last (update) segment with the update joined over parameter groups
-    (the default) and once per parameter, in interleaved rounds: medians of the rounds."""
+    """The step with the update joined over parameter groups (the default) and once per
+    parameter, in interleaved rounds: medians of the rounds, and the update's op count
+    (the compiled nodes downstream of an optimizer slot)."""
     runs = {f: Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim", flat_update=f)
             for f in (True, False)}  # fmt: skip
     seen = {f: [] for f in runs}
     for _ in range(rounds):
         for f, t in runs.items():
-            seen[f].append(split_ms(t, batch, repeats))
+            seen[f].append(median_ms(lambda t=t: t.step(batch), repeats))
     out = {}
-    for f, splits in seen.items():
-        update = runs[f].compiled(batch).segments[-1]
+    for f, times in seen.items():
+        t = runs[f]
+        state = t._programs[t._active][0].state
         out["flat" if f else "per_parameter"] = {
-            "step_ms": round(float(np.median([s["step_ms"] for s in splits])), 2),
-            "update_segment_ms": round(float(np.median([s["segments_ms"][-1] for s in splits])), 2),
-            "update_segment_ops": len(update.nodes),
+            "step_ms": round(float(np.median(times)), 2),
+            "update_ops": len(update_ops(t.compiled(batch).graph, state)),
         }  # fmt: skip
     return out
 

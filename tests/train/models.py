@@ -44,16 +44,3 @@ def mlp(batch: int, weights: dict[str, np.ndarray], dropout: float = 0.0) -> ane
                 h = drop(h, dropout, name=f"drop{i}")
     return anekit.graph([h], name="mlp")
 
-
-def update_ops(compiled, state) -> list[str]:
-    """The ops (a fused layer's main op) of the compiled step's optimizer update: every
-    node downstream of an optimizer slot (state that is not a model constant), which only
-    the update reads."""
-    g = compiled.graph
-    reached = {s for s in state if s in g.values and s not in g.constants and "." in s}
-    ops = []
-    for node in g.nodes:  # in order: a node's inputs come before it
-        if any(i in reached for i in node.inputs):
-            reached.update(node.outputs)
-            ops.append(node.attrs.get("main", node.op))
-    return ops

@@ -11,8 +11,8 @@ import pytest
 
 from anekit.train import SGD, Adam, AdamW, Trainer, flat
 from anekit.train.models import cnn, cnn_weights
-from anekit.train.step import _update_view
-from tests.train.models import mlp, mlp_weights, update_ops
+from anekit.train.step import _update_view, update_ops
+from tests.train.models import mlp, mlp_weights
 
 
 def _models():
@@ -99,7 +99,7 @@ def test_joined_update_keeps_the_segments_and_cpu_ops():
         assert devices[True] == devices[False], name
         cpu = {f: Counter(r["op"] for r in t.check(batch)) for f, t in runs.items()}
         assert cpu[True] == cpu[False], name
-        ops = {f: Counter(update_ops(c, runs[f]._programs[runs[f]._active][0].state))
+        ops = {f: Counter(update_ops(c.graph, runs[f]._programs[runs[f]._active][0].state))
                for f, c in compiled.items()}  # fmt: skip
         assert ops[True]["concat"] > 0 and "transpose" not in ops[True]
         assert ops[True].total() < ops[False].total(), name

@@ -11,8 +11,8 @@ import pytest
 import anekit
 from anekit.train import Adam, Trainer
 from anekit.train.emit import Emitter
-from anekit.train.step import _global_norm, _peak
-from tests.train.models import digits, mlp, mlp_weights, update_ops
+from anekit.train.step import _global_norm, _peak, update_ops
+from tests.train.models import digits, mlp, mlp_weights
 
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 65504.0, -65504.0, 6e-8, -6e-8, 1e-3, -2.5]
 
@@ -95,7 +95,7 @@ def test_mlp_step_is_one_engine_segment_with_resident_state(mnist_like):
     slots = {s for s in sg.state if s not in sg.params}
     assert slots and set(sg.state) <= set(session.resident)
     # the update moves no data: no transpose downstream of an optimizer slot
-    ops = update_ops(compiled, sg.state)
+    ops = update_ops(compiled.graph, sg.state)
     assert "div" in ops and "transpose" not in ops
 
 

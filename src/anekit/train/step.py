@@ -176,6 +176,19 @@ def build_step(
     )
 
 
+def update_ops(graph: Graph, state: Sequence[str]) -> list[str]:
+    """The ops (a fused layer's main op) of a compiled step graph's optimizer update: the
+    nodes downstream of an optimizer slot (a state value that is not a model constant),
+    which only the update reads."""
+    reached = {s for s in state if s in graph.values and s not in graph.constants and "." in s}
+    ops = []
+    for node in graph.nodes:  # in order: a node's inputs come before it
+        if any(i in reached for i in node.inputs):
+            reached.update(node.outputs)
+            ops.append(node.attrs.get("main", node.op))
+    return ops
+
+
 def _update_view(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape a parameter's update runs in. The update is elementwise, so any view
     computes the same numbers; a matrix [.., S, C] in its own shape would go to the
