@@ -186,3 +186,31 @@ def test_doctor_reports_against_the_standin(log: Path, capsys) -> None:  # noqa:
     out = capsys.readouterr().out
     assert '"available": true' in out and '"agree": false' in out
     assert '"update_took_effect": false' in out
+
+
+def test_guarded_state_is_double_buffered_on_the_engine(log: Path) -> None:
+    """A guarded state stays resident on the engine as two buffers: after a kept step the
+    input port is bound to the buffer the output wrote and the output to the other; a
+    discarded step binds nothing, so the state keeps its value. (The stand-in writes its
+    first input, ``a``, plus one to every output.)"""
+    a, c = anekit.input("a", (1, 1)), anekit.input("c", (1, 1))
+    g = anekit.graph([anekit.ops.add(c, a, name="c_next"), anekit.ops.mul(a, np.float32(1.0), name="g")])
+    program = anekit.compile(g, "m4").program
+    sess = program.session("ane", state={"c": "c_next"}, guard="g")
+    assert sess.resident == ("c",)
+    kept = []
+    for value in (1.0, np.nan, 4.0, np.inf):
+        sess.run({"a": np.float32([[value]])})
+        kept.append(sess.kept)
+    assert kept == [True, False, True, False]
+    assert sess.read("c").tolist() == [[5.0]]
+    program.release("ane")
+    lines = _calls(log)
+    binds = [line.split() for line in lines if line.startswith("e5rt_io_port_bind_buffer_object")]
+    ports = {"a", "c", "c_next", "g"}
+    assert [b[1] for b in binds[:4]] == sorted(ports)  # each port bound once at load
+    first = {b[1]: b[2] for b in binds[:4]}
+    swaps = binds[4:]  # two kept steps, two rebinds each
+    assert [(b[1], b[2]) for b in swaps] == [
+        ("c", first["c_next"]), ("c_next", first["c"]), ("c", first["c"]), ("c_next", first["c_next"])
+    ]

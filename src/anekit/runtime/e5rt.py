@@ -191,7 +191,10 @@ class E5Program(PinnedInputs):
         self._in_ptr: dict[str, int] = {}
         self._out_ptr: dict[str, int] = {}
         self._out_buffer: dict[str, ctypes.c_void_p] = {}
+        self._in_buffer: dict[str, ctypes.c_void_p] = {}
         self._in_port: dict[str, ctypes.c_void_p] = {}
+        self._out_port: dict[str, ctypes.c_void_p] = {}
+        self._paired: dict[str, str] = {}  # input -> the output it swaps buffers with
         self._fixed: set[str] = set()
         try:
             self._compile(mil_path, cache_dir)
@@ -270,9 +273,9 @@ class E5Program(PinnedInputs):
                 a.call("e5rt_io_port_bind_buffer_object", port, buffer)
                 pointers[name] = int(pointer.value or 0)
                 if kind == "output":
-                    self._out_buffer[name] = buffer
+                    self._out_buffer[name], self._out_port[name] = buffer, port
                 else:
-                    self._in_port[name] = port
+                    self._in_buffer[name], self._in_port[name] = buffer, port
         self.surface = surface
 
     # --- what a session needs (the shape of `anekit.runtime.binding.Surfaces`) -----------
@@ -287,6 +290,25 @@ class E5Program(PinnedInputs):
         )
         self._in_ptr[input_name] = self._out_ptr[output_name]
         self._fixed.add(input_name)
+
+    def pair(self, input_name: str, output_name: str) -> None:
+        """Double-buffer a state: the input keeps its own buffer, and :meth:`swap`
+        exchanges it with the output's once a step's value is accepted."""
+        self._paired[input_name] = output_name
+        self._fixed.add(input_name)
+
+    def swap(self, input_name: str) -> None:
+        """Bind the input port to the buffer the output port just wrote, and the output
+        port to the input's old buffer (the next step writes it)."""
+        self._check_process()
+        out = self._paired[input_name]
+        a = self._api
+        a.call("e5rt_io_port_bind_buffer_object", self._in_port[input_name], self._out_buffer[out])
+        a.call("e5rt_io_port_bind_buffer_object", self._out_port[out], self._in_buffer[input_name])
+        self._in_buffer[input_name], self._out_buffer[out] = (
+            self._out_buffer[out], self._in_buffer[input_name],
+        )  # fmt: skip
+        self._in_ptr[input_name], self._out_ptr[out] = self._out_ptr[out], self._in_ptr[input_name]
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         io = self.inputs[name]

@@ -88,7 +88,7 @@ class Session:
             for io in seg.outputs
         }
         self._resident: dict[str, tuple[int, SegmentIO]] = {}  # state -> its aliased surface
-        self._paired: list[tuple[Surfaces, str]] = []  # guarded resident state's input ports
+        self._paired: dict[int, list[tuple[str, str]]] = {}  # the same, double-buffered
         self._held: dict[str, Held] = {}
         self._bind_state()
         ports = {p.name: p for p in program.inputs}
@@ -162,15 +162,14 @@ class Session:
                 and consumers[0][0] == src.segment
                 and _same_form(consumers[0][1], producer)
             ):
+                ports = (consumers[0][1].mil_name, producer.mil_name)
                 if self.guard is None:
-                    surfaces.alias(consumers[0][1].mil_name, producer.mil_name)
-                    self._aliases.setdefault(src.segment, []).append(
-                        (consumers[0][1].mil_name, producer.mil_name)
-                    )
-                elif isinstance(surfaces, Surfaces):
-                    surfaces.pair(consumers[0][1].mil_name, producer.mil_name)
-                    self._paired.append((surfaces, consumers[0][1].mil_name))
-                else:  # the engine's own buffers alias in place: a step could not be undone
+                    surfaces.alias(*ports)
+                    self._aliases.setdefault(src.segment, []).append(ports)
+                elif hasattr(surfaces, "pair"):
+                    surfaces.pair(*ports)
+                    self._paired.setdefault(src.segment, []).append(ports)
+                else:  # buffers that can only alias in place: a step could not be undone
                     continue
                 self._resident[name] = (src.segment, consumers[0][1])
 
@@ -307,8 +306,9 @@ class Session:
         outs = {p.name: p.source for p in self.program.outputs}
         self.kept = self.guard is None or bool(np.isfinite(env[_key(outs[self.guard])][0]).all())
         if self.kept:
-            for surfaces, name in self._paired:
-                surfaces.swap(name)
+            for index, pairs in self._paired.items():
+                for in_name, _ in pairs:
+                    self._surfaces[index].swap(in_name)
             for name, target in self.state.items():
                 if name not in self._resident:
                     self._held[name] = env[_key(outs[target])]
@@ -343,12 +343,15 @@ class Session:
                 surfaces.hold_input(io.mil_name, _feed(io, held))
 
     def _rebind(self, index: int, old: Any, new: Any) -> Any:
-        """Carry resident state and pinned inputs from a released engine program to the
-        one that replaced it."""
+        """Carry resident state (aliased or double-buffered) and pinned inputs from a
+        released engine program to the one that replaced it."""
         for in_name, out_name in self._aliases.get(index, []):
             value = old.read_input(in_name)
             new.alias(in_name, out_name)
             new.write_input(in_name, value)
+        for in_name, out_name in self._paired.get(index, []):
+            new.pair(in_name, out_name)
+            new.write_input(in_name, old.read_input(in_name))
         for name in self._pinned.get(index, ()):
             new.pin(name, old.read_input(name))
         self._surfaces[index] = new
