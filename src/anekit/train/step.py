@@ -3,8 +3,8 @@
 Inputs: the model's data inputs, ``target``, dropout masks, the per-step scalars
 (learning rate, bias corrections, loss scale) and the state (parameters, optimizer slots,
 running statistics). Outputs: ``loss``, ``overflow`` (0 when every gradient element is
-finite, else NaN), ``grad_norm`` and, for every state input ``s``, its next value
-``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (seed 004 section
+finite, else NaN), ``grad_norm`` when clipping by it and, for every state input ``s``, its
+next value ``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (seed 004 section
 2.5.1), so the state stays resident and the host feeds only the batch and the scalars.
 
 Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale before
@@ -12,7 +12,7 @@ differentiation and the gradients divided by it after. A NaN or infinite gradien
 makes ``overflow`` NaN, and the session, guarded by it, commits none of the step's next
 values: every state value stays as it was (the host then halves the loss scale), as
 torch's GradScaler skips such a step. The test is arithmetic on the engine (the peak
-magnitude of each gradient, which the global norm computes anyway, times 0), so no
+magnitude of each gradient times 0; when clipping, the global norm's own peak), so no
 gradient leaves the engine for a CPU check and no blend runs over the state. Optional
 clipping by global norm follows.
 
@@ -129,9 +129,9 @@ def build_step(
     # guards the step; the engine has no booleans, and needs none here
     zeros = [e.mul(_peak(e, g), e.scalar(0.0, g)) for g in clean.values()]
     overflow = e.reshape(e.accumulate(zeros), (1,))
-    norm = _global_norm(e, list(clean.values()))
-    factor = None
+    factor = norm = None
     if max_grad_norm is not None:
+        norm = _global_norm(e, list(clean.values()))
         factor = e("minimum", e.scalar(1.0, norm),
                    e.div(e.scalar(max_grad_norm, norm), e.add(norm, e.scalar(1e-6, norm))))  # fmt: skip
 
@@ -157,7 +157,9 @@ def build_step(
     for stat, update in buffer_updates.items():
         next_values[stat] = update
 
-    outs = {LOSS: loss, OVERFLOW: overflow, GRAD_NORM: norm}
+    outs = {LOSS: loss, OVERFLOW: overflow}
+    if norm is not None:  # computed for the clipping; not worth its passes otherwise
+        outs[GRAD_NORM] = norm
     outs.update({next_name(s): v for s, v in next_values.items()})
     named = []
     for out_name, value in outs.items():
@@ -229,7 +231,7 @@ def _ranked(e: Emitter, scalar: str, rank: int) -> str:
 def _peak(e: Emitter, g: str) -> str:
     """max |g| over every axis, kept as [1, ..]: NaN when any element is NaN, infinite when
     any is, else finite. The same reduction as the fp16-safe L2 norm's peak
-    (passes/decompose), so the compiler computes it once for both."""
+    (passes/decompose), so with clipping the compiler computes it once for both."""
     return e("reduce_max", e("abs", g), keepdims=True)
 
 
