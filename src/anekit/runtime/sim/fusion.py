@@ -1,0 +1,292 @@
+"""Load-time rewrite of elementwise chains: steps over one shape run as one fused C pass.
+
+An optimizer update or an activation is a chain of elementwise ops over the same tensor; run
+one by one, each op is a numpy pass over memory, a rounding pass and ~2 us of Python. Here
+consecutive elementwise steps whose results share one static shape become one step whose
+kernel runs them all block by block in the C extension (``_native.fused_run``), each op
+computed in float32 and its result rounded to fp16 where the step's is, so every value has
+the bits the separate steps give. Values read only inside the group never reach memory;
+values read by other steps or returned by the program are written out.
+
+Only ops whose float32 results C reproduces bit for bit are fused (IEEE add, sub, mul, div
+and sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; abs). Other
+ops (transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
+
+Groups: a fusable step joins the open group of its shape; any other step that reads a value
+of an open group closes that group first (so the group runs before it), and a step that
+does not is simply run before the still open group. Every step thus still runs after the
+values it reads are made. Without the C extension (or without AVX2 and F16C at run time) a
+group runs its steps with numpy, as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from . import fp16
+from .execute import NO_SLOT, Expect, Step
+from .fp16 import round_to_fp16
+from .ops import REGISTRY
+
+ENABLED = True  # read when a program loads; tests switch it off to compare with unfused runs
+
+# the C extension's op codes (_native.c, fused_run)
+ADD, SUB, MUL, DIV, MAX, MIN, SQRT, ABS = range(8)
+_UNARY = frozenset({SQRT, ABS})
+_ZERO = np.zeros((), np.float32)
+_ZERO.flags.writeable = False
+_TEMPORARIES = itertools.count()  # names of values computed inside one op
+
+# An operand of an instruction: ("slot", n) a runtime value, ("known", array) a constant,
+# ("tmp", n) a value computed inside one op (clip's maximum before its minimum).
+Operand = tuple[str, Any]
+Instruction = tuple[int, bool, Operand, Operand, Operand]  # (op, round, result, a, b)
+
+
+def _binary(code: int) -> Callable[[dict[str, Operand], Operand, bool], list[Instruction]]:
+    return lambda a, out, r: [(code, r, out, a["x"], a["y"])]
+
+
+def _unary(code: int) -> Callable[[dict[str, Operand], Operand, bool], list[Instruction]]:
+    return lambda a, out, r: [(code, r, out, a["x"], a["x"])]
+
+
+def _clip(a: dict[str, Operand], out: Operand, r: bool) -> list[Instruction]:
+    inner: Operand = ("tmp", next(_TEMPORARIES))  # the kernel's np.maximum result, unrounded
+    return [(MAX, False, inner, a["x"], a["alpha"]), (MIN, r, out, inner, a["beta"])]
+
+
+# op -> its instructions, given its operands by parameter name, its result and whether the
+# result is rounded; each mirrors the op's numpy kernel (ops/elementwise.py, activation.py)
+_LOWER: dict[str, Callable[[dict[str, Operand], Operand, bool], list[Instruction]]] = {
+    "add": _binary(ADD),
+    "sub": _binary(SUB),
+    "mul": _binary(MUL),
+    "real_div": _binary(DIV),
+    "maximum": _binary(MAX),
+    "minimum": _binary(MIN),
+    "sqrt": _unary(SQRT),
+    "abs": _unary(ABS),
+    "square": lambda a, out, r: [(MUL, r, out, a["x"], a["x"])],
+    "relu": lambda a, out, r: [(MAX, r, out, a["x"], ("known", _ZERO))],
+    "clip": _clip,
+}
+
+
+def _reads(step: Step) -> list[int]:
+    slots = [slot for _, slot in step.dynamic]
+    slots += [slot for _, items in step.variadic for slot, _ in items if slot != NO_SLOT]
+    return slots
+
+
+def _lower(
+    step: Step, shapes: Mapping[int, Any], storages: Mapping[int, Any]
+) -> list[Instruction] | None:
+    """The instructions of a step that can be fused, else None: a float32 elementwise op
+    with the registry's kernel, one output of a static shape that its operands (float32,
+    of static shapes) broadcast to exactly."""
+    lower = _LOWER.get(step.op)
+    if lower is None or step.variadic or len(step.outputs) != 1:
+        return None
+    if step.kernel is not REGISTRY[step.op].kernel:
+        return None
+    e = step.outputs[0]
+    if e.shape is None or e.storage != np.float32:
+        return None
+    operands: dict[str, Operand] = {}
+    operand_shapes = []
+    for key, value in step.known.items():
+        if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+            return None
+        operands[key] = ("known", value)
+        operand_shapes.append(value.shape)
+    for key, slot in step.dynamic:
+        if shapes.get(slot) is None or storages.get(slot) != np.float32:
+            return None
+        operands[key] = ("slot", slot)
+        operand_shapes.append(tuple(shapes[slot]))
+    try:
+        if np.broadcast_shapes(*operand_shapes) != tuple(e.shape):
+            return None
+        instructions = lower(operands, ("slot", e.slot), e.round)
+    except (ValueError, KeyError):  # shapes that do not broadcast; a missing operand
+        return None
+    return instructions
+
+
+@dataclass
+class _Group:
+    shape: tuple[int, ...]
+    members: list[Step] = field(default_factory=list)
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def produced(self) -> list[int]:
+        return [m.outputs[0].slot for m in self.members]
+
+
+def fuse_elementwise(
+    steps: Sequence[Step],
+    keep: Iterable[int],
+    shapes: Mapping[int, Any],
+    storages: Mapping[int, Any],
+) -> list[Step]:
+    """``steps`` with runs of fusable elementwise steps replaced by fused steps (see the
+    module's docstring); the steps as they are when fusion is off or not built."""
+    if not ENABLED or fp16._converter("fused_run") is None:
+        return list(steps)
+    kept = set(keep)
+    readers: dict[int, set[int]] = {}
+    for step in steps:
+        for slot in _reads(step):
+            readers.setdefault(slot, set()).add(id(step))
+    out: list[Step] = []
+    groups: dict[tuple[int, ...], _Group] = {}  # open groups by shape
+    owner: dict[int, _Group] = {}  # slot -> the open group making it
+
+    def close(group: _Group) -> None:
+        del groups[group.shape]
+        for slot in group.produced():
+            del owner[slot]
+        out.extend(_group_steps(group, kept, readers))
+
+    for step in steps:
+        instructions = _lower(step, shapes, storages)
+        shape = tuple(step.outputs[0].shape) if instructions is not None else None
+        for group in {id(g): g for s in _reads(step) if (g := owner.get(s))}.values():
+            if group.shape != shape:
+                close(group)
+        if instructions is None:
+            out.append(step)
+            continue
+        group = groups.setdefault(shape, _Group(shape))
+        group.members.append(step)
+        group.instructions.extend(instructions)
+        owner[step.outputs[0].slot] = group
+    for group in list(groups.values()):
+        close(group)
+    return out
+
+
+def _group_steps(group: _Group, kept: set[int], readers: Mapping[int, set[int]]) -> list[Step]:
+    """The fused step of a group (its one step as it was when it has one)."""
+    if len(group.members) == 1:
+        return list(group.members)
+    inside = {id(m) for m in group.members}
+    outputs = [
+        m.outputs[0]
+        for m in group.members
+        if m.outputs[0].slot in kept or not readers.get(m.outputs[0].slot, set()) <= inside
+        or not readers.get(m.outputs[0].slot)
+    ]
+    kernel = FusedKernel.build(group, outputs)
+    first = group.members[0]
+    return [
+        Step(
+            first.index,
+            "fused",
+            f"{first.name} .. {group.members[-1].name} ({len(group.members)} ops)",
+            kernel,
+            {},
+            tuple((f"in{k}", slot) for k, slot in enumerate(kernel.slots)),
+            (),
+            tuple(replace(e, round=False) for e in outputs),  # rounded by the kernel
+        )
+    ]
+
+
+class FusedKernel:
+    """A group's kernel: its instructions over registers (inputs, outputs, temporaries) for
+    ``_native.fused_run``, and its steps for the numpy path."""
+
+    def __init__(
+        self,
+        code: np.ndarray,
+        slots: tuple[int, ...],
+        known: tuple[np.ndarray, ...],
+        temps: int,
+        shape: tuple[int, ...],
+        outputs: tuple[Expect, ...],
+        members: tuple[Step, ...],
+    ):
+        self.code = code
+        self.slots = slots  # runtime inputs, passed as in0, in1, ...
+        self.known = known  # constant inputs, after them
+        self.temps = temps
+        self.shape = shape
+        self.outputs = outputs
+        self.members = members
+
+    @classmethod
+    def build(cls, group: _Group, outputs: Sequence[Expect]) -> FusedKernel:
+        produced = set(group.produced())
+        written = {e.slot for e in outputs}
+        slots: list[int] = []
+        known: list[np.ndarray] = []
+        for _, _, _, a, b in group.instructions:
+            for kind, value in (a, b):
+                if kind == "slot" and value not in produced and value not in slots:
+                    slots.append(value)
+                elif kind == "known" and not any(value is k for k in known):
+                    known.append(value)
+        registers: dict[Any, int] = {("slot", s): i for i, s in enumerate(slots)}
+        registers.update((("known", id(k)), len(slots) + i) for i, k in enumerate(known))
+        first_temp = len(slots) + len(known) + len(outputs)
+        registers.update((("slot", e.slot), len(slots) + len(known) + i)
+                         for i, e in enumerate(outputs))  # fmt: skip
+
+        def key(operand: Operand) -> Any:
+            kind, value = operand
+            return ("known", id(value)) if kind == "known" else operand
+
+        last_read: dict[Any, int] = {}
+        for n, (_, _, _, a, b) in enumerate(group.instructions):
+            last_read[key(a)] = last_read[key(b)] = n
+        free: list[int] = []
+        temps = 0
+        rows = []
+        for n, (code, rounds, result, a, b) in enumerate(group.instructions):
+            ra, rb = registers[key(a)], registers[key(b)]
+            for operand in {key(a), key(b)}:  # temporaries read for the last time
+                if last_read[operand] == n and registers[operand] >= first_temp:
+                    free.append(registers[operand])
+            if key(result) not in registers:
+                if not (result[0] == "slot" and result[1] in written) and free:
+                    registers[key(result)] = free.pop()
+                else:
+                    registers[key(result)] = first_temp + temps
+                    temps += 1
+            rows.append((code, int(rounds), registers[key(result)], ra, rb))
+        code_array = np.array(rows, dtype=np.int32).reshape(-1, 5)
+        code_array.flags.writeable = False
+        return cls(code_array, tuple(slots), tuple(known), temps, group.shape, tuple(outputs),
+                   tuple(group.members))  # fmt: skip
+
+    def __call__(self, **operands: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
+        fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
+        values = tuple(operands[f"in{k}"] for k in range(len(self.slots)))
+        if fused_run is not None:
+            results = tuple(np.empty(self.shape, np.float32) for _ in self.outputs)
+            if fused_run(self.code, values + self.known, results, self.temps) is not None:
+                return results if len(results) > 1 else results[0]
+        return self.unfused(values)
+
+    def unfused(self, values: tuple[np.ndarray, ...]) -> np.ndarray | tuple[np.ndarray, ...]:
+        """The group's steps one by one with numpy, each result rounded as the run loop
+        rounds it (the path without the C extension)."""
+        env = dict(zip(self.slots, values, strict=True))
+        for step in self.members:
+            kwargs = dict(step.known)
+            kwargs.update((key, env[slot]) for key, slot in step.dynamic)
+            value = np.asarray(step.kernel(**kwargs))
+            e = step.outputs[0]
+            if e.round:
+                value = round_to_fp16(value, in_place=value.flags.writeable and value.flags.owndata)
+            value.flags.writeable = False
+            env[e.slot] = value
+        results = tuple(env[e.slot] for e in self.outputs)
+        return results if len(results) > 1 else results[0]
