@@ -193,7 +193,8 @@ def widen_fp16(values: np.ndarray) -> np.ndarray:
             out = np.empty(values.shape, np.float32)
             from_fp16(values, out)
             return out
-        return _WIDEN[np.asarray(values, order="C").view(np.uint16)]
+        # np.asarray: indexing with a 0-d array gives a numpy scalar, not an array
+        return np.asarray(_WIDEN[np.asarray(values, order="C").view(np.uint16)])
     return np.asarray(values, dtype=np.float32)
 
 
