@@ -33,6 +33,8 @@ Overflow gives infinity, as IEEE 754 conversion does: the simulator does not sat
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from anekit import float16
@@ -239,3 +241,19 @@ def contiguous(values: np.ndarray) -> np.ndarray:
                 gather(part, slices[i])
             return out
     return np.ascontiguousarray(values)
+
+
+GATHER_MIN = 4096  # elements: below, numpy's strided walk is as cheap as a gather
+
+
+def gathered(value: Any) -> Any:
+    """A large strided float32 operand of an elementwise step as a C-contiguous copy."""
+    if (
+        type(value) is np.ndarray
+        and value.size >= GATHER_MIN
+        and not value.flags.c_contiguous
+        and value.dtype == np.float32
+        and 0 not in value.strides  # a broadcast: numpy reads it well, a copy would not
+    ):
+        return contiguous(value)
+    return value

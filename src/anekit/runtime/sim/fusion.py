@@ -22,6 +22,7 @@ group runs its steps with numpy, as before.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 
 from . import fp16
 from .execute import NO_SLOT, Expect, Step
-from .fp16 import round_to_fp16
+from .fp16 import GATHER_MIN, gathered, round_to_fp16
 from .ops import REGISTRY
 
 ENABLED = True  # read when a program loads; tests switch it off to compare with unfused runs
@@ -152,7 +153,7 @@ def fuse_elementwise(
         del groups[group.shape]
         for slot in group.produced():
             del owner[slot]
-        out.extend(_group_steps(group, kept, readers))
+        out.extend(_group_steps(group, kept, readers, shapes))
 
     for step in steps:
         instructions = _lower(step, shapes, storages)
@@ -172,7 +173,9 @@ def fuse_elementwise(
     return out
 
 
-def _group_steps(group: _Group, kept: set[int], readers: Mapping[int, set[int]]) -> list[Step]:
+def _group_steps(
+    group: _Group, kept: set[int], readers: Mapping[int, set[int]], shapes: Mapping[int, Any]
+) -> list[Step]:
     """The fused step of a group (its one step as it was when it has one)."""
     if len(group.members) == 1:
         return list(group.members)
@@ -183,7 +186,7 @@ def _group_steps(group: _Group, kept: set[int], readers: Mapping[int, set[int]])
         if m.outputs[0].slot in kept or not readers.get(m.outputs[0].slot, set()) <= inside
         or not readers.get(m.outputs[0].slot)
     ]
-    kernel = FusedKernel.build(group, outputs)
+    kernel = FusedKernel.build(group, outputs, shapes)
     first = group.members[0]
     return [
         Step(
@@ -212,6 +215,7 @@ class FusedKernel:
         shape: tuple[int, ...],
         outputs: tuple[Expect, ...],
         members: tuple[Step, ...],
+        gather: tuple[int, ...],
     ):
         self.code = code
         self.slots = slots  # runtime inputs, passed as in0, in1, ...
@@ -220,9 +224,12 @@ class FusedKernel:
         self.shape = shape
         self.outputs = outputs
         self.members = members
+        self.gather = gather
 
     @classmethod
-    def build(cls, group: _Group, outputs: Sequence[Expect]) -> FusedKernel:
+    def build(
+        cls, group: _Group, outputs: Sequence[Expect], shapes: Mapping[int, Any]
+    ) -> FusedKernel:
         produced = set(group.produced())
         written = {e.slot for e in outputs}
         slots: list[int] = []
@@ -263,12 +270,18 @@ class FusedKernel:
             rows.append((code, int(rounds), registers[key(result)], ra, rb))
         code_array = np.array(rows, dtype=np.int32).reshape(-1, 5)
         code_array.flags.writeable = False
+        # large inputs of the full shape, which may come strided (a transposed view): copied
+        # in tiles first (fp16.gathered), as the pass's walk of a transpose misses the cache
+        big = math.prod(group.shape) >= GATHER_MIN
+        gather = tuple(k for k, s in enumerate(slots) if big and tuple(shapes[s]) == group.shape)
         return cls(code_array, tuple(slots), tuple(known), temps, group.shape, tuple(outputs),
-                   tuple(group.members))  # fmt: skip
+                   tuple(group.members), gather)  # fmt: skip
 
     def __call__(self, **operands: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
         fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
         values = tuple(operands[f"in{k}"] for k in range(len(self.slots)))
+        if self.gather:
+            values = tuple(gathered(v) if k in self.gather else v for k, v in enumerate(values))
         if fused_run is not None:
             results = tuple(np.empty(self.shape, np.float32) for _ in self.outputs)
             if fused_run(self.code, values + self.known, results, self.temps) is not None:

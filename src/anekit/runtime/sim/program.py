@@ -32,7 +32,7 @@ from .execute import (
     shape_matches,
     storage_shape,
 )
-from .fp16 import binary_rounded, narrow_to_float16, round_to_fp16, widen_fp16
+from .fp16 import binary_rounded, gathered, narrow_to_float16, round_to_fp16, widen_fp16
 from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
 
@@ -237,7 +237,7 @@ class SimProgram:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
                     if gathers:
-                        args = [_gathered(a) for a in args]
+                        args = [gathered(a) for a in args]
                 else:
                     kwargs = known.copy()
                     for key, slot in dynamic:
@@ -312,22 +312,6 @@ class SimProgram:
             value.flags.writeable = True
             return value
         return value.copy()
-
-
-GATHER_MIN = 4096  # elements: below, numpy's strided walk is as cheap as a gather
-
-
-def _gathered(value: Any) -> Any:
-    """A large strided float32 operand of an elementwise step as a C-contiguous copy."""
-    if (
-        type(value) is np.ndarray
-        and value.size >= GATHER_MIN
-        and not value.flags.c_contiguous
-        and value.dtype == np.float32
-        and 0 not in value.strides  # a broadcast: numpy reads it well, a copy would not
-    ):
-        return fp16.contiguous(value)
-    return value
 
 
 def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
