@@ -1169,11 +1169,13 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
         else
             opened_i++;
     }
+    /* values per block: FUSED_BLOCK, or all of a small output (rounded up to whole vectors) */
+    Py_ssize_t block = n < FUSED_BLOCK ? ((n + 7) & ~(Py_ssize_t)7) + 8 : FUSED_BLOCK;
     if (!failed) {
         Py_ssize_t blocks = temps;
         for (Py_ssize_t k = 0; k < ni; k++)
             blocks += iv[k].kind != 0;
-        scratch = PyMem_Malloc((size_t)(blocks ? blocks : 1) * FUSED_BLOCK * sizeof(float));
+        scratch = PyMem_Malloc((size_t)(blocks ? blocks : 1) * (size_t)block * sizeof(float));
         if (scratch == NULL) {
             PyErr_NoMemory();
             failed = 1;
@@ -1186,18 +1188,18 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
             if (iv[k].kind == 0)
                 continue;
             iv[k].buf = next;
-            next += FUSED_BLOCK;
+            next += block;
             if (iv[k].kind == 1) {
                 float v;
                 memcpy(&v, iv[k].view.buf, sizeof v);
-                for (Py_ssize_t i = 0; i < FUSED_BLOCK; i++)
+                for (Py_ssize_t i = 0; i < block; i++)
                     iv[k].buf[i] = v;
             }
         }
         for (Py_ssize_t t = 0; t < temps; t++)
-            reg[ni + no + t] = next + t * FUSED_BLOCK;
-        for (Py_ssize_t start = 0; start < n; start += FUSED_BLOCK) {
-            Py_ssize_t len = n - start < FUSED_BLOCK ? n - start : FUSED_BLOCK;
+            reg[ni + no + t] = next + t * block;
+        for (Py_ssize_t start = 0; start < n; start += block) {
+            Py_ssize_t len = n - start < block ? n - start : block;
             for (Py_ssize_t k = 0; k < ni; k++) {
                 if (iv[k].kind == 0)
                     reg[k] = (float *)iv[k].view.buf + start;

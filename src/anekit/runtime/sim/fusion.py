@@ -21,6 +21,7 @@ group runs its steps with numpy, as before.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -183,7 +184,8 @@ def _group_steps(
     outputs = [
         m.outputs[0]
         for m in group.members
-        if m.outputs[0].slot in kept or not readers.get(m.outputs[0].slot, set()) <= inside
+        if m.outputs[0].slot in kept
+        or not readers.get(m.outputs[0].slot, set()) <= inside
         or not readers.get(m.outputs[0].slot)
     ]
     kernel = FusedKernel.build(group, outputs, shapes)
@@ -225,6 +227,13 @@ class FusedKernel:
         self.outputs = outputs
         self.members = members
         self.gather = gather
+        # called with its runtime inputs positionally (the run loop reads this signature)
+        self.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter(f"in{k}", inspect.Parameter.POSITIONAL_ONLY)
+                for k in range(len(slots))
+            ]
+        )
 
     @classmethod
     def build(
@@ -277,11 +286,11 @@ class FusedKernel:
         return cls(code_array, tuple(slots), tuple(known), temps, group.shape, tuple(outputs),
                    tuple(group.members), gather)  # fmt: skip
 
-    def __call__(self, **operands: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
-        fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
-        values = tuple(operands[f"in{k}"] for k in range(len(self.slots)))
+    def __call__(self, *values: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
+        """The group's outputs (made here: C-contiguous, rounded, of the group's shape)."""
         if self.gather:
             values = tuple(gathered(v) if k in self.gather else v for k, v in enumerate(values))
+        fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
         if fused_run is not None:
             results = tuple(np.empty(self.shape, np.float32) for _ in self.outputs)
             if fused_run(self.code, values + self.known, results, self.temps) is not None:

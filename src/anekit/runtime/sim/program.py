@@ -33,6 +33,7 @@ from .execute import (
     storage_shape,
 )
 from .fp16 import binary_rounded, gathered, narrow_to_float16, round_to_fp16, widen_fp16
+from .fusion import FusedKernel
 from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
 
@@ -277,6 +278,15 @@ class SimProgram:
                                 out = round_to_fp16(out, in_place=flags.writeable)
                         out.flags.writeable = False
                     env[e.slot] = out
+                elif type(step.kernel) is FusedKernel and kwargs is None:
+                    # a fused group's outputs: made, shaped and rounded by the kernel
+                    try:
+                        values = step.kernel(*args)
+                    except KERNEL_ERRORS as exc:
+                        raise kernel_error(step, exc, source) from None
+                    for e, value in zip(step.outputs, values, strict=True):
+                        value.flags.writeable = False
+                        env[e.slot] = value
                 else:
                     if kwargs is None:
                         kwargs = dict(known)
