@@ -12,10 +12,12 @@ Only ops whose float32 results C reproduces bit for bit are fused (IEEE add, sub
 and sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; abs). Other
 ops (transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
 
-Groups: a fusable step joins the open group of its shape; any other step that reads a value
-of an open group closes that group first (so the group runs before it), and a step that
-does not is simply run before the still open group. Every step thus still runs after the
-values it reads are made. Without the C extension (or without AVX2 and F16C at run time) a
+Groups: a fusable step joins the open group of its shape. Another step that reads values of
+one open group waits to run right after it (a reshape of an updated weight does not end
+the optimizer's chain); one that reads values of several is run after closing them; one
+that reads none runs before the open groups. A fusable step that reads a waiting step's
+value, or a value of a group of another shape, closes that group first. Every step thus
+still runs after the values it reads are made. Without the C extension (or without AVX2 and F16C at run time) a
 group runs its steps with numpy, as before.
 """
 
@@ -126,6 +128,7 @@ class _Group:
     shape: tuple[int, ...]
     members: list[Step] = field(default_factory=list)
     instructions: list[Instruction] = field(default_factory=list)
+    after: list[Step] = field(default_factory=list)  # other steps waiting for its values
 
     def produced(self) -> list[int]:
         return [m.outputs[0].slot for m in self.members]
@@ -148,23 +151,39 @@ def fuse_elementwise(
             readers.setdefault(slot, set()).add(id(step))
     out: list[Step] = []
     groups: dict[tuple[int, ...], _Group] = {}  # open groups by shape
-    owner: dict[int, _Group] = {}  # slot -> the open group making it
+    owner: dict[int, _Group] = {}  # slot -> the open group it waits for
+    waiting: set[int] = set()  # slots made by the steps waiting after a group
 
     def close(group: _Group) -> None:
         del groups[group.shape]
         for slot in group.produced():
             del owner[slot]
+        for step in group.after:
+            for e in step.outputs:
+                del owner[e.slot]
+                waiting.discard(e.slot)
         out.extend(_group_steps(group, kept, readers, shapes))
+        out.extend(group.after)
 
     for step in steps:
         instructions = _lower(step, shapes, storages)
         shape = tuple(step.outputs[0].shape) if instructions is not None else None
-        for group in {id(g): g for s in _reads(step) if (g := owner.get(s))}.values():
-            if group.shape != shape:
-                close(group)
+        reads = _reads(step)
+        read_groups = list({id(g): g for s in reads if (g := owner.get(s))}.values())
         if instructions is None:
+            if len(read_groups) == 1:  # waits for that group, which may still grow
+                read_groups[0].after.append(step)
+                for e in step.outputs:
+                    owner[e.slot] = read_groups[0]
+                    waiting.add(e.slot)
+                continue
+            for group in read_groups:
+                close(group)
             out.append(step)
             continue
+        for group in read_groups:  # other shapes, or a waiting step's result: run first
+            if group.shape != shape or any(s in waiting and owner[s] is group for s in reads):
+                close(group)
         group = groups.setdefault(shape, _Group(shape))
         group.members.append(step)
         group.instructions.extend(instructions)
