@@ -4,6 +4,8 @@ fp16 storage between ops, fp32 arithmetic inside an op: fp16 values are float32 
 fp16 values; a kernel computes in float32 and its fp16 results are rounded once (round to
 nearest even, overflow to infinity). fp32 values stay fp32; integers and bools keep their
 dtypes. Each op's result is checked against the type the program declares.
+Runs of elementwise ops over one shape run as one fused C pass with the same bits
+(fusion.py).
 """
 
 from __future__ import annotations
