@@ -123,6 +123,19 @@ def _lower(
     return instructions
 
 
+def available() -> bool:
+    """True when the C pass runs on this machine: the extension has it and the CPU has AVX2
+    and F16C (elsewhere it computes nothing, and a group would only add its numpy path)."""
+    fused_run = fp16._converter("fused_run")
+    if fused_run is None:
+        return False
+    one = np.ones(1, np.float32)
+    return (
+        fused_run(np.array([[ADD, 1, 1, 0, 0]], np.int32), (one,), (np.empty(1, np.float32),), 0)
+        is not None
+    )
+
+
 @dataclass
 class _Group:
     shape: tuple[int, ...]
@@ -142,7 +155,7 @@ def fuse_elementwise(
 ) -> list[Step]:
     """``steps`` with runs of fusable elementwise steps replaced by fused steps (see the
     module's docstring); the steps as they are when fusion is off or not built."""
-    if not ENABLED or fp16._converter("fused_run") is None:
+    if not ENABLED or not available():
         return list(steps)
     kept = set(keep)
     readers: dict[int, set[int]] = {}
