@@ -919,18 +919,22 @@ static PyObject *gemm(PyObject *self, PyObject *args)
  * run. Values only the chain reads live in per-block scratch; the rest are written out.
  *
  * Registers: inputs [0, ni), outputs [ni, ni + no), temporaries after. ``code`` holds int32
- * rows (op, round, destination, a, b). Inputs are float32 arrays of any strides that
- * broadcast to the outputs' shape: read in place when C-contiguous of that shape, filled once
- * when of one value, else gathered per block. Built with -ffp-contract=off (setup.py): no
+ * rows (op, round, destination, a, b, c). Inputs are float32 or bool arrays of any strides
+ * that broadcast to the outputs' shape: float32 read in place when C-contiguous of that shape,
+ * filled once when of one value, else gathered per block. A bool is 1.0f or 0.0f in a
+ * register (comparisons, logical ops, select's condition); bool inputs are converted as they
+ * are gathered, bool outputs as they are stored. Built with -ffp-contract=off (setup.py): no
  * a * b + c may become an FMA, which would round once instead of twice. */
 #define FUSED_BLOCK 1024
 #define FUSED_DIMS 32
 enum { FUSED_ADD, FUSED_SUB, FUSED_MUL, FUSED_DIV, FUSED_MAX, FUSED_MIN, FUSED_SQRT, FUSED_ABS,
-       FUSED_OPS };
+       FUSED_EQ, FUSED_NE, FUSED_LT, FUSED_LE, FUSED_GT, FUSED_GE, FUSED_AND, FUSED_OR,
+       FUSED_XOR, FUSED_NOT, FUSED_SELECT, FUSED_OPS };
 
 typedef struct {
     Py_buffer view;
-    int kind; /* 0: C-contiguous of the full shape, 1: one value, 2: gathered */
+    int kind;   /* 0: C-contiguous float32 of the full shape, 1: one value, 2: gathered */
+    int is_bool; /* numpy bool (one byte, 0 or 1), read as 0.0f or 1.0f */
     int nd;
     Py_ssize_t shape[FUSED_DIMS], stride[FUSED_DIMS]; /* broadcast over the output, in bytes */
     float *buf;
@@ -950,7 +954,8 @@ static float fused_round(float r)
 }
 
 /* numpy's float32 ufuncs on one value: maximum and minimum return a NaN operand (x86's
- * max/min return the second operand then), and the second operand when both are zeros. */
+ * max/min return the second operand then), and the second operand when both are zeros;
+ * comparisons are false for a NaN except !=; logical ops take any nonzero as true. */
 static float fused_scalar(int op, float x, float y)
 {
     switch (op) {
@@ -961,6 +966,16 @@ static float fused_scalar(int op, float x, float y)
     case FUSED_MAX: return x != x ? x : (x > y ? x : y);
     case FUSED_MIN: return x != x ? x : (x < y ? x : y);
     case FUSED_SQRT: return sqrtf(x);
+    case FUSED_EQ: return x == y;
+    case FUSED_NE: return x != y;
+    case FUSED_LT: return x < y;
+    case FUSED_LE: return x <= y;
+    case FUSED_GT: return x > y;
+    case FUSED_GE: return x >= y;
+    case FUSED_AND: return x != 0 && y != 0;
+    case FUSED_OR: return x != 0 || y != 0;
+    case FUSED_XOR: return (x != 0) != (y != 0);
+    case FUSED_NOT: return x == 0;
     default: {
         uint32_t b;
         memcpy(&b, &x, sizeof b);
@@ -992,12 +1007,27 @@ static float fused_scalar(int op, float x, float y)
         _mm256_storeu_ps(d + i, r);                                                             \
     }
 
-/* d[i] = a[i] (op) b[i] for n values (b unused by the unary ops, and then given as a). */
+#define FUSED_TRUTH(MASK) _mm256_and_ps(MASK, one) /* a lane mask as 1.0f or 0.0f */
+
+/* d[i] = a[i] (op) b[i] for n values (b unused by the unary ops, and then given as a);
+ * select: d[i] = c[i] ? a[i] : b[i]. */
 __attribute__((target("avx2,f16c"))) static void fused_op(int op, int round, const float *a,
-                                                          const float *b, float *d, Py_ssize_t n)
+                                                          const float *b, const float *c,
+                                                          float *d, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
     const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    if (op == FUSED_SELECT) { /* np.where: the chosen operand's bits, NaN payloads and all */
+        for (; i + 8 <= n; i += 8) {
+            __m256 pick = _mm256_cmp_ps(_mm256_loadu_ps(c + i), zero, _CMP_NEQ_OQ);
+            _mm256_storeu_ps(d + i, _mm256_blendv_ps(_mm256_loadu_ps(b + i),
+                                                     _mm256_loadu_ps(a + i), pick));
+        }
+        for (; i < n; i++)
+            memcpy(d + i, c[i] != 0 ? a + i : b + i, sizeof *d);
+        return;
+    }
     switch (op) {
     case FUSED_ADD: FUSED_LOOP(_mm256_add_ps(x, y)) break;
     case FUSED_SUB: FUSED_LOOP(_mm256_sub_ps(x, y)) break;
@@ -1010,7 +1040,26 @@ __attribute__((target("avx2,f16c"))) static void fused_op(int op, int round, con
         FUSED_LOOP(_mm256_blendv_ps(_mm256_min_ps(x, y), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
         break;
     case FUSED_SQRT: FUSED_LOOP(_mm256_sqrt_ps(x)) break;
-    default: FUSED_LOOP(_mm256_andnot_ps(sign, x)) break;
+    case FUSED_ABS: FUSED_LOOP(_mm256_andnot_ps(sign, x)) break;
+    case FUSED_EQ: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_EQ_OQ))) break;
+    case FUSED_NE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_NEQ_UQ))) break;
+    case FUSED_LT: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_LT_OQ))) break;
+    case FUSED_LE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_LE_OQ))) break;
+    case FUSED_GT: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_GT_OQ))) break;
+    case FUSED_GE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_GE_OQ))) break;
+    case FUSED_AND:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                             _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    case FUSED_OR:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_or_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                            _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    case FUSED_XOR:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_xor_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                             _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    default: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ))) break; /* not */
     }
     for (; i < n; i++) {
         float r = fused_scalar(op, a[i], b[i]);
@@ -1035,7 +1084,10 @@ static void fused_gather(const fused_input *in, Py_ssize_t start, Py_ssize_t n, 
         Py_ssize_t run = in->shape[last] - idx[last], s = in->stride[last];
         if (run > n)
             run = n;
-        if (s == 0) {
+        if (in->is_bool) {
+            for (Py_ssize_t i = 0; i < run; i++)
+                dst[i] = p[i * s] != 0;
+        } else if (s == 0) {
             float v;
             memcpy(&v, p, sizeof v);
             for (Py_ssize_t i = 0; i < run; i++)
@@ -1066,9 +1118,10 @@ static int fused_input_open(PyObject *obj, fused_input *in, int nd, const Py_ssi
     if (*fmt == '<' || *fmt == '=' || *fmt == '@')
         fmt++;
     int ind = in->view.ndim;
-    if (in->view.itemsize != 4 || strcmp(fmt, "f") != 0 || ind > nd) {
-        PyErr_SetString(PyExc_ValueError, "fused_run: inputs must be float32 of at most the "
-                                          "outputs' rank");
+    in->is_bool = in->view.itemsize == 1 && strcmp(fmt, "?") == 0;
+    if (!(in->is_bool || (in->view.itemsize == 4 && strcmp(fmt, "f") == 0)) || ind > nd) {
+        PyErr_SetString(PyExc_ValueError, "fused_run: inputs must be float32 or bool of at most "
+                                          "the outputs' rank");
         PyBuffer_Release(&in->view);
         return -1;
     }
@@ -1096,17 +1149,22 @@ static int fused_input_open(PyObject *obj, fused_input *in, int nd, const Py_ssi
     int all_zero = 1;
     for (int d = 0; d < in->nd; d++)
         all_zero &= in->stride[d] == 0;
-    in->kind = all_zero ? 1 : (in->nd == 1 && in->stride[0] == 4) ? 0 : 2;
+    in->kind = in->is_bool ? 2 : all_zero ? 1 : (in->nd == 1 && in->stride[0] == 4) ? 0 : 2;
+    if (in->nd == 0) { /* one value: a one-axis walk of stride 0 (gathered bools need one) */
+        in->shape[0] = 1;
+        in->stride[0] = 0;
+        in->nd = 1;
+    }
     in->buf = NULL;
     return 0;
 }
 
 PyDoc_STRVAR(fused_run_doc,
 "fused_run(code, inputs, outputs, temps) -> int or None\n\n"
-"Run a chain of elementwise float32 ops (code: int32 rows op, round, dst, a, b over the\n"
-"registers inputs, outputs, then ``temps`` temporaries) in one blocked pass; outputs are\n"
-"C-contiguous float32 arrays of one shape that every input broadcasts to. Returns 0, or None\n"
-"where the CPU lacks AVX2 and F16C (nothing was computed).");
+"Run a chain of elementwise ops (code: int32 rows op, round, dst, a, b, c over the registers\n"
+"inputs, outputs, then ``temps`` temporaries) in one blocked pass; outputs are C-contiguous\n"
+"float32 or bool arrays of one shape that every input (float32 or bool) broadcasts to.\n"
+"Returns 0, or None where the CPU lacks AVX2 and F16C (nothing was computed).");
 
 static PyObject *fused_run(PyObject *self, PyObject *args)
 {
@@ -1127,12 +1185,12 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     if (PyObject_GetBuffer(code_obj, &code, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
     const int32_t *rows = code.buf;
-    Py_ssize_t nrows = code.len / 20;
-    int bad = code.len % 20 != 0;
+    Py_ssize_t nrows = code.len / 24;
+    int bad = code.len % 24 != 0;
     for (Py_ssize_t r = 0; r < nrows && !bad; r++) {
-        const int32_t *c = rows + 5 * r;
+        const int32_t *c = rows + 6 * r;
         bad = c[0] < 0 || c[0] >= FUSED_OPS || c[2] < ni || c[2] >= nregs || c[3] < 0 ||
-              c[3] >= nregs || c[4] < 0 || c[4] >= nregs;
+              c[3] >= nregs || c[4] < 0 || c[4] >= nregs || c[5] < 0 || c[5] >= nregs;
     }
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "fused_run: bad code");
@@ -1147,18 +1205,28 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     int failed = ov == NULL || iv == NULL || reg == NULL;
     if (failed)
         PyErr_NoMemory();
+    Py_ssize_t bools = 0; /* bool outputs: computed in scratch, stored as bytes */
     for (Py_ssize_t k = 0; !failed && k < no; k++) {
-        if (float_buffer(PyTuple_GET_ITEM(outs, k), &ov[k], -1, 1, "fused_run: an output") < 0) {
+        int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, k), &ov[k], flags) < 0) {
             failed = 1;
             break;
         }
         opened_o++;
-        if (ov[k].len != ov[0].len) {
+        const char *fmt = ov[k].format ? ov[k].format : "B";
+        if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+            fmt++;
+        int is_bool = ov[k].itemsize == 1 && strcmp(fmt, "?") == 0;
+        bools += is_bool;
+        if (!is_bool && !(ov[k].itemsize == 4 && strcmp(fmt, "f") == 0)) {
+            PyErr_SetString(PyExc_ValueError, "fused_run: outputs must be float32 or bool");
+            failed = 1;
+        } else if (ov[k].len / ov[k].itemsize != ov[0].len / ov[0].itemsize) {
             PyErr_SetString(PyExc_ValueError, "fused_run: outputs of different sizes");
             failed = 1;
         }
     }
-    n = failed ? 0 : ov[0].len / 4;
+    n = failed ? 0 : ov[0].len / ov[0].itemsize;
     if (!failed && ov[0].ndim > FUSED_DIMS) {
         PyErr_SetString(PyExc_ValueError, "fused_run: too many dimensions");
         failed = 1;
@@ -1172,7 +1240,7 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     /* values per block: FUSED_BLOCK, or all of a small output (rounded up to whole vectors) */
     Py_ssize_t block = n < FUSED_BLOCK ? ((n + 7) & ~(Py_ssize_t)7) + 8 : FUSED_BLOCK;
     if (!failed) {
-        Py_ssize_t blocks = temps;
+        Py_ssize_t blocks = temps + bools;
         for (Py_ssize_t k = 0; k < ni; k++)
             blocks += iv[k].kind != 0;
         scratch = PyMem_Malloc((size_t)(blocks ? blocks : 1) * (size_t)block * sizeof(float));
@@ -1198,6 +1266,13 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
         }
         for (Py_ssize_t t = 0; t < temps; t++)
             reg[ni + no + t] = next + t * block;
+        next += temps * block;
+        for (Py_ssize_t k = 0; k < no; k++) {
+            if (ov[k].itemsize == 1) { /* a bool output's block, stored after the rows */
+                reg[ni + k] = next;
+                next += block;
+            }
+        }
         for (Py_ssize_t start = 0; start < n; start += block) {
             Py_ssize_t len = n - start < block ? n - start : block;
             for (Py_ssize_t k = 0; k < ni; k++) {
@@ -1209,12 +1284,20 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
                     reg[k] = iv[k].buf;
             }
             for (Py_ssize_t k = 0; k < no; k++)
-                reg[ni + k] = (float *)ov[k].buf + start;
+                if (ov[k].itemsize == 4)
+                    reg[ni + k] = (float *)ov[k].buf + start;
             for (Py_ssize_t r = 0; r < nrows; r++) {
-                const int32_t *c = rows + 5 * r;
+                const int32_t *c = rows + 6 * r;
 #if defined(__GNUC__) && defined(__x86_64__)
-                fused_op(c[0], c[1], reg[c[3]], reg[c[4]], reg[c[2]], len);
+                fused_op(c[0], c[1], reg[c[3]], reg[c[4]], reg[c[5]], reg[c[2]], len);
 #endif
+            }
+            for (Py_ssize_t k = 0; k < no; k++) {
+                if (ov[k].itemsize == 1) {
+                    unsigned char *bytes = (unsigned char *)ov[k].buf + start;
+                    for (Py_ssize_t i = 0; i < len; i++)
+                        bytes[i] = reg[ni + k][i] != 0;
+                }
             }
         }
         Py_END_ALLOW_THREADS

@@ -32,6 +32,8 @@ NASTY = np.array(
 
 BINARY = ("add", "sub", "mul", "real_div", "maximum", "minimum")
 UNARY = ("sqrt", "abs", "relu", "square", "clip")
+COMPARE = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+LOGICAL = ("logical_and", "logical_or", "logical_xor")
 OTHER = ("exp", "tanh")  # elementwise but never fused: they split groups
 
 
@@ -57,7 +59,7 @@ def _broadcast_shape(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
 @st.composite
 def programs(draw):
     """A random MIL function of fused (and a few unfused) elementwise ops over one output
-    shape with broadcast operands, its feeds and its float dtype."""
+    shape with broadcast operands (float, and bools from comparisons), and its feeds."""
     dtype = draw(st.sampled_from(["fp16", "fp16", "fp32"]))
     big = draw(st.booleans())
     rank = draw(st.integers(1, 4))
@@ -67,31 +69,58 @@ def programs(draw):
         shape = (*shape[:-1], shape[-1] * 53)  # over one block of the C pass, odd lengths
     ops: list[mil.Operation] = []
     shapes: dict[str, tuple[int, ...]] = {}
+    bools: set[str] = set()  # the names of bool values
     feeds: dict[str, np.ndarray] = {}
     inputs = []
+
+    def mil_type(s: tuple[int, ...], is_bool: bool = False):
+        kind = "bool" if is_bool else dtype
+        return mil.MilTensorType(kind, s) if s else mil.ScalarType(kind)
+
     for k in range(draw(st.integers(1, 3))):
         s = shape if k == 0 else _broadcast_shape(draw, shape)
         name = f"x{k}"
         feeds[name] = _values(draw, s)
-        inputs.append((name, mil.MilTensorType(dtype, s) if s else mil.ScalarType(dtype)))
+        inputs.append((name, mil_type(s)))
         shapes[name] = s
+    if draw(st.booleans()):  # a bool input
+        s = _broadcast_shape(draw, shape)
+        feeds["m"] = np.isnan(_values(draw, s)) | (_values(draw, s) > 0)
+        inputs.append(("m", mil_type(s, True)))
+        shapes["m"] = s
+        bools.add("m")
 
-    def operand() -> str:
-        if draw(st.integers(0, 4)) == 0:  # a constant, often a scalar
+    def operand(is_bool: bool = False) -> str:
+        names = sorted(n for n in shapes if (n in bools) == is_bool)
+        if not names or draw(st.integers(0, 4)) == 0:  # a constant, often a scalar
             s = () if draw(st.booleans()) else _broadcast_shape(draw, shape)
             name = f"c{len(ops)}"
             value = _values(draw, s)
-            ops.append(mil.const(name, value.astype(np.float32) if dtype == "fp32" else value))
+            if is_bool:
+                value = value > 0
+                bools.add(name)
+            elif dtype == "fp32":
+                value = value.astype(np.float32)
+            ops.append(mil.const(name, value))
             shapes[name] = s
             return name
-        return draw(st.sampled_from(sorted(shapes)))
+        return draw(st.sampled_from(names))
 
     results = []
     for n in range(draw(st.integers(2, 14))):
-        kind = draw(st.sampled_from(BINARY * 2 + UNARY + OTHER))
+        kind = draw(st.sampled_from(BINARY * 2 + UNARY + OTHER + COMPARE + LOGICAL
+                                    + ("logical_not", "select", "select")))  # fmt: skip
         name = f"v{n}"
-        if kind in BINARY:
+        is_bool = kind in COMPARE or kind in LOGICAL or kind == "logical_not"
+        if kind in BINARY or kind in COMPARE:
             args = {"x": operand(), "y": operand()}
+        elif kind in LOGICAL:
+            args = {"x": operand(True), "y": operand(True)}
+        elif kind == "logical_not":
+            args = {"x": operand(True)}
+        elif kind == "select":
+            is_bool = draw(st.integers(0, 3)) == 0
+            args = {"cond": operand(True), "a": operand(is_bool), "b": operand(is_bool)}
         else:
             args = {"x": operand()}
         if kind == "clip":
@@ -101,10 +130,12 @@ def programs(draw):
                         beta=np.float16(high) if dtype == "fp16" else np.float32(high))  # fmt: skip
             if not low < high:
                 continue
-        out = np.broadcast_shapes(*(shapes[a] for k, a in args.items() if k in ("x", "y")))
-        t = mil.MilTensorType(dtype, out) if out else mil.ScalarType(dtype)
-        ops.append(mil.operation(kind, (name, t), args))
+        read = ("x", "y", "cond", "a", "b")
+        out = np.broadcast_shapes(*(shapes[a] for k, a in args.items() if k in read))
+        ops.append(mil.operation(kind, (name, mil_type(out, is_bool)), args))
         shapes[name] = out
+        if is_bool:
+            bools.add(name)
         results.append(name)
     if not results:
         results.append("x0")
@@ -122,6 +153,9 @@ def _load(program: mil.MilProgram, fused: bool, monkeypatch) -> SimProgram:
 def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
     """Equal bit patterns, NaNs equal as NaNs (their payloads aside)."""
     assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype == np.bool_:
+        np.testing.assert_array_equal(got, want)
+        return
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(got), nan)
     bits = np.uint16 if got.dtype == np.float16 else np.uint32
@@ -138,7 +172,8 @@ def test_fused_groups_give_the_unfused_bits(case, monkeypatch) -> None:
         want = _load(program, False, patch).run(feeds)
         fused = _load(program, True, patch)
         got = fused.run(feeds)
-        stored = fused.run_stored({k: fp16.widen_fp16(v) for k, v in feeds.items()})
+        stored = fused.run_stored({k: fp16.widen_fp16(v) if v.dtype == np.float16 else v
+                                   for k, v in feeds.items()})  # fmt: skip
         patch.setattr(fp16, "_native", None)  # the numpy path of a fused step
         numpy_only = fused.run(feeds)
     assert set(got) == set(want)
@@ -158,8 +193,8 @@ def test_strided_and_broadcast_inputs_are_read_in_place() -> None:
     b = fp16.round_to_fp16(rng.standard_normal((1, 5, 1, 1)).astype(np.float32))
     xt = np.ascontiguousarray(x.transpose(3, 1, 2, 0)).transpose(3, 1, 2, 0)  # same values
     # registers: x 0, b 1, out 2, temporary 3: t = x * b (rounded); out = max(t + x, b)
-    code = np.array([[fusion.MUL, 1, 3, 0, 1], [fusion.ADD, 1, 3, 3, 0],
-                     [fusion.MAX, 0, 2, 3, 1]], np.int32)  # fmt: skip
+    code = np.array([[fusion.MUL, 1, 3, 0, 1, 0], [fusion.ADD, 1, 3, 3, 0, 3],
+                     [fusion.MAX, 0, 2, 3, 1, 3]], np.int32)  # fmt: skip
     want = np.maximum(fp16.round_to_fp16(fp16.round_to_fp16(x * b) + x), b)
     for operand in (x, xt):
         out = np.empty(x.shape, np.float32)
@@ -167,7 +202,7 @@ def test_strided_and_broadcast_inputs_are_read_in_place() -> None:
         assert_same_bits(out, want)
     with pytest.raises(ValueError, match="does not broadcast"):
         fp16._native.fused_run(code, (x, np.zeros((2, 1, 1, 1), np.float32)), (out,), 1)
-    for bad in ([99, 0, 2, 0, 1], [fusion.ADD, 0, 0, 0, 1], [fusion.ADD, 0, 2, 0, 4]):
+    for bad in ([99, 0, 2, 0, 1, 0], [fusion.ADD, 0, 0, 0, 1, 0], [fusion.ADD, 0, 2, 0, 1, 4]):
         with pytest.raises(ValueError, match="bad code"):  # op, result, operand out of range
             fp16._native.fused_run(np.array([bad], np.int32), (x, b), (out,), 1)
 

@@ -8,9 +8,10 @@ computed in float32 and its result rounded to fp16 where the step's is, so every
 the bits the separate steps give. Values read only inside the group never reach memory;
 values read by other steps or returned by the program are written out.
 
-Only ops whose float32 results C reproduces bit for bit are fused (IEEE add, sub, mul, div
-and sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; abs). Other
-ops (transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
+Only ops whose results C reproduces bit for bit are fused (IEEE add, sub, mul, div and
+sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; abs;
+comparisons, logical ops and select, with bools as 0/1 in the pass). Other ops
+(transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
 
 Groups: a fusable step joins the open group of its shape. Another step that reads values of
 one open group waits to run right after it (a reshape of an updated weight does not end
@@ -40,8 +41,9 @@ from .ops import REGISTRY
 ENABLED = True  # read when a program loads; tests switch it off to compare with unfused runs
 
 # the C extension's op codes (_native.c, fused_run)
-ADD, SUB, MUL, DIV, MAX, MIN, SQRT, ABS = range(8)
-_UNARY = frozenset({SQRT, ABS})
+(ADD, SUB, MUL, DIV, MAX, MIN, SQRT, ABS, EQ, NE, LT, LE, GT, GE, AND, OR, XOR, NOT,
+ SELECT) = range(19)  # fmt: skip
+_F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
 _ZERO = np.zeros((), np.float32)
 _ZERO.flags.writeable = False
 _TEMPORARIES = itertools.count()  # names of values computed inside one op
@@ -49,20 +51,22 @@ _TEMPORARIES = itertools.count()  # names of values computed inside one op
 # An operand of an instruction: ("slot", n) a runtime value, ("known", array) a constant,
 # ("tmp", n) a value computed inside one op (clip's maximum before its minimum).
 Operand = tuple[str, Any]
-Instruction = tuple[int, bool, Operand, Operand, Operand]  # (op, round, result, a, b)
+# (op, round, result, a, b, c): c is select's condition, else a again (unused)
+Instruction = tuple[int, bool, Operand, Operand, Operand, Operand]
 
 
 def _binary(code: int) -> Callable[[dict[str, Operand], Operand, bool], list[Instruction]]:
-    return lambda a, out, r: [(code, r, out, a["x"], a["y"])]
+    return lambda a, out, r: [(code, r, out, a["x"], a["y"], a["x"])]
 
 
 def _unary(code: int) -> Callable[[dict[str, Operand], Operand, bool], list[Instruction]]:
-    return lambda a, out, r: [(code, r, out, a["x"], a["x"])]
+    return lambda a, out, r: [(code, r, out, a["x"], a["x"], a["x"])]
 
 
 def _clip(a: dict[str, Operand], out: Operand, r: bool) -> list[Instruction]:
     inner: Operand = ("tmp", next(_TEMPORARIES))  # the kernel's np.maximum result, unrounded
-    return [(MAX, False, inner, a["x"], a["alpha"]), (MIN, r, out, inner, a["beta"])]
+    return [(MAX, False, inner, a["x"], a["alpha"], a["x"]),
+            (MIN, r, out, inner, a["beta"], inner)]  # fmt: skip
 
 
 # op -> its instructions, given its operands by parameter name, its result and whether the
@@ -76,10 +80,36 @@ _LOWER: dict[str, Callable[[dict[str, Operand], Operand, bool], list[Instruction
     "minimum": _binary(MIN),
     "sqrt": _unary(SQRT),
     "abs": _unary(ABS),
-    "square": lambda a, out, r: [(MUL, r, out, a["x"], a["x"])],
-    "relu": lambda a, out, r: [(MAX, r, out, a["x"], ("known", _ZERO))],
+    "square": _unary(MUL),  # x * x
+    "relu": lambda a, out, r: [(MAX, r, out, a["x"], ("known", _ZERO), a["x"])],
     "clip": _clip,
+    "equal": _binary(EQ),
+    "not_equal": _binary(NE),
+    "less": _binary(LT),
+    "less_equal": _binary(LE),
+    "greater": _binary(GT),
+    "greater_equal": _binary(GE),
+    "logical_and": _binary(AND),
+    "logical_or": _binary(OR),
+    "logical_xor": _binary(XOR),
+    "logical_not": _unary(NOT),
+    "select": lambda a, out, r: [(SELECT, r, out, a["a"], a["b"], a["cond"])],
 }
+_COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+_LOGICAL = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not"})
+
+
+def _types_fit(op: str, operands: Mapping[str, np.dtype], result: np.dtype) -> bool:
+    """The storage dtypes the C pass handles for ``op``: float32 arithmetic, comparisons of
+    float32 giving bool, logical ops on bools, select of float32 or bool by a bool."""
+    if op in _COMPARISONS:
+        return result == _BOOL and all(d == _F32 for d in operands.values())
+    if op in _LOGICAL:
+        return result == _BOOL and all(d == _BOOL for d in operands.values())
+    if op == "select":
+        values = {operands["a"], operands["b"], result}
+        return operands["cond"] == _BOOL and len(values) == 1 and result in (_F32, _BOOL)
+    return result == _F32 and all(d == _F32 for d in operands.values())
 
 
 def _reads(step: Step) -> list[int]:
@@ -91,29 +121,32 @@ def _reads(step: Step) -> list[int]:
 def _lower(
     step: Step, shapes: Mapping[int, Any], storages: Mapping[int, Any]
 ) -> list[Instruction] | None:
-    """The instructions of a step that can be fused, else None: a float32 elementwise op
-    with the registry's kernel, one output of a static shape that its operands (float32,
-    of static shapes) broadcast to exactly."""
+    """The instructions of a step that can be fused, else None: an elementwise op with the
+    registry's kernel and storage dtypes the C pass handles (_types_fit), one output of a
+    static shape that its operands (of static shapes) broadcast to exactly."""
     lower = _LOWER.get(step.op)
     if lower is None or step.variadic or len(step.outputs) != 1:
         return None
     if step.kernel is not REGISTRY[step.op].kernel:
         return None
     e = step.outputs[0]
-    if e.shape is None or e.storage != np.float32:
+    if e.shape is None:
         return None
     operands: dict[str, Operand] = {}
+    dtypes: dict[str, np.dtype] = {}
     operand_shapes = []
     for key, value in step.known.items():
-        if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+        if not isinstance(value, np.ndarray):
             return None
-        operands[key] = ("known", value)
+        operands[key], dtypes[key] = ("known", value), value.dtype
         operand_shapes.append(value.shape)
     for key, slot in step.dynamic:
-        if shapes.get(slot) is None or storages.get(slot) != np.float32:
+        if shapes.get(slot) is None or storages.get(slot) is None:
             return None
-        operands[key] = ("slot", slot)
+        operands[key], dtypes[key] = ("slot", slot), np.dtype(storages[slot])
         operand_shapes.append(tuple(shapes[slot]))
+    if not _types_fit(step.op, dtypes, np.dtype(e.storage)):
+        return None
     try:
         if np.broadcast_shapes(*operand_shapes) != tuple(e.shape):
             return None
@@ -130,10 +163,8 @@ def available() -> bool:
     if fused_run is None:
         return False
     one = np.ones(1, np.float32)
-    return (
-        fused_run(np.array([[ADD, 1, 1, 0, 0]], np.int32), (one,), (np.empty(1, np.float32),), 0)
-        is not None
-    )
+    code = np.array([[ADD, 1, 1, 0, 0, 0]], np.int32)
+    return fused_run(code, (one,), (np.empty(1, np.float32),), 0) is not None
 
 
 @dataclass
@@ -275,8 +306,8 @@ class FusedKernel:
         written = {e.slot for e in outputs}
         slots: list[int] = []
         known: list[np.ndarray] = []
-        for _, _, _, a, b in group.instructions:
-            for kind, value in (a, b):
+        for _, _, _, a, b, c in group.instructions:
+            for kind, value in (a, b, c):
                 if kind == "slot" and value not in produced and value not in slots:
                     slots.append(value)
                 elif kind == "known" and not any(value is k for k in known):
@@ -292,14 +323,14 @@ class FusedKernel:
             return ("known", id(value)) if kind == "known" else operand
 
         last_read: dict[Any, int] = {}
-        for n, (_, _, _, a, b) in enumerate(group.instructions):
-            last_read[key(a)] = last_read[key(b)] = n
+        for n, (_, _, _, a, b, c) in enumerate(group.instructions):
+            last_read[key(a)] = last_read[key(b)] = last_read[key(c)] = n
         free: list[int] = []
         temps = 0
         rows = []
-        for n, (code, rounds, result, a, b) in enumerate(group.instructions):
-            ra, rb = registers[key(a)], registers[key(b)]
-            for operand in {key(a), key(b)}:  # temporaries read for the last time
+        for n, (code, rounds, result, a, b, c) in enumerate(group.instructions):
+            ra, rb, rc = registers[key(a)], registers[key(b)], registers[key(c)]
+            for operand in {key(a), key(b), key(c)}:  # temporaries read for the last time
                 if last_read[operand] == n and registers[operand] >= first_temp:
                     free.append(registers[operand])
             if key(result) not in registers:
@@ -308,8 +339,8 @@ class FusedKernel:
                 else:
                     registers[key(result)] = first_temp + temps
                     temps += 1
-            rows.append((code, int(rounds), registers[key(result)], ra, rb))
-        code_array = np.array(rows, dtype=np.int32).reshape(-1, 5)
+            rows.append((code, int(rounds), registers[key(result)], ra, rb, rc))
+        code_array = np.array(rows, dtype=np.int32).reshape(-1, 6)
         code_array.flags.writeable = False
         # large inputs of the full shape, which may come strided (a transposed view): copied
         # in tiles first (fp16.gathered), as the pass's walk of a transpose misses the cache
@@ -324,7 +355,7 @@ class FusedKernel:
             values = tuple(gathered(v) if k in self.gather else v for k, v in enumerate(values))
         fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
         if fused_run is not None:
-            results = tuple(np.empty(self.shape, np.float32) for _ in self.outputs)
+            results = tuple(np.empty(self.shape, e.storage) for e in self.outputs)
             if fused_run(self.code, values + self.known, results, self.temps) is not None:
                 return results if len(results) > 1 else results[0]
         return self.unfused(values)
