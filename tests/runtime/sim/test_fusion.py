@@ -163,8 +163,11 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
 
 
 @needs_c
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(case=programs())
 def test_fused_groups_give_the_unfused_bits(case, monkeypatch) -> None:
     program, feeds = case

@@ -18,8 +18,10 @@ one open group waits to run right after it (a reshape of an updated weight does 
 the optimizer's chain); one that reads values of several is run after closing them; one
 that reads none runs before the open groups. A fusable step that reads a waiting step's
 value, or a value of a group of another shape, closes that group first. Every step thus
-still runs after the values it reads are made. Without the C extension (or without AVX2 and F16C at run time) a
-group runs its steps with numpy, as before.
+still runs after the values it reads are made.
+
+Where the C pass does not run (no extension, no AVX2 and F16C) no groups are formed; a
+group whose extension is switched off after loading (tests do) runs its steps with numpy.
 """
 
 from __future__ import annotations
