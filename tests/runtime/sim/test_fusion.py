@@ -83,6 +83,12 @@ def programs(draw):
         feeds[name] = _values(draw, s)
         inputs.append((name, mil_type(s)))
         shapes[name] = s
+    if len(shape) > 1 and draw(st.booleans()):  # a transposed view: a strided operand
+        feeds["t"] = _values(draw, shape[::-1])
+        inputs.append(("t", mil_type(shape[::-1])))
+        perm = np.arange(len(shape) - 1, -1, -1, dtype=np.int32)
+        ops.append(mil.operation("transpose", ("xt", mil_type(shape)), {"x": "t", "perm": perm}))
+        shapes["xt"] = shape
     if draw(st.booleans()):  # a bool input
         s = _broadcast_shape(draw, shape)
         feeds["m"] = np.isnan(_values(draw, s)) | (_values(draw, s) > 0)
