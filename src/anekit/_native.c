@@ -1068,6 +1068,25 @@ __attribute__((target("avx2,f16c"))) static void fused_op(int op, int round, con
 }
 #endif
 
+#if defined(__GNUC__) && defined(__x86_64__)
+/* A bool output's block: nonzero values as 1, zeros as 0, one byte each. */
+__attribute__((target("avx2,f16c"))) static void fused_store_bools(const float *src,
+                                                                   unsigned char *dst,
+                                                                   Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(src + i), zero, _CMP_NEQ_UQ), one);
+        __m256i w = _mm256_cvttps_epi32(t);
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(dst + i), _mm_packus_epi16(h, h));
+    }
+    for (; i < n; i++)
+        dst[i] = src[i] != 0;
+}
+#endif
+
 /* Values [start, start + n) of a broadcast or strided input, in output order, into dst. */
 static void fused_gather(const fused_input *in, Py_ssize_t start, Py_ssize_t n, float *dst)
 {
@@ -1292,13 +1311,11 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
                 fused_op(c[0], c[1], reg[c[3]], reg[c[4]], reg[c[5]], reg[c[2]], len);
 #endif
             }
-            for (Py_ssize_t k = 0; k < no; k++) {
-                if (ov[k].itemsize == 1) {
-                    unsigned char *bytes = (unsigned char *)ov[k].buf + start;
-                    for (Py_ssize_t i = 0; i < len; i++)
-                        bytes[i] = reg[ni + k][i] != 0;
-                }
-            }
+#if defined(__GNUC__) && defined(__x86_64__)
+            for (Py_ssize_t k = 0; k < no; k++)
+                if (ov[k].itemsize == 1)
+                    fused_store_bools(reg[ni + k], (unsigned char *)ov[k].buf + start, len);
+#endif
         }
         Py_END_ALLOW_THREADS
     }
