@@ -169,6 +169,25 @@ def available() -> bool:
     return fused_run(code, (one,), (np.empty(1, np.float32),), 0) is not None
 
 
+RUN_MIN = 64  # contiguous values per run below which a strided input is gathered first
+
+
+def _walks_badly(value: np.ndarray) -> bool:
+    """True when the C pass would read ``value`` (strided) in short runs: its last axis of
+    more than one value is not contiguous, or short. A conv result in [N, C, H, W] order
+    seen as NCHW (runs of H*W) is read in place; a transpose (runs of one) is not."""
+    if value.flags.c_contiguous:
+        return False
+    run = 1
+    for size, stride in zip(reversed(value.shape), reversed(value.strides), strict=True):
+        if size == 1:
+            continue
+        if stride != run * value.itemsize:
+            break
+        run *= size
+    return run < RUN_MIN
+
+
 @dataclass
 class _Group:
     shape: tuple[int, ...]
@@ -354,7 +373,10 @@ class FusedKernel:
     def __call__(self, *values: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
         """The group's outputs (made here: C-contiguous, rounded, of the group's shape)."""
         if self.gather:
-            values = tuple(gathered(v) if k in self.gather else v for k, v in enumerate(values))
+            values = tuple(
+                gathered(v) if k in self.gather and _walks_badly(v) else v
+                for k, v in enumerate(values)
+            )
         fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
         if fused_run is not None:
             results = tuple(np.empty(self.shape, e.storage) for e in self.outputs)
