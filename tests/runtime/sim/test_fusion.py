@@ -84,9 +84,14 @@ def programs(draw):
         inputs.append((name, mil_type(s)))
         shapes[name] = s
     if len(shape) > 1 and draw(st.booleans()):  # a transposed view: a strided operand
-        feeds["t"] = _values(draw, shape[::-1])
-        inputs.append(("t", mil_type(shape[::-1])))
-        perm = np.arange(len(shape) - 1, -1, -1, dtype=np.int32)
+        # all axes reversed (runs of one value) or the first two swapped (long runs)
+        order = (
+            list(range(len(shape)))[::-1] if draw(st.booleans()) else [1, 0, *range(2, len(shape))]
+        )
+        perm = np.array(order, np.int32)  # its own inverse
+        t_shape = tuple(shape[p] for p in order)
+        feeds["t"] = _values(draw, t_shape)
+        inputs.append(("t", mil_type(t_shape)))
         ops.append(mil.operation("transpose", ("xt", mil_type(shape)), {"x": "t", "perm": perm}))
         shapes["xt"] = shape
     if draw(st.booleans()):  # a bool input
