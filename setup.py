@@ -12,7 +12,7 @@ import sys
 
 from setuptools import Extension, setup
 
-flags = [] if sys.platform == "win32" else ["-O3", "-fno-fast-math"]
+flags = [] if sys.platform == "win32" else ["-O3", "-fno-fast-math", "-ffp-contract=off"]
 
 setup(
     ext_modules=[

@@ -909,6 +909,431 @@ static PyObject *gemm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- fused_run: a chain of elementwise ops in one blocked pass ------------------------------
+ * The simulator's optimizer updates and activations are long chains of elementwise ops over
+ * the same tensor (fusion.py groups them at load). Run one by one, each op is a numpy pass
+ * over memory, a rounding pass and ~2 us of Python. Here the whole chain runs block by block
+ * (FUSED_BLOCK values, which stay in L1/L2): every op computes its block in float32 and, where
+ * the op's result is an fp16 value, rounds it exactly as the simulator does (F16C, with NaNs
+ * through the scalar conversion numpy's cast follows), so the bits are those of the unfused
+ * run. Values only the chain reads live in per-block scratch; the rest are written out.
+ *
+ * Registers: inputs [0, ni), outputs [ni, ni + no), temporaries after. ``code`` holds int32
+ * rows (op, round, destination, a, b, c). Inputs are float32 or bool arrays of any strides
+ * that broadcast to the outputs' shape: float32 read in place when C-contiguous of that shape,
+ * filled once when of one value, else gathered per block. A bool is 1.0f or 0.0f in a
+ * register (comparisons, logical ops, select's condition); bool inputs are converted as they
+ * are gathered, bool outputs as they are stored. Built with -ffp-contract=off (setup.py): no
+ * a * b + c may become an FMA, which would round once instead of twice. */
+#define FUSED_BLOCK 1024
+#define FUSED_DIMS 32
+enum { FUSED_ADD, FUSED_SUB, FUSED_MUL, FUSED_DIV, FUSED_MAX, FUSED_MIN, FUSED_SQRT, FUSED_ABS,
+       FUSED_EQ, FUSED_NE, FUSED_LT, FUSED_LE, FUSED_GT, FUSED_GE, FUSED_AND, FUSED_OR,
+       FUSED_XOR, FUSED_NOT, FUSED_SELECT, FUSED_OPS };
+
+typedef struct {
+    Py_buffer view;
+    int kind;   /* 0: C-contiguous float32 of the full shape, 1: one value, 2: gathered */
+    int is_bool; /* numpy bool (one byte, 0 or 1), read as 0.0f or 1.0f */
+    int nd;
+    Py_ssize_t shape[FUSED_DIMS], stride[FUSED_DIMS]; /* broadcast over the output, in bytes */
+    float *buf;
+} fused_input;
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <math.h>
+
+/* fp16 rounding as the simulator's conversion does it, one value (any value). */
+static float fused_round(float r)
+{
+    uint32_t b;
+    memcpy(&b, &r, sizeof b);
+    b = bits_from_half(half_from_bits(b));
+    memcpy(&r, &b, sizeof r);
+    return r;
+}
+
+/* numpy's float32 ufuncs on one value: maximum and minimum return a NaN operand (x86's
+ * max/min return the second operand then), and the second operand when both are zeros;
+ * comparisons are false for a NaN except !=; logical ops take any nonzero as true. */
+static float fused_scalar(int op, float x, float y)
+{
+    switch (op) {
+    case FUSED_ADD: return x + y;
+    case FUSED_SUB: return x - y;
+    case FUSED_MUL: return x * y;
+    case FUSED_DIV: return x / y;
+    case FUSED_MAX: return x != x ? x : (x > y ? x : y);
+    case FUSED_MIN: return x != x ? x : (x < y ? x : y);
+    case FUSED_SQRT: return sqrtf(x);
+    case FUSED_EQ: return x == y;
+    case FUSED_NE: return x != y;
+    case FUSED_LT: return x < y;
+    case FUSED_LE: return x <= y;
+    case FUSED_GT: return x > y;
+    case FUSED_GE: return x >= y;
+    case FUSED_AND: return x != 0 && y != 0;
+    case FUSED_OR: return x != 0 || y != 0;
+    case FUSED_XOR: return (x != 0) != (y != 0);
+    case FUSED_NOT: return x == 0;
+    default: {
+        uint32_t b;
+        memcpy(&b, &x, sizeof b);
+        b &= ABS_MASK;
+        memcpy(&x, &b, sizeof x);
+        return x;
+    }
+    }
+}
+
+#define FUSED_LOOP(EXPR)                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                                \
+        __m256 x = _mm256_loadu_ps(a + i);                                                      \
+        __m256 y = _mm256_loadu_ps(b + i);                                                      \
+        __m256 r = EXPR;                                                                        \
+        (void)y;                                                                                \
+        if (round) {                                                                            \
+            __m256 nan = _mm256_cmp_ps(r, r, _CMP_UNORD_Q);                                     \
+            __m256 q = _mm256_cvtph_ps(_mm256_cvtps_ph(r, ROUNDING));                           \
+            if (_mm256_movemask_ps(nan)) {                                                      \
+                float lanes[8];                                                                 \
+                _mm256_storeu_ps(lanes, r);                                                     \
+                for (int k = 0; k < 8; k++)                                                     \
+                    lanes[k] = fused_round(lanes[k]);                                           \
+                q = _mm256_loadu_ps(lanes);                                                     \
+            }                                                                                   \
+            r = q;                                                                              \
+        }                                                                                       \
+        _mm256_storeu_ps(d + i, r);                                                             \
+    }
+
+#define FUSED_TRUTH(MASK) _mm256_and_ps(MASK, one) /* a lane mask as 1.0f or 0.0f */
+
+/* d[i] = a[i] (op) b[i] for n values (b unused by the unary ops, and then given as a);
+ * select: d[i] = c[i] ? a[i] : b[i]. */
+__attribute__((target("avx2,f16c"))) static void fused_op(int op, int round, const float *a,
+                                                          const float *b, const float *c,
+                                                          float *d, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    if (op == FUSED_SELECT) { /* np.where: the chosen operand's bits, NaN payloads and all */
+        for (; i + 8 <= n; i += 8) {
+            __m256 pick = _mm256_cmp_ps(_mm256_loadu_ps(c + i), zero, _CMP_NEQ_OQ);
+            _mm256_storeu_ps(d + i, _mm256_blendv_ps(_mm256_loadu_ps(b + i),
+                                                     _mm256_loadu_ps(a + i), pick));
+        }
+        for (; i < n; i++)
+            memcpy(d + i, c[i] != 0 ? a + i : b + i, sizeof *d);
+        return;
+    }
+    switch (op) {
+    case FUSED_ADD: FUSED_LOOP(_mm256_add_ps(x, y)) break;
+    case FUSED_SUB: FUSED_LOOP(_mm256_sub_ps(x, y)) break;
+    case FUSED_MUL: FUSED_LOOP(_mm256_mul_ps(x, y)) break;
+    case FUSED_DIV: FUSED_LOOP(_mm256_div_ps(x, y)) break;
+    case FUSED_MAX:
+        FUSED_LOOP(_mm256_blendv_ps(_mm256_max_ps(x, y), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+        break;
+    case FUSED_MIN:
+        FUSED_LOOP(_mm256_blendv_ps(_mm256_min_ps(x, y), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+        break;
+    case FUSED_SQRT: FUSED_LOOP(_mm256_sqrt_ps(x)) break;
+    case FUSED_ABS: FUSED_LOOP(_mm256_andnot_ps(sign, x)) break;
+    case FUSED_EQ: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_EQ_OQ))) break;
+    case FUSED_NE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_NEQ_UQ))) break;
+    case FUSED_LT: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_LT_OQ))) break;
+    case FUSED_LE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_LE_OQ))) break;
+    case FUSED_GT: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_GT_OQ))) break;
+    case FUSED_GE: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, y, _CMP_GE_OQ))) break;
+    case FUSED_AND:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                             _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    case FUSED_OR:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_or_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                            _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    case FUSED_XOR:
+        FUSED_LOOP(FUSED_TRUTH(_mm256_xor_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_OQ),
+                                             _mm256_cmp_ps(y, zero, _CMP_NEQ_OQ))))
+        break;
+    default: FUSED_LOOP(FUSED_TRUTH(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ))) break; /* not */
+    }
+    for (; i < n; i++) {
+        float r = fused_scalar(op, a[i], b[i]);
+        d[i] = round ? fused_round(r) : r;
+    }
+}
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* A bool output's block: nonzero values as 1, zeros as 0, one byte each. */
+__attribute__((target("avx2,f16c"))) static void fused_store_bools(const float *src,
+                                                                   unsigned char *dst,
+                                                                   Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(src + i), zero, _CMP_NEQ_UQ), one);
+        __m256i w = _mm256_cvttps_epi32(t);
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(dst + i), _mm_packus_epi16(h, h));
+    }
+    for (; i < n; i++)
+        dst[i] = src[i] != 0;
+}
+#endif
+
+/* Values [start, start + n) of a broadcast or strided input, in output order, into dst. */
+static void fused_gather(const fused_input *in, Py_ssize_t start, Py_ssize_t n, float *dst)
+{
+    Py_ssize_t idx[FUSED_DIMS], rest = start;
+    int last = in->nd - 1;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rest % in->shape[d];
+        rest /= in->shape[d];
+    }
+    while (n > 0) {
+        const char *p = in->view.buf;
+        for (int d = 0; d <= last; d++)
+            p += idx[d] * in->stride[d];
+        Py_ssize_t run = in->shape[last] - idx[last], s = in->stride[last];
+        if (run > n)
+            run = n;
+        if (in->is_bool) {
+            for (Py_ssize_t i = 0; i < run; i++)
+                dst[i] = p[i * s] != 0;
+        } else if (s == 0) {
+            float v;
+            memcpy(&v, p, sizeof v);
+            for (Py_ssize_t i = 0; i < run; i++)
+                dst[i] = v;
+        } else if (s == 4) {
+            memcpy(dst, p, (size_t)run * 4);
+        } else {
+            for (Py_ssize_t i = 0; i < run; i++)
+                memcpy(dst + i, p + i * s, sizeof *dst);
+        }
+        dst += run;
+        n -= run;
+        idx[last] += run;
+        for (int d = last; d > 0 && idx[d] == in->shape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+/* An input's buffer, its strides broadcast over ``shape`` (ValueError when it does not
+ * broadcast), size-1 axes dropped and mergeable axes merged, and how it is read. */
+static int fused_input_open(PyObject *obj, fused_input *in, int nd, const Py_ssize_t *shape)
+{
+    if (PyObject_GetBuffer(obj, &in->view, PyBUF_RECORDS_RO) < 0)
+        return -1;
+    const char *fmt = in->view.format ? in->view.format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    int ind = in->view.ndim;
+    in->is_bool = in->view.itemsize == 1 && strcmp(fmt, "?") == 0;
+    if (!(in->is_bool || (in->view.itemsize == 4 && strcmp(fmt, "f") == 0)) || ind > nd) {
+        PyErr_SetString(PyExc_ValueError, "fused_run: inputs must be float32 or bool of at most "
+                                          "the outputs' rank");
+        PyBuffer_Release(&in->view);
+        return -1;
+    }
+    in->nd = 0;
+    for (int d = 0; d < nd; d++) {
+        int k = d - (nd - ind);
+        Py_ssize_t size = k < 0 ? 1 : in->view.shape[k];
+        Py_ssize_t stride = (k < 0 || size == 1) ? 0 : in->view.strides[k];
+        if (size != shape[d] && size != 1) {
+            PyErr_SetString(PyExc_ValueError, "fused_run: an input does not broadcast to the "
+                                              "outputs' shape");
+            PyBuffer_Release(&in->view);
+            return -1;
+        }
+        if (shape[d] == 1)
+            continue;
+        if (in->nd && in->stride[in->nd - 1] == stride * shape[d]) {
+            in->shape[in->nd - 1] *= shape[d];
+            in->stride[in->nd - 1] = stride;
+        } else {
+            in->shape[in->nd] = shape[d];
+            in->stride[in->nd++] = stride;
+        }
+    }
+    int all_zero = 1;
+    for (int d = 0; d < in->nd; d++)
+        all_zero &= in->stride[d] == 0;
+    in->kind = in->is_bool ? 2 : all_zero ? 1 : (in->nd == 1 && in->stride[0] == 4) ? 0 : 2;
+    if (in->nd == 0) { /* one value: a one-axis walk of stride 0 (gathered bools need one) */
+        in->shape[0] = 1;
+        in->stride[0] = 0;
+        in->nd = 1;
+    }
+    in->buf = NULL;
+    return 0;
+}
+
+PyDoc_STRVAR(fused_run_doc,
+"fused_run(code, inputs, outputs, temps) -> int or None\n\n"
+"Run a chain of elementwise ops (code: int32 rows op, round, dst, a, b, c over the registers\n"
+"inputs, outputs, then ``temps`` temporaries) in one blocked pass; outputs are C-contiguous\n"
+"float32 or bool arrays of one shape that every input (float32 or bool) broadcasts to.\n"
+"Returns 0, or None where the CPU lacks AVX2 and F16C (nothing was computed).");
+
+static PyObject *fused_run(PyObject *self, PyObject *args)
+{
+    PyObject *code_obj, *ins, *outs;
+    Py_ssize_t temps;
+    if (!PyArg_ParseTuple(args, "OO!O!n:fused_run", &code_obj, &PyTuple_Type, &ins,
+                          &PyTuple_Type, &outs, &temps))
+        return NULL;
+    if (!(f16c_supported() && avx2_supported()))
+        Py_RETURN_NONE;
+    Py_ssize_t ni = PyTuple_GET_SIZE(ins), no = PyTuple_GET_SIZE(outs);
+    if (no < 1 || temps < 0 || ni + no + temps > 1 << 20) {
+        PyErr_SetString(PyExc_ValueError, "fused_run: bad register counts");
+        return NULL;
+    }
+    Py_ssize_t nregs = ni + no + temps;
+    Py_buffer code;
+    if (PyObject_GetBuffer(code_obj, &code, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    const int32_t *rows = code.buf;
+    Py_ssize_t nrows = code.len / 24;
+    int bad = code.len % 24 != 0;
+    for (Py_ssize_t r = 0; r < nrows && !bad; r++) {
+        const int32_t *c = rows + 6 * r;
+        bad = c[0] < 0 || c[0] >= FUSED_OPS || c[2] < ni || c[2] >= nregs || c[3] < 0 ||
+              c[3] >= nregs || c[4] < 0 || c[4] >= nregs || c[5] < 0 || c[5] >= nregs;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "fused_run: bad code");
+        PyBuffer_Release(&code);
+        return NULL;
+    }
+    Py_buffer *ov = PyMem_Calloc((size_t)no, sizeof *ov);
+    fused_input *iv = PyMem_Calloc((size_t)(ni ? ni : 1), sizeof *iv);
+    float **reg = PyMem_Calloc((size_t)nregs, sizeof *reg);
+    float *scratch = NULL;
+    Py_ssize_t opened_o = 0, opened_i = 0, n = 0;
+    int failed = ov == NULL || iv == NULL || reg == NULL;
+    if (failed)
+        PyErr_NoMemory();
+    Py_ssize_t bools = 0; /* bool outputs: computed in scratch, stored as bytes */
+    for (Py_ssize_t k = 0; !failed && k < no; k++) {
+        int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, k), &ov[k], flags) < 0) {
+            failed = 1;
+            break;
+        }
+        opened_o++;
+        const char *fmt = ov[k].format ? ov[k].format : "B";
+        if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+            fmt++;
+        int is_bool = ov[k].itemsize == 1 && strcmp(fmt, "?") == 0;
+        bools += is_bool;
+        if (!is_bool && !(ov[k].itemsize == 4 && strcmp(fmt, "f") == 0)) {
+            PyErr_SetString(PyExc_ValueError, "fused_run: outputs must be float32 or bool");
+            failed = 1;
+        } else if (ov[k].len / ov[k].itemsize != ov[0].len / ov[0].itemsize) {
+            PyErr_SetString(PyExc_ValueError, "fused_run: outputs of different sizes");
+            failed = 1;
+        }
+    }
+    n = failed ? 0 : ov[0].len / ov[0].itemsize;
+    if (!failed && ov[0].ndim > FUSED_DIMS) {
+        PyErr_SetString(PyExc_ValueError, "fused_run: too many dimensions");
+        failed = 1;
+    }
+    for (Py_ssize_t k = 0; !failed && k < ni; k++) {
+        if (fused_input_open(PyTuple_GET_ITEM(ins, k), &iv[k], ov[0].ndim, ov[0].shape) < 0)
+            failed = 1;
+        else
+            opened_i++;
+    }
+    /* values per block: FUSED_BLOCK, or all of a small output (rounded up to whole vectors) */
+    Py_ssize_t block = n < FUSED_BLOCK ? ((n + 7) & ~(Py_ssize_t)7) + 8 : FUSED_BLOCK;
+    if (!failed) {
+        Py_ssize_t blocks = temps + bools;
+        for (Py_ssize_t k = 0; k < ni; k++)
+            blocks += iv[k].kind != 0;
+        scratch = PyMem_Malloc((size_t)(blocks ? blocks : 1) * (size_t)block * sizeof(float));
+        if (scratch == NULL) {
+            PyErr_NoMemory();
+            failed = 1;
+        }
+    }
+    if (!failed) {
+        Py_BEGIN_ALLOW_THREADS
+        float *next = scratch;
+        for (Py_ssize_t k = 0; k < ni; k++) {
+            if (iv[k].kind == 0)
+                continue;
+            iv[k].buf = next;
+            next += block;
+            if (iv[k].kind == 1) {
+                float v;
+                memcpy(&v, iv[k].view.buf, sizeof v);
+                for (Py_ssize_t i = 0; i < block; i++)
+                    iv[k].buf[i] = v;
+            }
+        }
+        for (Py_ssize_t t = 0; t < temps; t++)
+            reg[ni + no + t] = next + t * block;
+        next += temps * block;
+        for (Py_ssize_t k = 0; k < no; k++) {
+            if (ov[k].itemsize == 1) { /* a bool output's block, stored after the rows */
+                reg[ni + k] = next;
+                next += block;
+            }
+        }
+        for (Py_ssize_t start = 0; start < n; start += block) {
+            Py_ssize_t len = n - start < block ? n - start : block;
+            for (Py_ssize_t k = 0; k < ni; k++) {
+                if (iv[k].kind == 0)
+                    reg[k] = (float *)iv[k].view.buf + start;
+                else if (iv[k].kind == 2)
+                    fused_gather(&iv[k], start, len, iv[k].buf);
+                if (iv[k].kind != 0)
+                    reg[k] = iv[k].buf;
+            }
+            for (Py_ssize_t k = 0; k < no; k++)
+                if (ov[k].itemsize == 4)
+                    reg[ni + k] = (float *)ov[k].buf + start;
+            for (Py_ssize_t r = 0; r < nrows; r++) {
+                const int32_t *c = rows + 6 * r;
+#if defined(__GNUC__) && defined(__x86_64__)
+                fused_op(c[0], c[1], reg[c[3]], reg[c[4]], reg[c[5]], reg[c[2]], len);
+#endif
+            }
+#if defined(__GNUC__) && defined(__x86_64__)
+            for (Py_ssize_t k = 0; k < no; k++)
+                if (ov[k].itemsize == 1)
+                    fused_store_bools(reg[ni + k], (unsigned char *)ov[k].buf + start, len);
+#endif
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t k = 0; k < opened_i; k++)
+        PyBuffer_Release(&iv[k].view);
+    for (Py_ssize_t k = 0; k < opened_o; k++)
+        PyBuffer_Release(&ov[k]);
+    PyMem_Free(scratch);
+    PyMem_Free(reg);
+    PyMem_Free(iv);
+    PyMem_Free(ov);
+    PyBuffer_Release(&code);
+    if (failed)
+        return NULL;
+    return PyLong_FromLong(0);
+}
+/* ---- end of fused_run ------------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"round_in_place", round_in_place, METH_O, round_doc},
     {"gemm", gemm, METH_VARARGS, gemm_doc},
@@ -917,6 +1342,7 @@ static PyMethodDef methods[] = {
     {"from_fp16", from_fp16, METH_VARARGS, from_fp16_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
+    {"fused_run", fused_run, METH_VARARGS, fused_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

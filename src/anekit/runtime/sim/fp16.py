@@ -33,6 +33,8 @@ Overflow gives infinity, as IEEE 754 conversion does: the simulator does not sat
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from anekit import float16
@@ -193,7 +195,8 @@ def widen_fp16(values: np.ndarray) -> np.ndarray:
             out = np.empty(values.shape, np.float32)
             from_fp16(values, out)
             return out
-        return _WIDEN[np.asarray(values, order="C").view(np.uint16)]
+        # np.asarray: indexing with a 0-d array gives a numpy scalar, not an array
+        return np.asarray(_WIDEN[np.asarray(values, order="C").view(np.uint16)])
     return np.asarray(values, dtype=np.float32)
 
 
@@ -238,3 +241,19 @@ def contiguous(values: np.ndarray) -> np.ndarray:
                 gather(part, slices[i])
             return out
     return np.ascontiguousarray(values)
+
+
+GATHER_MIN = 4096  # elements: below, numpy's strided walk is as cheap as a gather
+
+
+def gathered(value: Any) -> Any:
+    """A large strided float32 operand of an elementwise step as a C-contiguous copy."""
+    if (
+        type(value) is np.ndarray
+        and value.size >= GATHER_MIN
+        and not value.flags.c_contiguous
+        and value.dtype == np.float32
+        and 0 not in value.strides  # a broadcast: numpy reads it well, a copy would not
+    ):
+        return contiguous(value)
+    return value

@@ -22,6 +22,7 @@ GEMM one too).
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -84,16 +85,20 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 _controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use
+_modules_seen = 0  # len(sys.modules) when it was made: an import since may have loaded a BLAS
 
 
 def blas_on_one_thread() -> AbstractContextManager[Any]:
     """Context for one simulator run: numpy's BLAS limited to one thread while the GEMM's
     workers run (a no-op where the GEMM does not run or has one thread). About 15 us."""
-    global _controller
+    global _controller, _modules_seen
     if not ACCELERATED or THREADS < 2:
         return nullcontext()
-    if _controller is None:
+    if _controller is None or len(sys.modules) != _modules_seen:
         from threadpoolctl import ThreadpoolController
 
+        # made again after imports: a library loaded since (scipy's own OpenBLAS, say) would
+        # otherwise keep its threads beside the GEMM's
         _controller = ThreadpoolController()
+        _modules_seen = len(sys.modules)
     return _controller.limit(limits=1, user_api="blas")

@@ -32,6 +32,7 @@ from anekit.formats.mil import (
 )
 
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
+from .fusion import fuse_elementwise
 from .movement import fuse_concat_transpose
 from .ops import REGISTRY
 from .registry import Signature, SimOp
@@ -116,6 +117,10 @@ class _Loader:
             pattern = storage_shape(b.type)[0]
             shapes[slot] = pattern if all(isinstance(d, int) for d in pattern) else None  # type: ignore[assignment]
         steps = fuse_concat_transpose(steps, keep, shapes)
+        storages = {e.slot: e.storage for step in steps for e in step.outputs}
+        storages.update((slot, STORAGE.get(storage_shape(b.type)[1]))
+                        for b, slot in zip(f.inputs, input_slots, strict=True))  # fmt: skip
+        steps = fuse_elementwise(steps, keep, shapes, storages)
         steps = _with_frees(steps, tuple(input_slots), keep)
         inputs = {slot: (shapes.get(slot), STORAGE.get(storage_shape(b.type)[1]))
                   for b, slot in zip(f.inputs, input_slots, strict=True)}  # fmt: skip

@@ -4,6 +4,8 @@ fp16 storage between ops, fp32 arithmetic inside an op: fp16 values are float32 
 fp16 values; a kernel computes in float32 and its fp16 results are rounded once (round to
 nearest even, overflow to infinity). fp32 values stay fp32; integers and bools keep their
 dtypes. Each op's result is checked against the type the program declares.
+Runs of elementwise ops over one shape run as one fused C pass with the same bits
+(fusion.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from .execute import (
     shape_matches,
     storage_shape,
 )
-from .fp16 import binary_rounded, narrow_to_float16, round_to_fp16, widen_fp16
+from .fp16 import binary_rounded, gathered, narrow_to_float16, round_to_fp16, widen_fp16
+from .fusion import FusedKernel
 from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
 
@@ -237,7 +240,7 @@ class SimProgram:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
                     if gathers:
-                        args = [_gathered(a) for a in args]
+                        args = [gathered(a) for a in args]
                 else:
                     kwargs = known.copy()
                     for key, slot in dynamic:
@@ -277,6 +280,15 @@ class SimProgram:
                                 out = round_to_fp16(out, in_place=flags.writeable)
                         out.flags.writeable = False
                     env[e.slot] = out
+                elif type(step.kernel) is FusedKernel and kwargs is None:
+                    # a fused group's outputs: made, shaped and rounded by the kernel
+                    try:
+                        values = step.kernel(*args)
+                    except KERNEL_ERRORS as exc:
+                        raise kernel_error(step, exc, source) from None
+                    for e, value in zip(step.outputs, values, strict=True):
+                        value.flags.writeable = False
+                        env[e.slot] = value
                 else:
                     if kwargs is None:
                         kwargs = dict(known)
@@ -312,22 +324,6 @@ class SimProgram:
             value.flags.writeable = True
             return value
         return value.copy()
-
-
-GATHER_MIN = 4096  # elements: below, numpy's strided walk is as cheap as a gather
-
-
-def _gathered(value: Any) -> Any:
-    """A large strided float32 operand of an elementwise step as a C-contiguous copy."""
-    if (
-        type(value) is np.ndarray
-        and value.size >= GATHER_MIN
-        and not value.flags.c_contiguous
-        and value.dtype == np.float32
-        and 0 not in value.strides  # a broadcast: numpy reads it well, a copy would not
-    ):
-        return fp16.contiguous(value)
-    return value
 
 
 def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
