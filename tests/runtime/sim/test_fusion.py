@@ -251,6 +251,7 @@ def _assert_outside_readers_are_served(plan) -> None:
     """Every value of a group read by another step or returned is an output of its step;
     every other member value is not (it never reaches memory)."""
     outside = {slot for s in plan.steps for _, slot in s.dynamic}
+    outside |= {slot for s in plan.steps for _, items in s.variadic for slot, _ in items}
     outside |= {slot for _, slot, _ in plan.outputs}
     for step in plan.steps:
         if not isinstance(step.kernel, FusedKernel):
