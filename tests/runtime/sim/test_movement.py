@@ -99,3 +99,42 @@ def test_symbolic_shapes_are_left_alone() -> None:
     assert "concat" in [s.op for s in prog._plan.steps]
     x = RNG.uniform(-2, 2, (1, 6, 4)).astype(np.float16)
     np.testing.assert_array_equal(prog.run({"x": x})["y"], SimProgram(head()).run({"x": x})["y"])
+
+
+def reshapes(perm: tuple[int, ...] | None, shape: tuple[int, ...]) -> mil.MilProgram:
+    """x [2, 3, 4] (transposed by ``perm`` first, when given) reshaped by ``shape``
+    (declared [4, 6] or [6, 4])."""
+    t = mil.MilTensorType
+    ops: list = []
+    src = "x"
+    if perm is not None:
+        ops += [mil.const("perm", np.array(perm, np.int32)),
+                mil.operation("transpose", ("t", t("fp16", tuple((2, 3, 4)[p] for p in perm))),
+                              {"x": "x", "perm": "perm"})]  # fmt: skip
+        src = "t"
+    out = (4, 6) if shape[0] in (4, -1) else (6, 4)
+    ops += [mil.const("shape", np.array(shape, np.int32)),
+            mil.operation("reshape", ("y", t("fp16", out)), {"x": src, "shape": "shape"})]  # fmt: skip
+    binds = (mil.Binding("x", t("fp16", (2, 3, 4))),)
+    return mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, tuple(ops), ("y",)),))
+
+
+@pytest.mark.parametrize("perm", [None, (2, 1, 0), (0, 2, 1)])
+@pytest.mark.parametrize("shape", [(4, 6), (-1, 6), (6, -1)])
+def test_reshapes_between_static_shapes_give_numpys_values(perm, shape) -> None:
+    """A contiguous value is taken as a view, a transposed one is copied by the op's kernel;
+    both give numpy's reshape of the (transposed) values."""
+    x = RNG.uniform(-2, 2, (2, 3, 4)).astype(np.float16)
+    want = (x if perm is None else x.transpose(perm)).reshape((4, 6) if shape[0] in (4, -1) else (6, 4))
+    prog = SimProgram(reshapes(perm, shape))
+    assert prog._plan.steps[-1].known == {}  # rewritten: the target worked out at load
+    np.testing.assert_array_equal(prog.run({"x": x})["y"], want)
+
+
+def test_a_reshape_with_a_shape_the_op_refuses_keeps_its_kernel_and_error() -> None:
+    from anekit.errors import FormatError
+
+    prog = SimProgram(reshapes(None, (-1, -1)))
+    assert "shape" in prog._plan.steps[-1].known  # left to the op's kernel
+    with pytest.raises(FormatError, match="more than one -1"):
+        prog.run({"x": np.zeros((2, 3, 4), np.float16)})
