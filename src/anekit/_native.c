@@ -909,6 +909,431 @@ static PyObject *gemm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- window kernels: picking convolutions, their scatter, window maxima, clamps ----------
+ *
+ * A compiled training step gathers windows with convolutions whose weights only pick inputs
+ * (im2col, the max-pool backward's window picks) and scatters gradients back with their
+ * transposes (col2im); the simulator copies those instead of multiplying (ops/conv.py). In
+ * numpy the copies walk short strided rows (14 or 28 values); these loops do the same
+ * arithmetic element by element, in the same order, so the bits are the same:
+ *   window_gather: out = 0 + x (a picked value plus the sum's +0; +0 in the padding);
+ *   taps_scatter:  out = 0, then out += tap for each kernel tap in index order;
+ *   window_max:    acc = first tap, then acc = maximum(acc, tap) tap by tap;
+ *   clamp:         minimum(maximum(x, lo), hi).
+ * maximum and minimum follow numpy's float loops: a NaN operand is the result (the first
+ * when both are), otherwise the second operand unless the first is strictly larger
+ * (smaller), so maximum(-0, +0) is +0 and maximum(+0, -0) is -0.
+ * Shapes are 3-D spatial (callers pad lower ranks with 1s); inputs may have any strides.
+ * window_gather and taps_scatter report whether every value they read was finite: the
+ * picked copy equals the GEMM's sum only then (0 * inf is NaN). */
+
+#define EXPONENT_BITS 0x7F800000u
+
+static inline uint32_t not_finite(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return (b & EXPONENT_BITS) == EXPONENT_BITS;
+}
+
+static inline float np_maximum(float a, float b)
+{
+    return (a != a) ? a : ((b != b) ? b : (a > b ? a : b));
+}
+
+static inline float np_minimum(float a, float b)
+{
+    return (a != a) ? a : ((b != b) ? b : (a < b ? a : b));
+}
+
+/* One row of each kernel: n values of src, `step` floats apart (gather), or to dst `step`
+ * floats apart (scatter). The AVX-512 versions do the same fp32 operation per element
+ * (masked loads and stores cover a row's tail, so nothing past it is touched). */
+static uint32_t gather_row(const char *src, Py_ssize_t step, float *dst, Py_ssize_t n)
+{
+    uint32_t bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, src + i * step, sizeof v);
+        bad |= not_finite(v);
+        dst[i] = 0.0f + v;
+    }
+    return bad;
+}
+
+static uint32_t scatter_row(const char *src, Py_ssize_t step, float *dst, Py_ssize_t stride,
+                            Py_ssize_t n)
+{
+    uint32_t bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, src + i * step, sizeof v);
+        bad |= not_finite(v);
+        dst[i * stride] = dst[i * stride] + v;
+    }
+    return bad;
+}
+
+#ifdef HAVE_GEMM
+static inline __mmask16 lanes(Py_ssize_t count)
+{
+    return count >= 16 ? (__mmask16)0xFFFF : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
+}
+
+/* gather_row for step 4 or 8 bytes (contiguous, every other value) */
+__attribute__((target("avx512f"))) static inline uint32_t gather_row512(const float *src, int two,
+                                                                  float *dst, Py_ssize_t n)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                            28, 30);
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v;
+        if (!two) {
+            v = _mm512_maskz_loadu_ps(m, src + i);
+        } else {
+            Py_ssize_t span = 2 * (n - i < 16 ? n - i : 16) - 1;
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(span), src + 2 * i);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(span - 16), src + 2 * i + 16);
+            v = _mm512_permutex2var_ps(lo, evens, hi);
+        }
+        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+        bad |= _mm512_mask_cmpeq_epi32_mask(m, e, expo);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(zero, v));
+    }
+    return bad != 0;
+}
+
+/* scatter_row from contiguous src to dst 1 or 2 floats apart: dst + v, dst first */
+__attribute__((target("avx512f"))) static inline uint32_t scatter_row512(const float *src, float *dst,
+                                                                   int two, Py_ssize_t n)
+{
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i low = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i high = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                           15, 15);
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+        bad |= _mm512_mask_cmpeq_epi32_mask(m, e, expo);
+        if (!two) {
+            __m512 d = _mm512_maskz_loadu_ps(m, dst + i);
+            _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(d, v));
+        } else {
+            Py_ssize_t span = 2 * (n - i < 16 ? n - i : 16) - 1;
+            __mmask16 m0 = lanes(span) & 0x5555, m1 = lanes(span - 16) & 0x5555;
+            float *d0 = dst + 2 * i, *d1 = dst + 2 * i + 16;
+            __m512 a = _mm512_maskz_loadu_ps(m0, d0);
+            _mm512_mask_storeu_ps(d0, m0, _mm512_add_ps(a, _mm512_permutexvar_ps(low, v)));
+            __m512 b = _mm512_maskz_loadu_ps(m1, d1);
+            _mm512_mask_storeu_ps(d1, m1, _mm512_add_ps(b, _mm512_permutexvar_ps(high, v)));
+        }
+    }
+    return bad != 0;
+}
+#endif
+
+/* A float32 buffer of ``ndim`` dimensions with any strides (writable and C-contiguous if
+ * asked); ValueError naming ``what`` otherwise. */
+static int window_buffer(PyObject *obj, Py_buffer *view, int ndim, int output, const char *what)
+{
+    int flags = PyBUF_FORMAT | (output ? (PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) : PyBUF_STRIDED_RO);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    if (view->itemsize != 4 || strcmp(fmt, "f") != 0 || view->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %d-D float32 array", what, ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static int positive3(const Py_ssize_t v[3], Py_ssize_t least, const char *what)
+{
+    for (int i = 0; i < 3; i++)
+        if (v[i] < least) {
+            PyErr_Format(PyExc_ValueError, "%s must be at least %zd", what, least);
+            return -1;
+        }
+    return 0;
+}
+
+/* The first output position (of ``count``) whose input index o * s + base is >= 0, and the
+ * end of those whose index is < size. */
+static void inside(Py_ssize_t count, Py_ssize_t s, Py_ssize_t base, Py_ssize_t size,
+                   Py_ssize_t *lo, Py_ssize_t *hi)
+{
+    Py_ssize_t a = 0, b = count;
+    while (a < count && a * s + base < 0)
+        a++;
+    while (b > a && (b - 1) * s + base >= size)
+        b--;
+    *lo = a;
+    *hi = b;
+}
+
+struct gather_job {
+    const char *x;
+    const Py_ssize_t *xs, *st; /* x's shape [P, S0, S1, S2] and byte strides */
+    float *out;
+    Py_ssize_t o[3], k[3], s[3], d[3], pad[3];
+};
+
+/* window_gather's loop; ``wide`` (a constant where it is inlined) takes the AVX-512 rows. */
+static inline __attribute__((always_inline)) uint32_t gather_loop(const struct gather_job *j,
+                                                                  int wide)
+{
+    uint32_t bad = 0;
+    float *out = j->out;
+    const Py_ssize_t *xs = j->xs, *st = j->st, *s = j->s, *d = j->d, *pad = j->pad;
+    const Py_ssize_t o0 = j->o[0], o1 = j->o[1], o2 = j->o[2], step = s[2] * st[3];
+    for (Py_ssize_t p = 0; p < xs[0]; p++) {
+        const char *plane = j->x + p * st[0];
+        for (Py_ssize_t k0 = 0; k0 < j->k[0]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < j->k[1]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < j->k[2]; k2++) {
+            Py_ssize_t lo0, hi0, lo1, hi1, lo2, hi2;
+            inside(o0, s[0], k0 * d[0] - pad[0], xs[1], &lo0, &hi0);
+            inside(o1, s[1], k1 * d[1] - pad[1], xs[2], &lo1, &hi1);
+            inside(o2, s[2], k2 * d[2] - pad[2], xs[3], &lo2, &hi2);
+            for (Py_ssize_t i0 = 0; i0 < o0; i0++)
+            for (Py_ssize_t i1 = 0; i1 < o1; i1++, out += o2) {
+                if (i0 < lo0 || i0 >= hi0 || i1 < lo1 || i1 >= hi1 || lo2 >= hi2) {
+                    for (Py_ssize_t i2 = 0; i2 < o2; i2++)
+                        out[i2] = 0.0f; /* 0 + 0 is +0 */
+                    continue;
+                }
+                const char *row = plane + (i0 * s[0] + k0 * d[0] - pad[0]) * st[1] +
+                                  (i1 * s[1] + k1 * d[1] - pad[1]) * st[2] +
+                                  (lo2 * s[2] + k2 * d[2] - pad[2]) * st[3];
+                for (Py_ssize_t i2 = 0; i2 < lo2; i2++)
+                    out[i2] = 0.0f;
+                for (Py_ssize_t i2 = hi2; i2 < o2; i2++)
+                    out[i2] = 0.0f;
+#ifdef HAVE_GEMM
+                if (wide && (step == 4 || step == 8)) {
+                    bad |= gather_row512((const float *)row, step == 8, out + lo2, hi2 - lo2);
+                    continue;
+                }
+#endif
+                bad |= gather_row(row, step, out + lo2, hi2 - lo2);
+            }
+        }
+    }
+    return bad;
+}
+
+static uint32_t gather_plain(const struct gather_job *j) { return gather_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static uint32_t gather_wide(const struct gather_job *j)
+{
+    return gather_loop(j, 1);
+}
+#endif
+
+struct scatter_job {
+    const char *cols;
+    const Py_ssize_t *cs, *st; /* cols' shape [P, K0, K1, K2, D0, D1, D2] and byte strides */
+    float *out;
+    Py_ssize_t f[3], s[3], d[3];
+};
+
+/* taps_scatter's loop (out already zero); ``wide`` as in gather_loop. */
+static inline __attribute__((always_inline)) uint32_t scatter_loop(const struct scatter_job *j,
+                                                                   int wide)
+{
+    uint32_t bad = 0;
+    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
+    const Py_ssize_t f1 = j->f[1], f2 = j->f[2], area = j->f[0] * f1 * f2;
+    for (Py_ssize_t p = 0; p < cs[0]; p++) {
+        float *plane = j->out + p * area;
+        for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++) {
+            const char *tap = j->cols + p * st[0] + k0 * st[1] + k1 * st[2] + k2 * st[3];
+            for (Py_ssize_t i0 = 0; i0 < cs[4]; i0++)
+            for (Py_ssize_t i1 = 0; i1 < cs[5]; i1++) {
+                const char *src = tap + i0 * st[4] + i1 * st[5];
+                float *dst = plane + ((k0 * d[0] + i0 * s[0]) * f1 + k1 * d[1] + i1 * s[1]) * f2 +
+                             k2 * d[2];
+#ifdef HAVE_GEMM
+                if (wide && st[6] == 4 && (s[2] == 1 || s[2] == 2)) {
+                    bad |= scatter_row512((const float *)src, dst, s[2] == 2, cs[6]);
+                    continue;
+                }
+#endif
+                bad |= scatter_row(src, st[6], dst, s[2], cs[6]);
+            }
+        }
+    }
+    return bad;
+}
+
+static uint32_t scatter_plain(const struct scatter_job *j) { return scatter_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static uint32_t scatter_wide(const struct scatter_job *j)
+{
+    return scatter_loop(j, 1);
+}
+#endif
+
+PyDoc_STRVAR(window_gather_doc,
+"window_gather(x, out, kernel, strides, dilations, pad_before) -> bool\n\n"
+"x [P, S0, S1, S2] (any strides) -> out [P, K0, K1, K2, O0, O1, O2] (C-contiguous):\n"
+"out = 0 + x[p, o * stride + k * dilation - pad_before], +0 outside x. True when every\n"
+"value read was finite.");
+
+static PyObject *window_gather(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    Py_ssize_t k[3], s[3], d[3], pad[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn)(nnn)(nnn):window_gather", &xo, &oo, &k[0], &k[1],
+                          &k[2], &s[0], &s[1], &s[2], &d[0], &d[1], &d[2], &pad[0], &pad[1],
+                          &pad[2]))
+        return NULL;
+    if (positive3(k, 1, "kernel") < 0 || positive3(s, 1, "strides") < 0 ||
+        positive3(d, 1, "dilations") < 0 || positive3(pad, 0, "pad_before") < 0)
+        return NULL;
+    Py_buffer vx, vo;
+    if (window_buffer(xo, &vx, 4, 0, "window_gather: x") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 7, 1, "window_gather: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    const Py_ssize_t *os = vo.shape, *xs = vx.shape, *st = vx.strides;
+    int ok = os[0] == xs[0];
+    for (int i = 0; i < 3; i++) /* reads outside x are padding: any output size is safe */
+        ok = ok && os[1 + i] == k[i];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "window_gather: out does not fit x and the kernel");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    uint32_t bad;
+    struct gather_job job = {vx.buf, xs, st, vo.buf, {os[4], os[5], os[6]}, {k[0], k[1], k[2]},
+                             {s[0], s[1], s[2]}, {d[0], d[1], d[2]}, {pad[0], pad[1], pad[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_GEMM
+    if (wide)
+        bad = gather_wide(&job);
+    else
+#endif
+        bad = gather_plain(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    return PyBool_FromLong(!bad);
+}
+
+PyDoc_STRVAR(taps_scatter_doc,
+"taps_scatter(cols, out, strides, dilations) -> bool\n\n"
+"cols [P, K0, K1, K2, D0, D1, D2] (any strides) into out [P, F0, F1, F2] (C-contiguous):\n"
+"out = 0, then for each tap k in index order out[p, k * dilation + i * stride] +=\n"
+"cols[p, k, i]. True when every value read was finite.");
+
+static PyObject *taps_scatter(PyObject *self, PyObject *args)
+{
+    PyObject *co, *oo;
+    Py_ssize_t s[3], d[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn):taps_scatter", &co, &oo, &s[0], &s[1], &s[2],
+                          &d[0], &d[1], &d[2]))
+        return NULL;
+    if (positive3(s, 1, "strides") < 0 || positive3(d, 1, "dilations") < 0)
+        return NULL;
+    Py_buffer vc, vo;
+    if (window_buffer(co, &vc, 7, 0, "taps_scatter: cols") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 4, 1, "taps_scatter: out") < 0) {
+        PyBuffer_Release(&vc);
+        return NULL;
+    }
+    const Py_ssize_t *cs = vc.shape, *os = vo.shape, *st = vc.strides;
+    int ok = cs[0] == os[0];
+    for (int i = 0; i < 3; i++)
+        ok = ok && (cs[4 + i] == 0 || cs[1 + i] == 0 ||
+                    (cs[1 + i] - 1) * d[i] + (cs[4 + i] - 1) * s[i] < os[1 + i]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "taps_scatter: out does not fit cols");
+        PyBuffer_Release(&vc);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    uint32_t bad;
+    struct scatter_job job = {vc.buf, cs, st, vo.buf, {os[1], os[2], os[3]}, {s[0], s[1], s[2]},
+                              {d[0], d[1], d[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+    memset(vo.buf, 0, (size_t)vo.len);
+#ifdef HAVE_GEMM
+    if (wide)
+        bad = scatter_wide(&job);
+    else
+#endif
+        bad = scatter_plain(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vc);
+    PyBuffer_Release(&vo);
+    return PyBool_FromLong(!bad);
+}
+
+PyDoc_STRVAR(clamp_doc,
+"clamp(x, out, lo, hi) -> None\n\n"
+"out = numpy.minimum(numpy.maximum(x, lo), hi) for C-contiguous float32 buffers of one size\n"
+"(out may be x); lo and hi are float32 values.");
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void clamp_block(const float *restrict x, float *restrict out, Py_ssize_t n, float lo,
+                        float hi)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = np_minimum(np_maximum(x[i], lo), hi);
+}
+
+static PyObject *clamp(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOff:clamp", &xo, &oo, &lo, &hi))
+        return NULL;
+    Py_buffer vx, vo;
+    if (float_buffer(xo, &vx, -1, 0, "clamp: x") < 0)
+        return NULL;
+    if (float_buffer(oo, &vo, vx.len / 4, 1, "clamp: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (vx.buf == vo.buf) { /* in place: restrict does not hold, copy-free blocks do */
+        float block[1024];
+        for (Py_ssize_t i = 0; i < vx.len / 4; i += 1024) {
+            Py_ssize_t m = vx.len / 4 - i < 1024 ? vx.len / 4 - i : 1024;
+            clamp_block((const float *)vx.buf + i, block, m, lo, hi);
+            memcpy((float *)vo.buf + i, block, (size_t)m * 4);
+        }
+    } else {
+        clamp_block(vx.buf, vo.buf, vx.len / 4, lo, hi);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
+
+/* ---- end of window kernels --------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"round_in_place", round_in_place, METH_O, round_doc},
     {"gemm", gemm, METH_VARARGS, gemm_doc},
@@ -917,6 +1342,11 @@ static PyMethodDef methods[] = {
     {"from_fp16", from_fp16, METH_VARARGS, from_fp16_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
+    /* window kernels */
+    {"window_gather", window_gather, METH_VARARGS, window_gather_doc},
+    {"taps_scatter", taps_scatter, METH_VARARGS, taps_scatter_doc},
+    {"clamp", clamp, METH_VARARGS, clamp_doc},
+    /* end of window kernels */
     {NULL, NULL, 0, NULL},
 };
 

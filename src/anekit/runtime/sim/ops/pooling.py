@@ -58,7 +58,10 @@ def _pool(
     n = len(kernel)
     widths = [(0, 0), (0, 0)] + [(a, b + e) for (a, b), e in zip(padding, extra, strict=True)]
     checked_shape([d + a + b for d, (a, b) in zip(x.shape, widths, strict=True)], "padded input")
-    padded = np.pad(x, widths, constant_values=np.asarray(fill, dtype=x.dtype))
+    if any(w != (0, 0) for w in widths):
+        padded = np.pad(x, widths, constant_values=np.asarray(fill, dtype=x.dtype))
+    else:
+        padded = x  # windows() only reads it: no copy
     view = windows(padded, kernel, st, (1,) * n)
     return reduce(view, axis=tuple(range(-n, 0)))
 

@@ -1,0 +1,85 @@
+"""The C window kernels (``_native``) behind picking convolutions and clamps (clip, relu).
+
+A compiled training step gathers windows with convolutions whose weights only pick inputs
+(im2col and the max-pool backward's picks), scatters gradients back with their transposes
+(col2im); numpy walks those as many short strided rows. The C loops do the same
+fp32 operations on each element in the same order (see ``_native.c``), so the bits are the
+same; these wrappers lay out the shapes (spatial ranks 1 to 3 as 3, the planes merged) and
+return None where the module is missing or an argument does not fit, and the caller then
+runs its numpy code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
+    from anekit import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+
+def _three(values: Sequence[int], fill: int) -> tuple[int, ...]:
+    """Spatial ``values`` of rank 1 to 3 as rank 3: ``fill`` leading (the C loops' innermost
+    axis stays the real last one)."""
+    return (*(fill,) * (3 - len(values)), *values)
+
+
+def _float32(*arrays: np.ndarray) -> bool:
+    return _native is not None and all(a.dtype == np.float32 for a in arrays)
+
+
+def gather(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    before: Sequence[int],
+    out_sizes: Sequence[int],
+) -> np.ndarray | None:
+    """[N, C, *K, *O]: ``0 + x`` at each window position of the input padded with zeros
+    (``before`` of them leading each spatial axis), as the windows' copy plus the sum's +0;
+    None without the C module or when a value read is not finite."""
+    if not _float32(x) or x.size == 0:
+        return None
+    planes = x.reshape(-1, *_three(x.shape[2:], 1))  # a view for any layout numpy can
+    out = np.empty((*x.shape[:2], *kernel, *out_sizes), np.float32)
+    target = out.reshape(planes.shape[0], *_three(kernel, 1), *_three(out_sizes, 1))
+    finite = _native.window_gather(
+        planes, target, _three(kernel, 1), _three(strides, 1), _three(dilations, 1),
+        _three(before, 0),
+    )  # fmt: skip
+    return out if finite else None
+
+
+def scatter(
+    cols: np.ndarray, strides: Sequence[int], dilations: Sequence[int], full: Sequence[int]
+) -> tuple[np.ndarray, bool] | None:
+    """cols [N, g, C, *K, *D] added tap by tap, in index order, into zeros [N, g, C, *full]
+    (tap k of input position i lands at ``k * dilation + i * stride``), and whether every
+    value was finite; None without the C module."""
+    if not _float32(cols) or cols.size == 0:
+        return None
+    n = len(full)
+    kernel, sizes = cols.shape[3 : 3 + n], cols.shape[3 + n :]
+    source = cols.reshape(-1, *_three(kernel, 1), *_three(sizes, 1))
+    out = np.empty((*cols.shape[:3], *full), np.float32)
+    target = out.reshape(source.shape[0], *_three(full, 1))
+    finite = _native.taps_scatter(source, target, _three(strides, 1), _three(dilations, 1))
+    return out, bool(finite)
+
+
+def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
+    """``numpy.minimum(numpy.maximum(x, lo), hi)`` of a C-contiguous float32 array and two
+    float32 bounds that are not NaN (their NaN payloads would not survive the call); None
+    otherwise or without the C module."""
+    if type(x) is not np.ndarray or not _float32(x) or not x.flags.c_contiguous:
+        return None
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    out = np.empty_like(x)
+    _native.clamp(x, out, lo, hi)
+    return out
