@@ -961,6 +961,22 @@ static uint32_t gather_row(const char *src, Py_ssize_t step, float *dst, Py_ssiz
     return bad;
 }
 
+/* acc + v with numpy's NaN: where both are NaN, acc's (quieted), as x86's add of the first
+ * operand gives; written out because the compiler may swap the operands of an add. */
+static inline float quieted(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    b |= 0x00400000u;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+static inline float tap_sum(float acc, float v)
+{
+    return acc != acc ? quieted(acc) : acc + v;
+}
+
 static uint32_t scatter_row(const char *src, Py_ssize_t step, float *dst, Py_ssize_t stride,
                             Py_ssize_t n)
 {
@@ -969,7 +985,7 @@ static uint32_t scatter_row(const char *src, Py_ssize_t step, float *dst, Py_ssi
         float v;
         memcpy(&v, src + i * step, sizeof v);
         bad |= not_finite(v);
-        dst[i * stride] = dst[i * stride] + v;
+        dst[i * stride] = tap_sum(dst[i * stride], v);
     }
     return bad;
 }
@@ -1007,11 +1023,21 @@ __attribute__((target("avx512f"))) static inline uint32_t gather_row512(const fl
     return bad != 0;
 }
 
+/* tap_sum on 16 lanes */
+__attribute__((target("avx512f"))) static inline __m512 tap_sum512(__m512 acc, __m512 v,
+                                                                  __m512i quiet)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
+    __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(acc), quiet));
+    return _mm512_mask_mov_ps(_mm512_add_ps(acc, v), nan, q);
+}
+
 /* scatter_row from contiguous src to dst 1 or 2 floats apart: dst + v, dst first */
 __attribute__((target("avx512f"))) static inline uint32_t scatter_row512(const float *src, float *dst,
                                                                    int two, Py_ssize_t n)
 {
     const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000);
     const __m512i low = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i high = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
                                            15, 15);
@@ -1023,15 +1049,15 @@ __attribute__((target("avx512f"))) static inline uint32_t scatter_row512(const f
         bad |= _mm512_mask_cmpeq_epi32_mask(m, e, expo);
         if (!two) {
             __m512 d = _mm512_maskz_loadu_ps(m, dst + i);
-            _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(d, v));
+            _mm512_mask_storeu_ps(dst + i, m, tap_sum512(d, v, quiet));
         } else {
             Py_ssize_t span = 2 * (n - i < 16 ? n - i : 16) - 1;
             __mmask16 m0 = lanes(span) & 0x5555, m1 = lanes(span - 16) & 0x5555;
             float *d0 = dst + 2 * i, *d1 = dst + 2 * i + 16;
             __m512 a = _mm512_maskz_loadu_ps(m0, d0);
-            _mm512_mask_storeu_ps(d0, m0, _mm512_add_ps(a, _mm512_permutexvar_ps(low, v)));
+            _mm512_mask_storeu_ps(d0, m0, tap_sum512(a, _mm512_permutexvar_ps(low, v), quiet));
             __m512 b = _mm512_maskz_loadu_ps(m1, d1);
-            _mm512_mask_storeu_ps(d1, m1, _mm512_add_ps(b, _mm512_permutexvar_ps(high, v)));
+            _mm512_mask_storeu_ps(d1, m1, tap_sum512(b, _mm512_permutexvar_ps(high, v), quiet));
         }
     }
     return bad != 0;
