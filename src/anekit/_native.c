@@ -1108,7 +1108,8 @@ static void inside(Py_ssize_t count, Py_ssize_t s, Py_ssize_t base, Py_ssize_t s
 
 struct gather_job {
     const char *x;
-    const Py_ssize_t *xs, *st; /* x's shape [P, S0, S1, S2] and byte strides */
+    Py_ssize_t batch, batch_stride; /* x's leading axis */
+    const Py_ssize_t *xs, *st; /* the rest of x: shape [C, S0, S1, S2] and byte strides */
     float *out;
     Py_ssize_t o[3], k[3], s[3], d[3], pad[3];
 };
@@ -1121,8 +1122,9 @@ static inline __attribute__((always_inline)) uint32_t gather_loop(const struct g
     float *out = j->out;
     const Py_ssize_t *xs = j->xs, *st = j->st, *s = j->s, *d = j->d, *pad = j->pad;
     const Py_ssize_t o0 = j->o[0], o1 = j->o[1], o2 = j->o[2], step = s[2] * st[3];
+    for (Py_ssize_t b = 0; b < j->batch; b++)
     for (Py_ssize_t p = 0; p < xs[0]; p++) {
-        const char *plane = j->x + p * st[0];
+        const char *plane = j->x + b * j->batch_stride + p * st[0];
         for (Py_ssize_t k0 = 0; k0 < j->k[0]; k0++)
         for (Py_ssize_t k1 = 0; k1 < j->k[1]; k1++)
         for (Py_ssize_t k2 = 0; k2 < j->k[2]; k2++) {
@@ -1167,38 +1169,60 @@ __attribute__((target("avx512f"))) static uint32_t gather_wide(const struct gath
 
 struct scatter_job {
     const char *cols;
-    const Py_ssize_t *cs, *st; /* cols' shape [P, K0, K1, K2, D0, D1, D2] and byte strides */
+    Py_ssize_t batch, batch_stride; /* cols' leading axis */
+    const Py_ssize_t *cs, *st; /* the rest: shape [C, K0, K1, K2, D0, D1, D2], byte strides */
     float *out;
     Py_ssize_t f[3], s[3], d[3];
 };
 
-/* taps_scatter's loop (out already zero); ``wide`` as in gather_loop. */
+/* One tap of one (batch, channel) plane of taps_scatter. */
+static inline __attribute__((always_inline)) uint32_t scatter_tap(const struct scatter_job *j,
+    Py_ssize_t b, Py_ssize_t p, Py_ssize_t k0, Py_ssize_t k1, Py_ssize_t k2, int wide)
+{
+    uint32_t bad = 0;
+    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
+    const Py_ssize_t f1 = j->f[1], f2 = j->f[2];
+    float *plane = j->out + (b * cs[0] + p) * j->f[0] * f1 * f2;
+    const char *tap = j->cols + b * j->batch_stride + p * st[0] + k0 * st[1] + k1 * st[2] +
+                      k2 * st[3];
+    for (Py_ssize_t i0 = 0; i0 < cs[4]; i0++)
+    for (Py_ssize_t i1 = 0; i1 < cs[5]; i1++) {
+        const char *src = tap + i0 * st[4] + i1 * st[5];
+        float *dst = plane + ((k0 * d[0] + i0 * s[0]) * f1 + k1 * d[1] + i1 * s[1]) * f2 +
+                     k2 * d[2];
+#ifdef HAVE_GEMM
+        if (wide && st[6] == 4 && (s[2] == 1 || s[2] == 2)) {
+            bad |= scatter_row512((const float *)src, dst, s[2] == 2, cs[6]);
+            continue;
+        }
+#endif
+        bad |= scatter_row(src, st[6], dst, s[2], cs[6]);
+    }
+    return bad;
+}
+
+/* taps_scatter's loop (out already zero); ``wide`` as in gather_loop. Each output's taps
+ * are added in index order either way; when cols' batch axis has the smaller stride (a
+ * transposed layout) it is walked innermost, so the reads run through memory in order. */
 static inline __attribute__((always_inline)) uint32_t scatter_loop(const struct scatter_job *j,
                                                                    int wide)
 {
     uint32_t bad = 0;
-    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
-    const Py_ssize_t f1 = j->f[1], f2 = j->f[2], area = j->f[0] * f1 * f2;
-    for (Py_ssize_t p = 0; p < cs[0]; p++) {
-        float *plane = j->out + p * area;
+    const Py_ssize_t *cs = j->cs;
+    if (j->batch_stride < j->st[0]) {
+        for (Py_ssize_t p = 0; p < cs[0]; p++)
         for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++)
         for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++)
-        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++) {
-            const char *tap = j->cols + p * st[0] + k0 * st[1] + k1 * st[2] + k2 * st[3];
-            for (Py_ssize_t i0 = 0; i0 < cs[4]; i0++)
-            for (Py_ssize_t i1 = 0; i1 < cs[5]; i1++) {
-                const char *src = tap + i0 * st[4] + i1 * st[5];
-                float *dst = plane + ((k0 * d[0] + i0 * s[0]) * f1 + k1 * d[1] + i1 * s[1]) * f2 +
-                             k2 * d[2];
-#ifdef HAVE_GEMM
-                if (wide && st[6] == 4 && (s[2] == 1 || s[2] == 2)) {
-                    bad |= scatter_row512((const float *)src, dst, s[2] == 2, cs[6]);
-                    continue;
-                }
-#endif
-                bad |= scatter_row(src, st[6], dst, s[2], cs[6]);
-            }
-        }
+        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++)
+        for (Py_ssize_t b = 0; b < j->batch; b++)
+            bad |= scatter_tap(j, b, p, k0, k1, k2, wide);
+    } else {
+        for (Py_ssize_t b = 0; b < j->batch; b++)
+        for (Py_ssize_t p = 0; p < cs[0]; p++)
+        for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++)
+            bad |= scatter_tap(j, b, p, k0, k1, k2, wide);
     }
     return bad;
 }
@@ -1213,8 +1237,8 @@ __attribute__((target("avx512f"))) static uint32_t scatter_wide(const struct sca
 
 PyDoc_STRVAR(window_gather_doc,
 "window_gather(x, out, kernel, strides, dilations, pad_before) -> bool\n\n"
-"x [P, S0, S1, S2] (any strides) -> out [P, K0, K1, K2, O0, O1, O2] (C-contiguous):\n"
-"out = 0 + x[p, o * stride + k * dilation - pad_before], +0 outside x. True when every\n"
+"x [N, C, S0, S1, S2] (any strides) -> out [N, C, K0, K1, K2, O0, O1, O2] (C-contiguous):\n"
+"out = 0 + x[n, c, o * stride + k * dilation - pad_before], +0 outside x. True when every\n"
 "value read was finite.");
 
 static PyObject *window_gather(PyObject *self, PyObject *args)
@@ -1229,14 +1253,15 @@ static PyObject *window_gather(PyObject *self, PyObject *args)
         positive3(d, 1, "dilations") < 0 || positive3(pad, 0, "pad_before") < 0)
         return NULL;
     Py_buffer vx, vo;
-    if (window_buffer(xo, &vx, 4, 0, "window_gather: x") < 0)
+    if (window_buffer(xo, &vx, 5, 0, "window_gather: x") < 0)
         return NULL;
-    if (window_buffer(oo, &vo, 7, 1, "window_gather: out") < 0) {
+    if (window_buffer(oo, &vo, 8, 1, "window_gather: out") < 0) {
         PyBuffer_Release(&vx);
         return NULL;
     }
-    const Py_ssize_t *os = vo.shape, *xs = vx.shape, *st = vx.strides;
-    int ok = os[0] == xs[0];
+    /* past the batch axis (same in both) */
+    const Py_ssize_t *os = vo.shape + 1, *xs = vx.shape + 1, *st = vx.strides + 1;
+    int ok = vo.shape[0] == vx.shape[0] && os[0] == xs[0];
     for (int i = 0; i < 3; i++) /* reads outside x are padding: any output size is safe */
         ok = ok && os[1 + i] == k[i];
     if (!ok) {
@@ -1246,7 +1271,7 @@ static PyObject *window_gather(PyObject *self, PyObject *args)
         return NULL;
     }
     uint32_t bad;
-    struct gather_job job = {vx.buf, xs, st, vo.buf, {os[4], os[5], os[6]}, {k[0], k[1], k[2]},
+    struct gather_job job = {vx.buf, vx.shape[0], vx.strides[0], xs, st, vo.buf, {os[4], os[5], os[6]}, {k[0], k[1], k[2]},
                              {s[0], s[1], s[2]}, {d[0], d[1], d[2]}, {pad[0], pad[1], pad[2]}};
     int wide = gemm_supported();
     Py_BEGIN_ALLOW_THREADS
@@ -1264,9 +1289,10 @@ static PyObject *window_gather(PyObject *self, PyObject *args)
 
 PyDoc_STRVAR(taps_scatter_doc,
 "taps_scatter(cols, out, strides, dilations) -> bool\n\n"
-"cols [P, K0, K1, K2, D0, D1, D2] (any strides) into out [P, F0, F1, F2] (C-contiguous):\n"
-"out = 0, then for each tap k in index order out[p, k * dilation + i * stride] +=\n"
-"cols[p, k, i]. True when every value read was finite.");
+"cols [N, C, K0, K1, K2, D0, D1, D2] (any strides) into out [N, C, F0, F1, F2]\n"
+"(C-contiguous): "
+"out = 0, then for each tap k in index order out[n, c, k * dilation + i * stride] +=\n"
+"cols[n, c, k, i]. True when every value read was finite.");
 
 static PyObject *taps_scatter(PyObject *self, PyObject *args)
 {
@@ -1278,14 +1304,14 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
     if (positive3(s, 1, "strides") < 0 || positive3(d, 1, "dilations") < 0)
         return NULL;
     Py_buffer vc, vo;
-    if (window_buffer(co, &vc, 7, 0, "taps_scatter: cols") < 0)
+    if (window_buffer(co, &vc, 8, 0, "taps_scatter: cols") < 0)
         return NULL;
-    if (window_buffer(oo, &vo, 4, 1, "taps_scatter: out") < 0) {
+    if (window_buffer(oo, &vo, 5, 1, "taps_scatter: out") < 0) {
         PyBuffer_Release(&vc);
         return NULL;
     }
-    const Py_ssize_t *cs = vc.shape, *os = vo.shape, *st = vc.strides;
-    int ok = cs[0] == os[0];
+    const Py_ssize_t *cs = vc.shape + 1, *os = vo.shape + 1, *st = vc.strides + 1;
+    int ok = vc.shape[0] == vo.shape[0] && cs[0] == os[0];
     for (int i = 0; i < 3; i++)
         ok = ok && (cs[4 + i] == 0 || cs[1 + i] == 0 ||
                     (cs[1 + i] - 1) * d[i] + (cs[4 + i] - 1) * s[i] < os[1 + i]);
@@ -1296,7 +1322,7 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
         return NULL;
     }
     uint32_t bad;
-    struct scatter_job job = {vc.buf, cs, st, vo.buf, {os[1], os[2], os[3]}, {s[0], s[1], s[2]},
+    struct scatter_job job = {vc.buf, vc.shape[0], vc.strides[0], cs, st, vo.buf, {os[1], os[2], os[3]}, {s[0], s[1], s[2]},
                               {d[0], d[1], d[2]}};
     int wide = gemm_supported();
     Py_BEGIN_ALLOW_THREADS

@@ -172,15 +172,15 @@ def test_clamp_leaves_nan_bounds_and_strided_inputs_to_numpy() -> None:
 
 def test_bad_shapes_raise_value_errors() -> None:
     native = window_kernels._native
-    x = np.zeros((2, 1, 4, 4), np.float32)
+    x = np.zeros((2, 1, 1, 4, 4), np.float32)
     with pytest.raises(ValueError, match="does not fit"):
-        native.window_gather(x, np.empty((3, 1, 2, 2, 1, 3, 3), np.float32),
+        native.window_gather(x, np.empty((3, 1, 1, 2, 2, 1, 3, 3), np.float32),
                              (1, 2, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0))  # fmt: skip
     with pytest.raises(ValueError, match="float32"):
-        native.window_gather(x.astype(np.float64), np.empty((2, 1, 2, 2, 1, 3, 3), np.float32),
+        native.window_gather(x.astype(np.float64), np.empty((2, 1, 1, 2, 2, 1, 3, 3), np.float32),
                              (1, 2, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0))  # fmt: skip
-    cols = np.zeros((2, 1, 2, 2, 1, 3, 3), np.float32)
+    cols = np.zeros((2, 1, 1, 2, 2, 1, 3, 3), np.float32)
     with pytest.raises(ValueError, match="does not fit"):
-        native.taps_scatter(cols, np.empty((2, 1, 3, 3), np.float32), (1, 1, 1), (1, 1, 1))
+        native.taps_scatter(cols, np.empty((2, 1, 1, 3, 3), np.float32), (1, 1, 1), (1, 1, 1))
     with pytest.raises(ValueError, match="at least"):
-        native.taps_scatter(cols, np.empty((2, 1, 4, 4), np.float32), (1, 0, 1), (1, 1, 1))
+        native.taps_scatter(cols, np.empty((2, 1, 1, 4, 4), np.float32), (1, 0, 1), (1, 1, 1))

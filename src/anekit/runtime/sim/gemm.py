@@ -74,7 +74,63 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 _native.gemm(x, y, out, m, k, n, THREADS)
                 rank = max(a.ndim, b.ndim)
                 return out.reshape((1,) * (rank - 2) + (m, n))
+    if THREADS >= 2:
+        out = _split_matmul(a, b)
+        if out is not None:
+            return out
     return np.matmul(a, b)
+
+
+SPLIT_WORK = 1 << 23  # multiply-adds from which numpy's product runs as two halves at once
+
+
+def _blas_matrix(a: np.ndarray) -> bool:
+    """The last two axes as BLAS reads them: one of unit stride, the other a leading
+    dimension at least as long as a row (numpy's test for handing a product to BLAS)."""
+    rows, cols = a.shape[-2:]
+    s0, s1 = a.strides[-2:]
+    size = a.itemsize
+    return (s1 == size and s0 % size == 0 and s0 >= size * max(cols, 1)) or (
+        s0 == size and s1 % size == 0 and s1 >= size * max(rows, 1)
+    )
+
+
+def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``numpy.matmul(a, b)`` of one large float32 matrix product (leading axes all 1) as
+    two products of half the rows, one on a helper thread (numpy lets go of the GIL in
+    BLAS), or None when it does not apply. BLAS computes every output the same way
+    whichever rows share its call (a sum over k in k-blocks fixed by k alone), so the
+    bits are those of one call. Operands BLAS would not take as they are, a product of a
+    matrix and its own transpose (BLAS's syrk) and matrix-vector shapes stay one call."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != np.float32 or b.dtype != np.float32:
+        return None
+    if any(d != 1 for d in (*a.shape[:-2], *b.shape[:-2])):
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if b.shape[-2] != k or m < 4 or n < 2 or m * n * k < SPLIT_WORK:
+        return None
+    if not (_blas_matrix(a) and _blas_matrix(b)) or np.may_share_memory(a, b):
+        return None
+    x, y = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
+    out = np.empty((m, n), np.float32)
+    half = m // 2
+    other = _helper().submit(np.matmul, x[half:], y, out=out[half:])
+    np.matmul(x[:half], y, out=out[:half])
+    other.result()
+    return out.reshape((1,) * (max(a.ndim, b.ndim) - 2) + (m, n))
+
+
+_pool: Any = None  # the helper thread, started on first use
+
+
+def _helper() -> Any:
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anekit-matmul")
+    return _pool
 
 
 _controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use

@@ -45,9 +45,9 @@ def gather(
     None without the C module or when a value read is not finite."""
     if not _float32(x) or x.size == 0:
         return None
-    planes = x.reshape(-1, *_three(x.shape[2:], 1))  # a view for any layout numpy can
+    planes = x.reshape(*x.shape[:2], *_three(x.shape[2:], 1))  # a view: a new axis or none
     out = np.empty((*x.shape[:2], *kernel, *out_sizes), np.float32)
-    target = out.reshape(planes.shape[0], *_three(kernel, 1), *_three(out_sizes, 1))
+    target = out.reshape(*x.shape[:2], *_three(kernel, 1), *_three(out_sizes, 1))
     finite = _native.window_gather(
         planes, target, _three(kernel, 1), _three(strides, 1), _three(dilations, 1),
         _three(before, 0),
@@ -65,9 +65,10 @@ def scatter(
         return None
     n = len(full)
     kernel, sizes = cols.shape[3 : 3 + n], cols.shape[3 + n :]
-    source = cols.reshape(-1, *_three(kernel, 1), *_three(sizes, 1))
+    # [N, g * C, ...]: merging g and C is a view of an [N, C_in, *D] input split by channel
+    source = cols.reshape(cols.shape[0], -1, *_three(kernel, 1), *_three(sizes, 1))
     out = np.empty((*cols.shape[:3], *full), np.float32)
-    target = out.reshape(source.shape[0], *_three(full, 1))
+    target = out.reshape(*source.shape[:2], *_three(full, 1))
     finite = _native.taps_scatter(source, target, _three(strides, 1), _three(dilations, 1))
     return out, bool(finite)
 
