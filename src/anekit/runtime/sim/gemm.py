@@ -8,6 +8,10 @@ about 70% of what onnxruntime's pre-packed MLAS reaches; ``_native.gemm`` (AVX-5
 else, and every machine without AVX-512F or without the compiled module, takes
 ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
+Products numpy keeps (transposed operands, and every product whose bits must stay BLAS's)
+run, when large, as two halves of the rows at once, one on a helper thread
+(:func:`_split_matmul`): BLAS sums each output alike whichever rows share its call.
+
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
 batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
 helper threads spin for a while after each call, and with the GEMM's workers also spinning,
@@ -82,6 +86,9 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 SPLIT_WORK = 1 << 23  # multiply-adds from which numpy's product runs as two halves at once
+# Each half must stay above OpenBLAS's small-matrix kernels (taken up to 1e6 multiply-adds,
+# with sums in another order): above, every product of a shape is summed alike.
+HALF_WORK = 1 << 21
 
 
 def _blas_matrix(a: np.ndarray) -> bool:
@@ -101,7 +108,8 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     BLAS), or None when it does not apply. BLAS computes every output the same way
     whichever rows share its call (a sum over k in k-blocks fixed by k alone), so the
     bits are those of one call. Operands BLAS would not take as they are, a product of a
-    matrix and its own transpose (BLAS's syrk) and matrix-vector shapes stay one call."""
+    matrix and its own transpose (BLAS's syrk), matrix-vector shapes and halves small
+    enough for BLAS's small-matrix kernels stay one call."""
     if a.ndim < 2 or b.ndim < 2 or a.dtype != np.float32 or b.dtype != np.float32:
         return None
     if any(d != 1 for d in (*a.shape[:-2], *b.shape[:-2])):
@@ -109,6 +117,8 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if b.shape[-2] != k or m < 4 or n < 2 or m * n * k < SPLIT_WORK:
+        return None
+    if (m // 2) * n * k < HALF_WORK:
         return None
     if not (_blas_matrix(a) and _blas_matrix(b)) or np.may_share_memory(a, b):
         return None
