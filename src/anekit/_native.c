@@ -918,7 +918,7 @@ static PyObject *gemm(PyObject *self, PyObject *args)
  * arithmetic element by element, in the same order, so the bits are the same:
  *   window_gather: out = 0 + x (a picked value plus the sum's +0; +0 in the padding);
  *   taps_scatter:  out = 0, then out += tap for each kernel tap in index order;
- *   window_max:    acc = first tap, then acc = maximum(acc, tap) tap by tap;
+ *   window_max:    acc = first tap, then acc = maximum(acc, tap) tap by tap (max pooling);
  *   clamp:         minimum(maximum(x, lo), hi).
  * maximum and minimum follow numpy's float loops: a NaN operand is the result (the first
  * when both are), otherwise the second operand unless the first is strictly larger
@@ -1339,6 +1339,148 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
     return PyBool_FromLong(!bad);
 }
 
+/* ---- window_max: max pooling ---- */
+
+struct max_job {
+    const char *x;
+    Py_ssize_t batch, batch_stride;
+    const Py_ssize_t *xs, *st; /* x past the batch axis: [C, S0, S1, S2], byte strides */
+    float *out;
+    Py_ssize_t o[3], k[3], s[3];
+};
+
+#ifdef HAVE_GEMM
+/* numpy's maximum on 16 lanes: a NaN a, else a NaN b, else a if a > b, else b */
+__attribute__((target("avx512f"))) static inline __m512 maximum512(__m512 a, __m512 b)
+{
+    __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), a);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
+/* 16 values (fewer at a row's end: ``m``) from src, 1 or 2 floats apart */
+__attribute__((target("avx512f"))) static inline __m512 load16(const float *src, int two,
+                                                              Py_ssize_t left)
+{
+    if (!two)
+        return _mm512_maskz_loadu_ps(lanes(left), src);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                            28, 30);
+    Py_ssize_t span = 2 * (left < 16 ? left : 16) - 1;
+    __m512 lo = _mm512_maskz_loadu_ps(lanes(span), src);
+    __m512 hi = _mm512_maskz_loadu_ps(lanes(span - 16), src + 16);
+    return _mm512_permutex2var_ps(lo, evens, hi);
+}
+#endif
+
+#ifdef HAVE_GEMM
+/* One output row of window_max: 16 outputs at a time, their taps in index order. */
+__attribute__((target("avx512f"))) static inline void max_row512(const char *corner,
+    const Py_ssize_t *st, const Py_ssize_t *k, int two, float *out, Py_ssize_t o2)
+{
+    const Py_ssize_t step = two ? 8 : 4;
+    for (Py_ssize_t i2 = 0; i2 < o2; i2 += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (Py_ssize_t k0 = 0; k0 < k[0]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < k[1]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < k[2]; k2++) {
+            const char *tap = corner + k0 * st[1] + k1 * st[2] + k2 * st[3];
+            __m512 v = load16((const float *)(tap + i2 * step), two, o2 - i2);
+            acc = (k0 | k1 | k2) ? maximum512(acc, v) : v;
+        }
+        _mm512_mask_storeu_ps(out + i2, lanes(o2 - i2), acc);
+    }
+}
+#endif
+
+static inline __attribute__((always_inline)) void max_loop(const struct max_job *j, int wide)
+{
+    const Py_ssize_t *xs = j->xs, *st = j->st, *k = j->k, *s = j->s;
+    const Py_ssize_t o2 = j->o[2], step = s[2] * st[3];
+    float *out = j->out;
+    (void)wide;
+    for (Py_ssize_t b = 0; b < j->batch; b++)
+    for (Py_ssize_t p = 0; p < xs[0]; p++)
+    for (Py_ssize_t i0 = 0; i0 < j->o[0]; i0++)
+    for (Py_ssize_t i1 = 0; i1 < j->o[1]; i1++, out += o2) {
+        const char *corner = j->x + b * j->batch_stride + p * st[0] + i0 * s[0] * st[1] +
+                             i1 * s[1] * st[2];
+#ifdef HAVE_GEMM
+        if (wide && (step == 4 || step == 8)) {
+            max_row512(corner, st, k, step == 8, out, o2);
+            continue;
+        }
+#endif
+        for (Py_ssize_t i2 = 0; i2 < o2; i2++) {
+            float acc = 0.0f;
+            for (Py_ssize_t k0 = 0; k0 < k[0]; k0++)
+            for (Py_ssize_t k1 = 0; k1 < k[1]; k1++)
+            for (Py_ssize_t k2 = 0; k2 < k[2]; k2++) {
+                float v;
+                memcpy(&v, corner + k0 * st[1] + k1 * st[2] + k2 * st[3] + i2 * step, sizeof v);
+                acc = (k0 | k1 | k2) ? np_maximum(acc, v) : v;
+            }
+            out[i2] = acc;
+        }
+    }
+}
+
+static void max_plain(const struct max_job *j) { max_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static void max_wide(const struct max_job *j)
+{
+    max_loop(j, 1);
+}
+#endif
+
+PyDoc_STRVAR(window_max_doc,
+"window_max(x, out, kernel, strides) -> None\n\n"
+"x [N, C, S0, S1, S2] (any strides; padded already) -> out [N, C, O0, O1, O2]\n"
+"(C-contiguous): each window's first tap, then numpy's maximum with each further tap in\n"
+"index order.");
+
+static PyObject *window_max(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    Py_ssize_t k[3], s[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn):window_max", &xo, &oo, &k[0], &k[1], &k[2],
+                          &s[0], &s[1], &s[2]))
+        return NULL;
+    if (positive3(k, 1, "kernel") < 0 || positive3(s, 1, "strides") < 0)
+        return NULL;
+    Py_buffer vx, vo;
+    if (window_buffer(xo, &vx, 5, 0, "window_max: x") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 5, 1, "window_max: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    const Py_ssize_t *xs = vx.shape + 1, *os = vo.shape + 1;
+    int ok = vx.shape[0] == vo.shape[0] && xs[0] == os[0];
+    for (int i = 0; i < 3; i++)
+        ok = ok && (os[1 + i] == 0 || (os[1 + i] - 1) * s[i] + k[i] <= xs[1 + i]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "window_max: out does not fit x and the kernel");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    struct max_job job = {vx.buf, vx.shape[0], vx.strides[0], xs, vx.strides + 1, vo.buf,
+                          {os[1], os[2], os[3]}, {k[0], k[1], k[2]}, {s[0], s[1], s[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_GEMM
+    if (wide)
+        max_wide(&job);
+    else
+#endif
+        max_plain(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(clamp_doc,
 "clamp(x, out, lo, hi) -> None\n\n"
 "out = numpy.minimum(numpy.maximum(x, lo), hi) for C-contiguous float32 buffers of one size\n"
@@ -1397,6 +1539,7 @@ static PyMethodDef methods[] = {
     /* window kernels */
     {"window_gather", window_gather, METH_VARARGS, window_gather_doc},
     {"taps_scatter", taps_scatter, METH_VARARGS, taps_scatter_doc},
+    {"window_max", window_max, METH_VARARGS, window_max_doc},
     {"clamp", clamp, METH_VARARGS, clamp_doc},
     /* end of window kernels */
     {NULL, NULL, 0, NULL},

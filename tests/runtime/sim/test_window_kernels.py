@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anekit.runtime.sim import window_kernels
-from anekit.runtime.sim.ops import activation, conv, elementwise
+from anekit.runtime.sim.ops import activation, conv, elementwise, pooling
 
 pytestmark = pytest.mark.skipif(window_kernels._native is None, reason="no C module")
 
@@ -130,6 +130,30 @@ def test_tap_scatter_of_any_products_gives_the_accumulation_loops_bits(geo, stri
     got, finite = done
     assert _same_bits(got, want)
     assert finite == bool(np.all(np.isfinite(cols)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(geometry, st.booleans(), st.integers(0, 10**6))
+def test_max_pool_gives_numpys_bits(geo, strided, seed) -> None:
+    _, kernel, strides, _, pads, sizes = geo
+    x = _values((2, 3, *sizes), seed, True)
+    if strided:  # batch innermost
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0)
+    kwargs = {"x": x, "kernel_sizes": np.array(kernel, np.int32), "pad_type": "custom",
+              "strides": np.array(strides, np.int32), "pad": np.array(pads, np.int32)}  # fmt: skip
+    fast = pooling.max_pool(**kwargs)
+    slow = _numpy(pytest.MonkeyPatch(), pooling.max_pool, **kwargs)
+    assert _same_bits(fast, slow)
+
+
+def test_max_pool_keeps_numpys_signed_zero_and_nan_choices() -> None:
+    # maximum(-0, +0) is +0, maximum(+0, -0) is -0; the first of two NaNs wins
+    x = np.zeros((1, 1, 1, 6), np.float32)
+    x[0, 0, 0, :] = [-0.0, 0.0, 0.0, -0.0, 0.0, 0.0]
+    x.view(np.uint32)[0, 0, 0, 4:] = [0x7FC00001, 0x7FC00002]
+    out = window_kernels.window_max(x, (1, 2), (1, 2))
+    assert out is not None
+    assert out.view(np.uint32).tolist() == [[[[0x00000000, 0x80000000, 0x7FC00001]]]]
 
 
 def test_gather_reports_non_finite_reads_only() -> None:

@@ -1,8 +1,8 @@
-"""The C window kernels (``_native``) behind picking convolutions and clamps (clip, relu).
+"""The C window kernels (``_native``) behind picking convolutions, max pooling and clamps.
 
 A compiled training step gathers windows with convolutions whose weights only pick inputs
 (im2col and the max-pool backward's picks), scatters gradients back with their transposes
-(col2im); numpy walks those as many short strided rows. The C loops do the same
+(col2im) and pools; numpy walks those as many short strided rows. The C loops do the same
 fp32 operations on each element in the same order (see ``_native.c``), so the bits are the
 same; these wrappers lay out the shapes (spatial ranks 1 to 3 as 3, the planes merged) and
 return None where the module is missing or an argument does not fit, and the caller then
@@ -71,6 +71,28 @@ def scatter(
     target = out.reshape(*source.shape[:2], *_three(full, 1))
     finite = _native.taps_scatter(source, target, _three(strides, 1), _three(dilations, 1))
     return out, bool(finite)
+
+
+def window_max(
+    padded: np.ndarray, kernel: Sequence[int], strides: Sequence[int]
+) -> np.ndarray | None:
+    """[N, C, *O]: numpy's maximum of each window's taps of the (padded) input, the first
+    tap first, then the others in index order (pooling's tap-by-tap loop); None without
+    the C module or when no window fits (numpy's code raises the error)."""
+    if not _float32(padded) or padded.size == 0:
+        return None
+    sizes = padded.shape[2:]
+    out_sizes = [(size - k) // s + 1 for size, k, s in zip(sizes, kernel, strides, strict=True)]
+    if any(o < 1 for o in out_sizes):
+        return None
+    out = np.empty((*padded.shape[:2], *out_sizes), np.float32)
+    _native.window_max(
+        padded.reshape(*padded.shape[:2], *_three(sizes, 1)),
+        out.reshape(*padded.shape[:2], *_three(out_sizes, 1)),
+        _three(kernel, 1),
+        _three(strides, 1),
+    )
+    return out
 
 
 def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import window_kernels
 from ..registry import FLOAT, Signature, SimOp, op
 from ._util import F32, as_bool, as_ints, as_str, checked_shape
 from .conv import PAD_TYPES, pads, windows
@@ -62,6 +63,10 @@ def _pool(
         padded = np.pad(x, widths, constant_values=np.asarray(fill, dtype=x.dtype))
     else:
         padded = x  # windows() only reads it: no copy
+    if reduce is _window_max:
+        out = window_kernels.window_max(padded, kernel, st)
+        if out is not None:
+            return out
     view = windows(padded, kernel, st, (1,) * n)
     return reduce(view, axis=tuple(range(-n, 0)))
 
