@@ -9,13 +9,30 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from anekit.runtime.sim import window_kernels
+from anekit.runtime.sim import gemm, window_kernels
 from anekit.runtime.sim.ops import activation, conv, elementwise, pooling
 
 pytestmark = pytest.mark.skipif(window_kernels._native is None, reason="no C module")
+
+
+def settings(**kwargs):  # noqa: ANN201 - every property runs with and without the split
+    return hypothesis_settings(suppress_health_check=[HealthCheck.function_scoped_fixture],
+                               **kwargs)  # fmt: skip
+
+
+@pytest.fixture(autouse=True, params=["one call", "two halves"])
+def _split(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs with one C call, and with every kernel split into two halves on two
+    threads (whatever this machine's CPU count)."""
+    if request.param == "two halves":
+        monkeypatch.setattr(gemm, "THREADS", 2)
+        monkeypatch.setattr(window_kernels, "SPLIT_MIN", 0)
+    else:
+        monkeypatch.setattr(gemm, "THREADS", 1)
 
 NASTY = np.array(
     [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 6e-8, 65504.0, -65504.0, 1.0, -1.0],

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from . import halves
+
 try:
     from anekit import _native
 except ImportError:  # pragma: no cover - depends on the install
@@ -124,23 +126,8 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     x, y = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
     out = np.empty((m, n), np.float32)
-    half = m // 2
-    other = _helper().submit(np.matmul, x[half:], y, out=out[half:])
-    np.matmul(x[:half], y, out=out[:half])
-    other.result()
+    halves.both(lambda lo, hi: np.matmul(x[lo:hi], y, out=out[lo:hi]), m)
     return out.reshape((1,) * (max(a.ndim, b.ndim) - 2) + (m, n))
-
-
-_pool: Any = None  # the helper thread, started on first use
-
-
-def _helper() -> Any:
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anekit-matmul")
-    return _pool
 
 
 _controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use

@@ -13,13 +13,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from . import gemm, halves
 
 try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
     from anekit import _native
 except ImportError:  # pragma: no cover - depends on the install
     _native = None
+
+
+SPLIT_MIN = 1 << 17  # output values from which a kernel runs as two halves on two threads
+
+
+def _run(call: Any, count: int, size: int) -> tuple[Any, Any]:
+    """``call(lo, hi)`` over [0, count) of the leading axis: in two halves at once when the
+    output is large and two CPUs are there (every value is computed alike either way)."""
+    if size >= SPLIT_MIN and gemm.THREADS >= 2:
+        return halves.both(call, count)
+    return call(0, count), None
 
 
 def _three(values: Sequence[int], fill: int) -> tuple[int, ...]:
@@ -48,11 +62,10 @@ def gather(
     planes = x.reshape(*x.shape[:2], *_three(x.shape[2:], 1))  # a view: a new axis or none
     out = np.empty((*x.shape[:2], *kernel, *out_sizes), np.float32)
     target = out.reshape(*x.shape[:2], *_three(kernel, 1), *_three(out_sizes, 1))
-    finite = _native.window_gather(
-        planes, target, _three(kernel, 1), _three(strides, 1), _three(dilations, 1),
-        _three(before, 0),
-    )  # fmt: skip
-    return out if finite else None
+    geometry = (_three(kernel, 1), _three(strides, 1), _three(dilations, 1), _three(before, 0))
+    flags = _run(lambda lo, hi: _native.window_gather(planes[lo:hi], target[lo:hi], *geometry),
+                 len(x), out.size)  # fmt: skip
+    return out if flags[0] and flags[1] is not False else None
 
 
 def scatter(
@@ -69,8 +82,10 @@ def scatter(
     source = cols.reshape(cols.shape[0], -1, *_three(kernel, 1), *_three(sizes, 1))
     out = np.empty((*cols.shape[:3], *full), np.float32)
     target = out.reshape(*source.shape[:2], *_three(full, 1))
-    finite = _native.taps_scatter(source, target, _three(strides, 1), _three(dilations, 1))
-    return out, bool(finite)
+    geometry = (_three(strides, 1), _three(dilations, 1))
+    flags = _run(lambda lo, hi: _native.taps_scatter(source[lo:hi], target[lo:hi], *geometry),
+                 len(cols), out.size)  # fmt: skip
+    return out, bool(flags[0] and flags[1] is not False)
 
 
 def window_max(
@@ -86,12 +101,11 @@ def window_max(
     if any(o < 1 for o in out_sizes):
         return None
     out = np.empty((*padded.shape[:2], *out_sizes), np.float32)
-    _native.window_max(
-        padded.reshape(*padded.shape[:2], *_three(sizes, 1)),
-        out.reshape(*padded.shape[:2], *_three(out_sizes, 1)),
-        _three(kernel, 1),
-        _three(strides, 1),
-    )
+    source = padded.reshape(*padded.shape[:2], *_three(sizes, 1))
+    target = out.reshape(*padded.shape[:2], *_three(out_sizes, 1))
+    geometry = (_three(kernel, 1), _three(strides, 1))
+    _run(lambda lo, hi: _native.window_max(source[lo:hi], target[lo:hi], *geometry),
+         len(padded), out.size)  # fmt: skip
     return out
 
 
@@ -104,5 +118,6 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
     if math.isnan(lo) or math.isnan(hi):
         return None
     out = np.empty_like(x)
-    _native.clamp(x, out, lo, hi)
+    source, target = x.reshape(-1), out.reshape(-1)
+    _run(lambda a, b: _native.clamp(source[a:b], target[a:b], lo, hi), x.size, x.size)
     return out
