@@ -9,8 +9,8 @@ else, and every machine without AVX-512F or without the compiled module, takes
 ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
 Products numpy keeps (transposed operands, and every product whose bits must stay BLAS's)
-run, when large, as two halves of the rows at once, one on a helper thread
-(:func:`_split_matmul`): BLAS sums each output alike whichever rows share its call.
+run, when large, as two halves of the rows shared with a helper thread (pieces.py,
+:func:`_split_matmul`): BLAS sums each output alike whichever rows share its call.
 
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
 batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import halves
+from . import pieces
 
 try:
     from anekit import _native
@@ -126,7 +126,7 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     x, y = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
     out = np.empty((m, n), np.float32)
-    halves.both(lambda lo, hi: np.matmul(x[lo:hi], y, out=out[lo:hi]), m)
+    pieces.run(lambda lo, hi: np.matmul(x[lo:hi], y, out=out[lo:hi]), m)
     return out.reshape((1,) * (max(a.ndim, b.ndim) - 2) + (m, n))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gemm, halves
+from . import gemm, pieces
 
 try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
     from anekit import _native
@@ -25,15 +25,16 @@ except ImportError:  # pragma: no cover - depends on the install
     _native = None
 
 
-SPLIT_MIN = 1 << 17  # output values from which a kernel runs as two halves on two threads
+SPLIT_MIN = 1 << 17  # output values from which a kernel runs in pieces on two threads
+PIECES = 4  # a piece the helper holds when the OS takes its CPU away is all the caller waits for
 
 
-def _run(call: Any, count: int, size: int) -> tuple[Any, Any]:
-    """``call(lo, hi)`` over [0, count) of the leading axis: in two halves at once when the
-    output is large and two CPUs are there (every value is computed alike either way)."""
+def _run(call: Any, count: int, size: int) -> list[Any]:
+    """``call(lo, hi)`` over [0, count) of the leading axis: in pieces on two threads when
+    the output is large and two CPUs are there (every value is computed alike either way)."""
     if size >= SPLIT_MIN and gemm.THREADS >= 2:
-        return halves.both(call, count)
-    return call(0, count), None
+        return pieces.run(call, count, PIECES)
+    return [call(0, count)]
 
 
 def _three(values: Sequence[int], fill: int) -> tuple[int, ...]:
@@ -65,7 +66,7 @@ def gather(
     geometry = (_three(kernel, 1), _three(strides, 1), _three(dilations, 1), _three(before, 0))
     flags = _run(lambda lo, hi: _native.window_gather(planes[lo:hi], target[lo:hi], *geometry),
                  len(x), out.size)  # fmt: skip
-    return out if flags[0] and flags[1] is not False else None
+    return out if all(flags) else None
 
 
 def scatter(
@@ -85,7 +86,7 @@ def scatter(
     geometry = (_three(strides, 1), _three(dilations, 1))
     flags = _run(lambda lo, hi: _native.taps_scatter(source[lo:hi], target[lo:hi], *geometry),
                  len(cols), out.size)  # fmt: skip
-    return out, bool(flags[0] and flags[1] is not False)
+    return out, all(flags)
 
 
 def window_max(

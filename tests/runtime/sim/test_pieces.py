@@ -1,0 +1,37 @@
+"""sim/pieces.py: a kernel's pieces shared between the caller and one helper thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from anekit.runtime.sim import pieces
+
+
+def test_pieces_cover_the_range_in_order() -> None:
+    seen: list[tuple[int, int]] = []
+    results = pieces.run(lambda lo, hi: seen.append((lo, hi)) or (lo, hi), 10, 4)
+    assert results == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert sorted(seen) == results
+    assert pieces.run(lambda lo, hi: (lo, hi), 1, 4) == [(0, 1)]
+
+
+def test_the_caller_takes_every_piece_when_the_helper_is_held_up() -> None:
+    release = threading.Event()
+    pieces._helper().submit(release.wait, 30)  # the helper thread is busy elsewhere
+    try:
+        ran_on = pieces.run(lambda lo, hi: threading.get_ident(), 8, 4)
+    finally:
+        release.set()
+    assert ran_on == [threading.get_ident()] * 4
+
+
+def test_an_error_in_any_piece_reaches_the_caller() -> None:
+    def fail_third(lo: int, hi: int) -> int:
+        if lo == 4:
+            raise ValueError("piece 3")
+        return lo
+
+    with pytest.raises(ValueError, match="piece 3"):
+        pieces.run(fail_third, 8, 4)
