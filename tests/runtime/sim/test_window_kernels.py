@@ -89,7 +89,7 @@ geometry = st.integers(1, 3).flatmap(
         st.tuples(*[st.integers(1, 3)] * n),  # strides
         st.tuples(*[st.integers(1, 2)] * n),  # dilations
         st.tuples(*[st.integers(0, 2)] * (2 * n)),  # pads
-        st.tuples(*[st.integers(4, 9)] * n),  # sizes
+        st.tuples(*[st.integers(4, 20)] * n),  # sizes: rows of up to 16 values and longer
     )
 )
 
