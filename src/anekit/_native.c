@@ -961,8 +961,9 @@ static uint32_t gather_row(const char *src, Py_ssize_t step, float *dst, Py_ssiz
     return bad;
 }
 
-/* acc + v with numpy's NaN: where both are NaN, acc's (quieted), as x86's add of the first
- * operand gives; written out because the compiler may swap the operands of an add. */
+/* acc + v, and where both are NaN acc's (quieted): the choice written out, as the compiler
+ * may swap an add's operands (numpy's own loops differ here: the first operand's NaN in
+ * their vector body, the second's in some tails). */
 static inline float quieted(float v)
 {
     uint32_t b;
@@ -1281,6 +1282,68 @@ static inline __attribute__((always_inline)) uint32_t scatter_loop(const struct 
     return bad;
 }
 
+#ifdef HAVE_GEMM
+/* scatter_loop for output rows of at most 16 values from input rows of at most 16 adjacent
+ * floats (a small image's col2im or pooling gradient), turned around: each output row is
+ * summed in a register over the taps that reach it, in tap order (lanes a tap does not
+ * reach are left alone, as the loop never adds to them), and stored once; a tap's row is
+ * put in place by a permutation computed once per kernel column. */
+__attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const struct scatter_job *j)
+{
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000);
+    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
+    const Py_ssize_t f0 = j->f[0], f1 = j->f[1], f2 = j->f[2], k2n = cs[3];
+    __m512i place[16];   /* per kernel column (at most 16 fit a 16-value row): source lane */
+    __mmask16 reach[16]; /* and the output lanes it reaches */
+    for (Py_ssize_t k2 = 0; k2 < k2n; k2++) {
+        int32_t idx[16];
+        reach[k2] = 0;
+        for (int f = 0; f < 16; f++) {
+            Py_ssize_t at = f - k2 * d[2];
+            idx[f] = 0;
+            if (f < f2 && at >= 0 && at % s[2] == 0 && at / s[2] < cs[6]) {
+                idx[f] = (int32_t)(at / s[2]);
+                reach[k2] |= (__mmask16)(1u << f);
+            }
+        }
+        place[k2] = _mm512_loadu_si512(idx);
+    }
+    const __mmask16 row_in = lanes(cs[6]), row_out = lanes(f2);
+    __mmask16 bad = 0;
+    for (Py_ssize_t b = 0; b < j->batch; b++)
+    for (Py_ssize_t p = 0; p < cs[0]; p++) {
+        const char *taps = j->cols + b * j->batch_stride + p * st[0];
+        float *out = j->out + (b * cs[0] + p) * f0 * f1 * f2;
+        for (Py_ssize_t o0 = 0; o0 < f0; o0++)
+        for (Py_ssize_t o1 = 0; o1 < f1; o1++, out += f2) {
+            __m512 acc = _mm512_setzero_ps();
+            for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++) {
+                Py_ssize_t a0 = o0 - k0 * d[0];
+                if (a0 < 0 || a0 % s[0] || a0 / s[0] >= cs[4])
+                    continue;
+                for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++) {
+                    Py_ssize_t a1 = o1 - k1 * d[1];
+                    if (a1 < 0 || a1 % s[1] || a1 / s[1] >= cs[5])
+                        continue;
+                    const char *row = taps + k0 * st[1] + k1 * st[2] + (a0 / s[0]) * st[4] +
+                                      (a1 / s[1]) * st[5];
+                    for (Py_ssize_t k2 = 0; k2 < k2n; k2++) {
+                        __m512 v = _mm512_maskz_loadu_ps(row_in, (const float *)(row + k2 * st[3]));
+                        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+                        bad |= _mm512_mask_cmpeq_epi32_mask(row_in, e, expo);
+                        v = _mm512_permutexvar_ps(place[k2], v);
+                        acc = _mm512_mask_mov_ps(acc, reach[k2], tap_sum512(acc, v, quiet));
+                    }
+                }
+            }
+            _mm512_mask_storeu_ps(out, row_out, acc);
+        }
+    }
+    return bad != 0;
+}
+#endif
+
 static uint32_t scatter_plain(const struct scatter_job *j) { return scatter_loop(j, 0); }
 #ifdef HAVE_GEMM
 __attribute__((target("avx512f"))) static uint32_t scatter_wide(const struct scatter_job *j)
@@ -1382,13 +1445,18 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
                               {d[0], d[1], d[2]}};
     int wide = gemm_supported();
     Py_BEGIN_ALLOW_THREADS
-    memset(vo.buf, 0, (size_t)vo.len);
 #ifdef HAVE_GEMM
-    if (wide)
+    if (wide && st[6] == 4 && os[3] <= 16 && cs[6] <= 16 && cs[3] <= 16) {
+        bad = scatter_short_rows(&job); /* writes every output: no zeros first */
+    } else if (wide) {
+        memset(vo.buf, 0, (size_t)vo.len);
         bad = scatter_wide(&job);
-    else
+    } else
 #endif
+    {
+        memset(vo.buf, 0, (size_t)vo.len);
         bad = scatter_plain(&job);
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&vc);
     PyBuffer_Release(&vo);

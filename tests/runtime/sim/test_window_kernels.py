@@ -66,6 +66,15 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
+def _same_sums(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same bits, except that where both are NaN the payloads may differ: which NaN a
+    sum of two NaNs keeps, numpy leaves to its loops (the first operand's in its vector
+    body, the second's in some tails), the C loop keeps the accumulator's."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    same = a.view(np.uint32) == b.view(np.uint32)
+    return a.shape == b.shape and bool(np.all(same | (np.isnan(a) & np.isnan(b))))
+
+
 def _window_picks(channels: int, kernel: tuple[int, ...]) -> np.ndarray:
     """[channels * K, 1, *kernel]: output c * K + t picks window position t of channel c."""
     taps = math.prod(kernel)
@@ -128,7 +137,9 @@ def test_col2im_scatter_gives_numpys_bits(geo, groups, special, strided, seed) -
               "dilations": np.array(dilations, np.int32)}  # fmt: skip
     fast = conv.conv_transpose(**kwargs)
     slow = _numpy(pytest.MonkeyPatch(), conv.conv_transpose, **kwargs)
-    assert _same_bits(fast, slow)
+    assert _same_sums(fast, slow)
+    if not special:
+        assert _same_bits(fast, slow)
 
 
 @settings(max_examples=40, deadline=None)
@@ -145,7 +156,7 @@ def test_tap_scatter_of_any_products_gives_the_accumulation_loops_bits(geo, stri
     done = window_kernels.scatter(cols, strides, dilations, full)
     assert done is not None
     got, finite = done
-    assert _same_bits(got, want)
+    assert _same_sums(got, want)
     assert finite == bool(np.all(np.isfinite(cols)))
 
 
