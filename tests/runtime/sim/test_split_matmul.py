@@ -48,4 +48,4 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
         assert gemm._split_matmul(a.astype(np.float64), a) is None
         assert gemm._split_matmul(a[:16, :16], a[:16, :16].copy()) is None  # small kernels
         assert gemm._split_matmul(a, a.copy()) is not None
-    assert gemm._split_matmul(a[:64], a.copy()) is None  # too small to pay for the thread
+    assert gemm._split_matmul(a[:32], a.copy()) is None  # too small to pay for the thread

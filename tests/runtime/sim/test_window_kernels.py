@@ -236,3 +236,17 @@ def test_bad_shapes_raise_value_errors() -> None:
         native.taps_scatter(cols, np.empty((2, 1, 1, 3, 3), np.float32), (1, 1, 1), (1, 1, 1))
     with pytest.raises(ValueError, match="at least"):
         native.taps_scatter(cols, np.empty((2, 1, 1, 4, 4), np.float32), (1, 0, 1), (1, 1, 1))
+
+
+@pytest.mark.parametrize("perm", [(1, 0, 2), (2, 1, 0), (0, 2, 1)])
+def test_reshape_of_a_transposed_layout_copies_the_values(perm) -> None:
+    from anekit.runtime.sim.ops import shape
+
+    x = _values((6, 5, 7), 9, True).transpose(perm)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(window_kernels, "SPLIT_MIN", 0)
+        got = shape.reshape(x, np.array([-1, 7 if perm[2] == 2 else x.shape[2]], np.int32))
+    want = np.ascontiguousarray(x).reshape(got.shape)
+    assert got.flags.c_contiguous and _same_bits(got, want)
+    view = shape.reshape(x, np.array(x.shape[:2] + (x.shape[2], 1), np.int32))
+    assert np.shares_memory(view, x)  # no copy where a view does

@@ -87,7 +87,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-SPLIT_WORK = 1 << 23  # multiply-adds from which numpy's product runs as two halves at once
+SPLIT_WORK = 1 << 22  # multiply-adds from which numpy's product runs as two halves at once
 # Each half must stay above OpenBLAS's small-matrix kernels (taken up to 1e6 multiply-adds,
 # with sums in another order): above, every product of a shape is summed alike.
 HALF_WORK = 1 << 21

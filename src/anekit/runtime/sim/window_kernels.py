@@ -122,3 +122,19 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
     source, target = x.reshape(-1), out.reshape(-1)
     _run(lambda a, b: _native.clamp(source[a:b], target[a:b], lo, hi), x.size, x.size)
     return out
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``x`` (numpy's copy, which lets go of the GIL), in pieces
+    along its first axis longer than 1 when large (the same values either way)."""
+    axis = next((i for i, d in enumerate(x.shape) if d > 1), None)
+    if axis is None or x.size < SPLIT_MIN or gemm.THREADS < 2:
+        return np.ascontiguousarray(x)
+    out = np.empty(x.shape, x.dtype)
+    lead = (slice(None),) * axis
+
+    def copy(lo: int, hi: int) -> None:
+        np.copyto(out[(*lead, slice(lo, hi))], x[(*lead, slice(lo, hi))])
+
+    pieces.run(copy, x.shape[axis], PIECES)
+    return out
