@@ -1283,9 +1283,9 @@ static inline __attribute__((always_inline)) uint32_t scatter_loop(const struct 
 }
 
 #ifdef HAVE_GEMM
-/* scatter_loop for output rows of at most 16 values from input rows of at most 16 adjacent
+/* scatter_loop for output rows of at most 32 values from input rows of at most 16 adjacent
  * floats (a small image's col2im or pooling gradient), turned around: each output row is
- * summed in a register over the taps that reach it, in tap order (lanes a tap does not
+ * summed in registers over the taps that reach it, in tap order (lanes a tap does not
  * reach are left alone, as the loop never adds to them), and stored once; a tap's row is
  * put in place by a permutation computed once per kernel column. */
 __attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const struct scatter_job *j)
@@ -1294,22 +1294,23 @@ __attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const stru
     const __m512i quiet = _mm512_set1_epi32(0x00400000);
     const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
     const Py_ssize_t f0 = j->f[0], f1 = j->f[1], f2 = j->f[2], k2n = cs[3];
-    __m512i place[16];   /* per kernel column (at most 16 fit a 16-value row): source lane */
-    __mmask16 reach[16]; /* and the output lanes it reaches */
-    for (Py_ssize_t k2 = 0; k2 < k2n; k2++) {
-        int32_t idx[16];
-        reach[k2] = 0;
-        for (int f = 0; f < 16; f++) {
-            Py_ssize_t at = f - k2 * d[2];
-            idx[f] = 0;
-            if (f < f2 && at >= 0 && at % s[2] == 0 && at / s[2] < cs[6]) {
-                idx[f] = (int32_t)(at / s[2]);
-                reach[k2] |= (__mmask16)(1u << f);
+    __m512i place[16][2];   /* per kernel column (at most 16) and half row: source lanes */
+    __mmask16 reach[16][2]; /* and the output lanes they reach */
+    for (Py_ssize_t k2 = 0; k2 < k2n; k2++)
+        for (int h = 0; h < 2; h++) {
+            int32_t idx[16];
+            reach[k2][h] = 0;
+            for (int lane = 0; lane < 16; lane++) {
+                Py_ssize_t f = 16 * h + lane, at = f - k2 * d[2];
+                idx[lane] = 0;
+                if (f < f2 && at >= 0 && at % s[2] == 0 && at / s[2] < cs[6]) {
+                    idx[lane] = (int32_t)(at / s[2]);
+                    reach[k2][h] |= (__mmask16)(1u << lane);
+                }
             }
+            place[k2][h] = _mm512_loadu_si512(idx);
         }
-        place[k2] = _mm512_loadu_si512(idx);
-    }
-    const __mmask16 row_in = lanes(cs[6]), row_out = lanes(f2);
+    const __mmask16 row_in = lanes(cs[6]), out0 = lanes(f2), out1 = lanes(f2 - 16);
     __mmask16 bad = 0;
     for (Py_ssize_t b = 0; b < j->batch; b++)
     for (Py_ssize_t p = 0; p < cs[0]; p++) {
@@ -1317,7 +1318,7 @@ __attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const stru
         float *out = j->out + (b * cs[0] + p) * f0 * f1 * f2;
         for (Py_ssize_t o0 = 0; o0 < f0; o0++)
         for (Py_ssize_t o1 = 0; o1 < f1; o1++, out += f2) {
-            __m512 acc = _mm512_setzero_ps();
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
             for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++) {
                 Py_ssize_t a0 = o0 - k0 * d[0];
                 if (a0 < 0 || a0 % s[0] || a0 / s[0] >= cs[4])
@@ -1332,12 +1333,19 @@ __attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const stru
                         __m512 v = _mm512_maskz_loadu_ps(row_in, (const float *)(row + k2 * st[3]));
                         __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
                         bad |= _mm512_mask_cmpeq_epi32_mask(row_in, e, expo);
-                        v = _mm512_permutexvar_ps(place[k2], v);
-                        acc = _mm512_mask_mov_ps(acc, reach[k2], tap_sum512(acc, v, quiet));
+                        __m512 v0 = _mm512_permutexvar_ps(place[k2][0], v);
+                        acc0 = _mm512_mask_mov_ps(acc0, reach[k2][0], tap_sum512(acc0, v0, quiet));
+                        if (reach[k2][1]) {
+                            __m512 v1 = _mm512_permutexvar_ps(place[k2][1], v);
+                            acc1 = _mm512_mask_mov_ps(acc1, reach[k2][1],
+                                                      tap_sum512(acc1, v1, quiet));
+                        }
                     }
                 }
             }
-            _mm512_mask_storeu_ps(out, row_out, acc);
+            _mm512_mask_storeu_ps(out, out0, acc0);
+            if (out1)
+                _mm512_mask_storeu_ps(out + 16, out1, acc1);
         }
     }
     return bad != 0;
@@ -1446,7 +1454,7 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
     int wide = gemm_supported();
     Py_BEGIN_ALLOW_THREADS
 #ifdef HAVE_GEMM
-    if (wide && st[6] == 4 && os[3] <= 16 && cs[6] <= 16 && cs[3] <= 16) {
+    if (wide && st[6] == 4 && os[3] <= 32 && cs[6] <= 16 && cs[3] <= 16) {
         bad = scatter_short_rows(&job); /* writes every output: no zeros first */
     } else if (wide) {
         memset(vo.buf, 0, (size_t)vo.len);
