@@ -112,7 +112,9 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     bits are those of one call. Operands BLAS would not take as they are, a product of a
     matrix and its own transpose (BLAS's syrk), matrix-vector shapes and halves small
     enough for BLAS's small-matrix kernels stay one call."""
-    if a.ndim < 2 or b.ndim < 2 or a.dtype != np.float32 or b.dtype != np.float32:
+    if a.ndim < 2 or b.ndim < 2 or a.size * b.shape[-1] < SPLIT_WORK:
+        return None  # small: most products stop at this first test
+    if a.dtype != np.float32 or b.dtype != np.float32:
         return None
     if any(d != 1 for d in (*a.shape[:-2], *b.shape[:-2])):
         return None
