@@ -1618,12 +1618,36 @@ PyDoc_STRVAR(clamp_doc,
 "out = numpy.minimum(numpy.maximum(x, lo), hi) for C-contiguous float32 buffers of one size\n"
 "(out may be x); lo and hi are float32 values.");
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+#ifdef HAVE_GEMM
+/* numpy's minimum on 16 lanes: a NaN a, else a NaN b, else a if a < b, else b */
+__attribute__((target("avx512f"))) static inline __m512 minimum512(__m512 a, __m512 b)
+{
+    __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), a);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
+__attribute__((target("avx512f"))) static void clamp_wide(const float *x, float *out,
+                                                          Py_ssize_t n, float lo, float hi)
+{
+    const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(out + i, m, minimum512(maximum512(v, l), h));
+    }
+}
 #endif
+
 static void clamp_block(const float *restrict x, float *restrict out, Py_ssize_t n, float lo,
                         float hi)
 {
+#ifdef HAVE_GEMM
+    if (gemm_supported()) {
+        clamp_wide(x, out, n, lo, hi);
+        return;
+    }
+#endif
     for (Py_ssize_t i = 0; i < n; i++)
         out[i] = np_minimum(np_maximum(x[i], lo), hi);
 }
