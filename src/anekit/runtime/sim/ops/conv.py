@@ -190,7 +190,9 @@ def _gathered_windows(
 # gives the same sum: +0 plus the picked input (-0 becomes +0, as the GEMM's accumulator
 # starting at +0 makes it), 0 where nothing is picked, NaN where any input of the group is
 # infinite or NaN (0 * inf). The picked values are copied instead of multiplied (a GEMM of
-# thousands of 9x9 matrices); inputs that are not all finite take the GEMM.
+# thousands of 9x9 matrices); inputs that are not all finite take the GEMM. Picks in
+# order (each input channel one tap of one output) are copied and scattered by the C window
+# kernels, which report whether what they read was finite (window_kernels.py).
 PICK_LIMIT = 1 << 16  # weights larger than this are never checked (real weights, not picks)
 
 
