@@ -1311,9 +1311,13 @@ __attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const stru
             place[k2][h] = _mm512_loadu_si512(idx);
         }
     const __mmask16 row_in = lanes(cs[6]), out0 = lanes(f2), out1 = lanes(f2 - 16);
+    /* planes in the order of cols' strides (batch innermost for a transposed layout) */
+    const int batch_inner = j->batch_stride < st[0];
+    const Py_ssize_t outer = batch_inner ? cs[0] : j->batch, inner = batch_inner ? j->batch : cs[0];
     __mmask16 bad = 0;
-    for (Py_ssize_t b = 0; b < j->batch; b++)
-    for (Py_ssize_t p = 0; p < cs[0]; p++) {
+    for (Py_ssize_t slow = 0; slow < outer; slow++)
+    for (Py_ssize_t fast = 0; fast < inner; fast++) {
+        const Py_ssize_t b = batch_inner ? fast : slow, p = batch_inner ? slow : fast;
         const char *taps = j->cols + b * j->batch_stride + p * st[0];
         float *out = j->out + (b * cs[0] + p) * f0 * f1 * f2;
         for (Py_ssize_t o0 = 0; o0 < f0; o0++)
