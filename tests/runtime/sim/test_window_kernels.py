@@ -124,14 +124,18 @@ def test_window_gather_gives_numpys_bits(geo, groups, special, strided, seed) ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(geometry, st.integers(1, 2), st.booleans(), st.booleans(), st.integers(0, 10**6))
-def test_col2im_scatter_gives_numpys_bits(geo, groups, special, strided, seed) -> None:
+@given(geometry, st.integers(1, 2), st.booleans(),
+       st.sampled_from(["contiguous", "channels last", "batch inside channels"]),
+       st.integers(0, 10**6))  # fmt: skip
+def test_col2im_scatter_gives_numpys_bits(geo, groups, special, layout, seed) -> None:
     n, kernel, strides, dilations, _, sizes = geo
     channels = groups * 2
     w = _window_picks(channels, kernel)  # [C * K, 1, *K] read as [C_in, C_out / g, *K]
-    x = _values((2, channels * math.prod(kernel), *sizes), seed, special)
-    if strided:
+    x = _values((3, channels * math.prod(kernel), *sizes), seed, special)
+    if layout == "channels last":
         x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    elif layout == "batch inside channels":  # what a step's weight-gradient product leaves
+        x = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 0, 1)), 0, 1)
     kwargs = {"x": x, "weight": w.reshape(channels * math.prod(kernel), 1, *kernel),
               "groups": np.int32(channels), "strides": np.array(strides, np.int32),
               "dilations": np.array(dilations, np.int32)}  # fmt: skip
