@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -35,3 +36,22 @@ def test_an_error_in_any_piece_reaches_the_caller() -> None:
 
     with pytest.raises(ValueError, match="piece 3"):
         pieces.run(fail_third, 8, 4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_gets_its_own_helper() -> None:
+    pieces._helper()  # started in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's helper thread is not here
+        try:
+            done = pieces.run(lambda lo, hi: (lo, hi), 8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+            own = pieces._pool_pid == os.getpid()
+            os.write(write, b"ok" if done and own else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"ok"

@@ -12,19 +12,22 @@ busy machine where the helper gets no CPU, the caller takes every piece and wait
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-_pool: Any = None  # the helper thread, started on first use
+_pool: Any = None  # the helper thread, started on first use in each process
+_pool_pid = 0  # the process it runs in: a fork's child has the object but not the thread
 
 
 def _helper() -> Any:
-    global _pool
-    if _pool is None:
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
         from concurrent.futures import ThreadPoolExecutor
 
         _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anekit-pieces")
+        _pool_pid = os.getpid()
     return _pool
 
 
