@@ -915,7 +915,8 @@ static PyObject *gemm(PyObject *self, PyObject *args)
  * (im2col, the max-pool backward's window picks) and scatters gradients back with their
  * transposes (col2im); the simulator copies those instead of multiplying (ops/conv.py). In
  * numpy the copies walk short strided rows (14 or 28 values); these loops do the same
- * arithmetic element by element, in the same order, so the bits are the same:
+ * arithmetic element by element, in the same order, so the bits are the same (where two
+ * NaNs meet in a scatter's sum the accumulator's is kept; numpy's loops keep either):
  *   window_gather: out = 0 + x (a picked value plus the sum's +0; +0 in the padding);
  *   taps_scatter:  out = 0, then out += tap for each kernel tap in index order;
  *   window_max:    acc = first tap, then acc = maximum(acc, tap) tap by tap (max pooling);
@@ -923,7 +924,9 @@ static PyObject *gemm(PyObject *self, PyObject *args)
  * maximum and minimum follow numpy's float loops: a NaN operand is the result (the first
  * when both are), otherwise the second operand unless the first is strictly larger
  * (smaller), so maximum(-0, +0) is +0 and maximum(+0, -0) is -0.
- * Shapes are 3-D spatial (callers pad lower ranks with 1s); inputs may have any strides.
+ * Arrays are [N, C, three spatial axes] (callers pad lower ranks with 1s); inputs may have
+ * any strides. With AVX-512F, rows of up to 16 (a scatter's up to 32) values are masked
+ * vector loads and stores, and a scatter's output row is summed in registers tap by tap.
  * window_gather and taps_scatter report whether every value they read was finite: the
  * picked copy equals the GEMM's sum only then (0 * inf is NaN). */
 
