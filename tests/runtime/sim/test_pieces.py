@@ -55,3 +55,10 @@ def test_a_forked_child_gets_its_own_helper() -> None:
     os.waitpid(pid, 0)
     os.close(read)
     assert answer == b"ok"
+
+
+def test_a_second_thread_only_with_an_idle_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert pieces.spare_cpu(2) and not pieces.spare_cpu(1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 1.0, 1.0))  # another busy process
+    assert not pieces.spare_cpu(2) and pieces.spare_cpu(4)

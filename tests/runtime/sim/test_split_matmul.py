@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anekit.runtime.sim import gemm
+from anekit.runtime.sim import gemm, pieces
 
 
 def _operand(rows: int, cols: int, transposed: bool, rng: np.random.Generator) -> np.ndarray:
@@ -29,6 +29,7 @@ def test_split_product_gives_the_one_call_bits(m, extra, n, ta, tb, special, see
         a = a.copy()
         a[0, 0], a[-1, -1] = np.nan, np.inf
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pieces, "spare_cpu", lambda threads: True)  # whatever the load
         mp.setattr(gemm, "SPLIT_WORK", 0)  # the halves' size is what matters
         got = gemm._split_matmul(a[None], b[None])
     assert got is not None and got.shape == (1, m, n)
@@ -40,6 +41,7 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal((256, 256)).astype(np.float32)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pieces, "spare_cpu", lambda threads: True)
         mp.setattr(gemm, "SPLIT_WORK", 0)
         assert gemm._split_matmul(a, a.T) is None  # syrk
         assert gemm._split_matmul(a[:, ::2], a[::2]) is None  # not BLAS-ready
@@ -48,4 +50,9 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
         assert gemm._split_matmul(a.astype(np.float64), a) is None
         assert gemm._split_matmul(a[:16, :16], a[:16, :16].copy()) is None  # small kernels
         assert gemm._split_matmul(a, a.copy()) is not None
-    assert gemm._split_matmul(a[:32], a.copy()) is None  # too small to pay for the thread
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pieces, "spare_cpu", lambda threads: True)
+        assert gemm._split_matmul(a[:32], a.copy()) is None  # too small to pay for the thread
+        assert gemm._split_matmul(a, a.copy()) is not None
+        mp.setattr(pieces, "spare_cpu", lambda threads: False)
+        assert gemm._split_matmul(a, a.copy()) is None  # no idle CPU for the helper

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from anekit.runtime.sim import gemm, window_kernels
+from anekit.runtime.sim import gemm, pieces, window_kernels
 from anekit.runtime.sim.ops import activation, conv, elementwise, pooling
 
 pytestmark = pytest.mark.skipif(window_kernels._native is None, reason="no C module")
@@ -31,6 +31,7 @@ def _split(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> N
     if request.param == "two halves":
         monkeypatch.setattr(gemm, "THREADS", 2)
         monkeypatch.setattr(window_kernels, "SPLIT_MIN", 0)
+        monkeypatch.setattr(pieces, "spare_cpu", lambda threads: True)  # whatever the load
     else:
         monkeypatch.setattr(gemm, "THREADS", 1)
 

@@ -80,11 +80,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 _native.gemm(x, y, out, m, k, n, THREADS)
                 rank = max(a.ndim, b.ndim)
                 return out.reshape((1,) * (rank - 2) + (m, n))
-    if THREADS >= 2:
-        out = _split_matmul(a, b)
-        if out is not None:
-            return out
-    return np.matmul(a, b)
+    out = _split_matmul(a, b)
+    return np.matmul(a, b) if out is None else out
 
 
 SPLIT_WORK = 1 << 22  # multiply-adds from which numpy's product runs as two halves at once
@@ -125,6 +122,8 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     if (m // 2) * n * k < HALF_WORK:
         return None
     if not (_blas_matrix(a) and _blas_matrix(b)) or np.may_share_memory(a, b):
+        return None
+    if not pieces.spare_cpu(THREADS):
         return None
     x, y = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
     out = np.empty((m, n), np.float32)

@@ -32,7 +32,7 @@ PIECES = 4  # a piece the helper holds when the OS takes its CPU away is all the
 def _run(call: Any, count: int, size: int) -> list[Any]:
     """``call(lo, hi)`` over [0, count) of the leading axis: in pieces on two threads when
     the output is large and two CPUs are there (every value is computed alike either way)."""
-    if size >= SPLIT_MIN and gemm.THREADS >= 2:
+    if size >= SPLIT_MIN and pieces.spare_cpu(gemm.THREADS):
         return pieces.run(call, count, PIECES)
     return [call(0, count)]
 
@@ -128,7 +128,7 @@ def contiguous(x: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``x`` (numpy's copy, which lets go of the GIL), in pieces
     along its first axis longer than 1 when large (the same values either way)."""
     axis = next((i for i, d in enumerate(x.shape) if d > 1), None)
-    if axis is None or x.size < SPLIT_MIN or gemm.THREADS < 2:
+    if axis is None or x.size < SPLIT_MIN or not pieces.spare_cpu(gemm.THREADS):
         return np.ascontiguousarray(x)
     out = np.empty(x.shape, x.dtype)
     lead = (slice(None),) * axis
