@@ -9,8 +9,9 @@ else, and every machine without AVX-512F or without the compiled module, takes
 ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
 Products numpy keeps (transposed operands, and every product whose bits must stay BLAS's)
-run, when large, as two halves of the rows shared with a helper thread (pieces.py,
-:func:`_split_matmul`): BLAS sums each output alike whichever rows share its call.
+run, when large and a CPU is idle, as two halves of the rows shared with a helper thread
+(pieces.py, :func:`_split_matmul`): BLAS sums each output alike whichever rows share its
+call.
 
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
 batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
