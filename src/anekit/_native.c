@@ -1334,6 +1334,788 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
 }
 /* ---- end of fused_run ------------------------------------------------------------------- */
 
+/* ---- window kernels: picking convolutions, their scatter, window maxima, clamps ----------
+ *
+ * A compiled training step gathers windows with convolutions whose weights only pick inputs
+ * (im2col, the max-pool backward's window picks) and scatters gradients back with their
+ * transposes (col2im); the simulator copies those instead of multiplying (ops/conv.py). In
+ * numpy the copies walk short strided rows (14 or 28 values); these loops do the same
+ * arithmetic element by element, in the same order, so the bits are the same (where two
+ * NaNs meet in a scatter's sum the accumulator's is kept; numpy's loops keep either):
+ *   window_gather: out = 0 + x (a picked value plus the sum's +0; +0 in the padding);
+ *   taps_scatter:  out = 0, then out += tap for each kernel tap in index order;
+ *   window_max:    acc = first tap, then acc = maximum(acc, tap) tap by tap (max pooling);
+ *   clamp:         minimum(maximum(x, lo), hi).
+ * maximum and minimum follow numpy's float loops: a NaN operand is the result (the first
+ * when both are), otherwise the second operand unless the first is strictly larger
+ * (smaller), so maximum(-0, +0) is +0 and maximum(+0, -0) is -0.
+ * Arrays are [N, C, three spatial axes] (callers pad lower ranks with 1s); inputs may have
+ * any strides. With AVX-512F, rows of up to 16 (a scatter's up to 32) values are masked
+ * vector loads and stores, and a scatter's output row is summed in registers tap by tap.
+ * window_gather and taps_scatter report whether every value they read was finite: the
+ * picked copy equals the GEMM's sum only then (0 * inf is NaN). */
+
+#define EXPONENT_BITS 0x7F800000u
+
+static inline uint32_t not_finite(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return (b & EXPONENT_BITS) == EXPONENT_BITS;
+}
+
+static inline float np_maximum(float a, float b)
+{
+    return (a != a) ? a : ((b != b) ? b : (a > b ? a : b));
+}
+
+static inline float np_minimum(float a, float b)
+{
+    return (a != a) ? a : ((b != b) ? b : (a < b ? a : b));
+}
+
+/* One row of each kernel: n values of src, `step` floats apart (gather), or to dst `step`
+ * floats apart (scatter). The AVX-512 versions do the same fp32 operation per element
+ * (masked loads and stores cover a row's tail, so nothing past it is touched). */
+static uint32_t gather_row(const char *src, Py_ssize_t step, float *dst, Py_ssize_t n)
+{
+    uint32_t bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, src + i * step, sizeof v);
+        bad |= not_finite(v);
+        dst[i] = 0.0f + v;
+    }
+    return bad;
+}
+
+/* acc + v, and where both are NaN acc's (quieted): the choice written out, as the compiler
+ * may swap an add's operands (numpy's own loops differ here: the first operand's NaN in
+ * their vector body, the second's in some tails). */
+static inline float quieted(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    b |= 0x00400000u;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+static inline float tap_sum(float acc, float v)
+{
+    return acc != acc ? quieted(acc) : acc + v;
+}
+
+static uint32_t scatter_row(const char *src, Py_ssize_t step, float *dst, Py_ssize_t stride,
+                            Py_ssize_t n)
+{
+    uint32_t bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, src + i * step, sizeof v);
+        bad |= not_finite(v);
+        dst[i * stride] = tap_sum(dst[i * stride], v);
+    }
+    return bad;
+}
+
+#ifdef HAVE_GEMM
+static inline __mmask16 lanes(Py_ssize_t count)
+{
+    return count >= 16 ? (__mmask16)0xFFFF : count <= 0 ? 0 : (__mmask16)((1u << count) - 1);
+}
+
+/* gather_row for step 4 or 8 bytes (contiguous, every other value) */
+__attribute__((target("avx512f"))) static inline uint32_t gather_row512(const float *src, int two,
+                                                                  float *dst, Py_ssize_t n)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                            28, 30);
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v;
+        if (!two) {
+            v = _mm512_maskz_loadu_ps(m, src + i);
+        } else {
+            Py_ssize_t span = 2 * (n - i < 16 ? n - i : 16) - 1;
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(span), src + 2 * i);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(span - 16), src + 2 * i + 16);
+            v = _mm512_permutex2var_ps(lo, evens, hi);
+        }
+        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+        bad |= _mm512_mask_cmpeq_epi32_mask(m, e, expo);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(zero, v));
+    }
+    return bad != 0;
+}
+
+/* tap_sum on 16 lanes */
+__attribute__((target("avx512f"))) static inline __m512 tap_sum512(__m512 acc, __m512 v,
+                                                                  __m512i quiet)
+{
+    __mmask16 nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
+    __m512 q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(acc), quiet));
+    return _mm512_mask_mov_ps(_mm512_add_ps(acc, v), nan, q);
+}
+
+/* scatter_row from contiguous src to dst 1 or 2 floats apart: dst + v, dst first */
+__attribute__((target("avx512f"))) static inline uint32_t scatter_row512(const float *src, float *dst,
+                                                                   int two, Py_ssize_t n)
+{
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000);
+    const __m512i low = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i high = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                           15, 15);
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+        bad |= _mm512_mask_cmpeq_epi32_mask(m, e, expo);
+        if (!two) {
+            __m512 d = _mm512_maskz_loadu_ps(m, dst + i);
+            _mm512_mask_storeu_ps(dst + i, m, tap_sum512(d, v, quiet));
+        } else {
+            Py_ssize_t span = 2 * (n - i < 16 ? n - i : 16) - 1;
+            __mmask16 m0 = lanes(span) & 0x5555, m1 = lanes(span - 16) & 0x5555;
+            float *d0 = dst + 2 * i, *d1 = dst + 2 * i + 16;
+            __m512 a = _mm512_maskz_loadu_ps(m0, d0);
+            _mm512_mask_storeu_ps(d0, m0, tap_sum512(a, _mm512_permutexvar_ps(low, v), quiet));
+            __m512 b = _mm512_maskz_loadu_ps(m1, d1);
+            _mm512_mask_storeu_ps(d1, m1, tap_sum512(b, _mm512_permutexvar_ps(high, v), quiet));
+        }
+    }
+    return bad != 0;
+}
+#endif
+
+/* A float32 buffer of ``ndim`` dimensions with any strides (writable and C-contiguous if
+ * asked); ValueError naming ``what`` otherwise. */
+static int window_buffer(PyObject *obj, Py_buffer *view, int ndim, int output, const char *what)
+{
+    int flags = PyBUF_FORMAT | (output ? (PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) : PyBUF_STRIDED_RO);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+        fmt++;
+    if (view->itemsize != 4 || strcmp(fmt, "f") != 0 || view->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %d-D float32 array", what, ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static int positive3(const Py_ssize_t v[3], Py_ssize_t least, const char *what)
+{
+    for (int i = 0; i < 3; i++)
+        if (v[i] < least) {
+            PyErr_Format(PyExc_ValueError, "%s must be at least %zd", what, least);
+            return -1;
+        }
+    return 0;
+}
+
+/* The first output position (of ``count``) whose input index o * s + base is >= 0, and the
+ * end of those whose index is < size. */
+static void inside(Py_ssize_t count, Py_ssize_t s, Py_ssize_t base, Py_ssize_t size,
+                   Py_ssize_t *lo, Py_ssize_t *hi)
+{
+    Py_ssize_t a = 0, b = count;
+    while (a < count && a * s + base < 0)
+        a++;
+    while (b > a && (b - 1) * s + base >= size)
+        b--;
+    *lo = a;
+    *hi = b;
+}
+
+struct gather_job {
+    const char *x;
+    Py_ssize_t batch, batch_stride; /* x's leading axis */
+    const Py_ssize_t *xs, *st; /* the rest of x: shape [C, S0, S1, S2] and byte strides */
+    float *out;
+    Py_ssize_t o[3], k[3], s[3], d[3], pad[3];
+};
+
+/* window_gather's loop; ``wide`` (a constant where it is inlined) takes the AVX-512 rows. */
+static inline __attribute__((always_inline)) uint32_t gather_loop(const struct gather_job *j,
+                                                                  int wide)
+{
+    uint32_t bad = 0;
+    float *out = j->out;
+    const Py_ssize_t *xs = j->xs, *st = j->st, *s = j->s, *d = j->d, *pad = j->pad;
+    const Py_ssize_t o0 = j->o[0], o1 = j->o[1], o2 = j->o[2], step = s[2] * st[3];
+    for (Py_ssize_t b = 0; b < j->batch; b++)
+    for (Py_ssize_t p = 0; p < xs[0]; p++) {
+        const char *plane = j->x + b * j->batch_stride + p * st[0];
+        for (Py_ssize_t k0 = 0; k0 < j->k[0]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < j->k[1]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < j->k[2]; k2++) {
+            Py_ssize_t lo0, hi0, lo1, hi1, lo2, hi2;
+            inside(o0, s[0], k0 * d[0] - pad[0], xs[1], &lo0, &hi0);
+            inside(o1, s[1], k1 * d[1] - pad[1], xs[2], &lo1, &hi1);
+            inside(o2, s[2], k2 * d[2] - pad[2], xs[3], &lo2, &hi2);
+            for (Py_ssize_t i0 = 0; i0 < o0; i0++)
+            for (Py_ssize_t i1 = 0; i1 < o1; i1++, out += o2) {
+                if (i0 < lo0 || i0 >= hi0 || i1 < lo1 || i1 >= hi1 || lo2 >= hi2) {
+                    for (Py_ssize_t i2 = 0; i2 < o2; i2++)
+                        out[i2] = 0.0f; /* 0 + 0 is +0 */
+                    continue;
+                }
+                const char *row = plane + (i0 * s[0] + k0 * d[0] - pad[0]) * st[1] +
+                                  (i1 * s[1] + k1 * d[1] - pad[1]) * st[2] +
+                                  (lo2 * s[2] + k2 * d[2] - pad[2]) * st[3];
+                for (Py_ssize_t i2 = 0; i2 < lo2; i2++)
+                    out[i2] = 0.0f;
+                for (Py_ssize_t i2 = hi2; i2 < o2; i2++)
+                    out[i2] = 0.0f;
+#ifdef HAVE_GEMM
+                if (wide && (step == 4 || step == 8)) {
+                    bad |= gather_row512((const float *)row, step == 8, out + lo2, hi2 - lo2);
+                    continue;
+                }
+#endif
+                bad |= gather_row(row, step, out + lo2, hi2 - lo2);
+            }
+        }
+    }
+    return bad;
+}
+
+static uint32_t gather_plain(const struct gather_job *j) { return gather_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static uint32_t gather_wide(const struct gather_job *j)
+{
+    return gather_loop(j, 1);
+}
+
+/* gather_loop for output rows of at most 16 values read from adjacent floats or every other
+ * one (a small image's im2col, a 2-stride pooling window: the usual cases): each row is
+ * one or two masked loads, the padding's lanes masked off (read as +0, never touched), and
+ * one store. Rows cost the general loop ~6 ns. */
+__attribute__((target("avx512f"))) static uint32_t gather_short_rows(const struct gather_job *j)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                            28, 30);
+    __mmask16 bad = 0;
+    float *out = j->out;
+    const Py_ssize_t *xs = j->xs, *st = j->st, *s = j->s, *d = j->d, *pad = j->pad;
+    const Py_ssize_t o0 = j->o[0], o1 = j->o[1], o2 = j->o[2];
+    const __mmask16 row = lanes(o2);
+    for (Py_ssize_t b = 0; b < j->batch; b++)
+    for (Py_ssize_t p = 0; p < xs[0]; p++) {
+        const char *plane = j->x + b * j->batch_stride + p * st[0];
+        for (Py_ssize_t k0 = 0; k0 < j->k[0]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < j->k[1]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < j->k[2]; k2++) {
+            Py_ssize_t lo0, hi0, lo1, hi1, lo2, hi2;
+            inside(o0, s[0], k0 * d[0] - pad[0], xs[1], &lo0, &hi0);
+            inside(o1, s[1], k1 * d[1] - pad[1], xs[2], &lo1, &hi1);
+            inside(o2, s[2], k2 * d[2] - pad[2], xs[3], &lo2, &hi2);
+            const __mmask16 take = (__mmask16)(lanes(hi2) & ~lanes(lo2));
+            /* with stride 2, output i reads source lane 2i of two 16-lane loads */
+            uint32_t spread = 0;
+            for (int i = 0; i < 16; i++)
+                spread |= ((uint32_t)(take >> i) & 1u) << (2 * i);
+            /* where output 0 of each row reads (before the row when padded: masked off) */
+            const Py_ssize_t shift = (k2 * d[2] - pad[2]) * 4;
+            for (Py_ssize_t i0 = 0; i0 < o0; i0++)
+            for (Py_ssize_t i1 = 0; i1 < o1; i1++, out += o2) {
+                if (i0 < lo0 || i0 >= hi0 || i1 < lo1 || i1 >= hi1 || !take) {
+                    _mm512_mask_storeu_ps(out, row, zero);
+                    continue;
+                }
+                const char *first = plane + (i0 * s[0] + k0 * d[0] - pad[0]) * st[1] +
+                                    (i1 * s[1] + k1 * d[1] - pad[1]) * st[2];
+                const float *at = (const float *)(first + shift);
+                __m512 v = s[2] == 1 ? _mm512_maskz_loadu_ps(take, at)
+                                     : _mm512_permutex2var_ps(
+                                           _mm512_maskz_loadu_ps((__mmask16)spread, at), evens,
+                                           _mm512_maskz_loadu_ps((__mmask16)(spread >> 16), at + 16));
+                __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+                bad |= _mm512_mask_cmpeq_epi32_mask(take, e, expo);
+                _mm512_mask_storeu_ps(out, row, _mm512_add_ps(zero, v));
+            }
+        }
+    }
+    return bad != 0;
+}
+#endif
+
+struct scatter_job {
+    const char *cols;
+    Py_ssize_t batch, batch_stride; /* cols' leading axis */
+    const Py_ssize_t *cs, *st; /* the rest: shape [C, K0, K1, K2, D0, D1, D2], byte strides */
+    float *out;
+    Py_ssize_t f[3], s[3], d[3];
+};
+
+/* One tap of one (batch, channel) plane of taps_scatter. */
+static inline __attribute__((always_inline)) uint32_t scatter_tap(const struct scatter_job *j,
+    Py_ssize_t b, Py_ssize_t p, Py_ssize_t k0, Py_ssize_t k1, Py_ssize_t k2, int wide)
+{
+    uint32_t bad = 0;
+    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
+    const Py_ssize_t f1 = j->f[1], f2 = j->f[2];
+    float *plane = j->out + (b * cs[0] + p) * j->f[0] * f1 * f2;
+    const char *tap = j->cols + b * j->batch_stride + p * st[0] + k0 * st[1] + k1 * st[2] +
+                      k2 * st[3];
+    for (Py_ssize_t i0 = 0; i0 < cs[4]; i0++)
+    for (Py_ssize_t i1 = 0; i1 < cs[5]; i1++) {
+        const char *src = tap + i0 * st[4] + i1 * st[5];
+        float *dst = plane + ((k0 * d[0] + i0 * s[0]) * f1 + k1 * d[1] + i1 * s[1]) * f2 +
+                     k2 * d[2];
+#ifdef HAVE_GEMM
+        if (wide && st[6] == 4 && (s[2] == 1 || s[2] == 2)) {
+            bad |= scatter_row512((const float *)src, dst, s[2] == 2, cs[6]);
+            continue;
+        }
+#endif
+        bad |= scatter_row(src, st[6], dst, s[2], cs[6]);
+    }
+    return bad;
+}
+
+/* taps_scatter's loop (out already zero); ``wide`` as in gather_loop. Each output's taps
+ * are added in index order either way; when cols' batch axis has the smaller stride (a
+ * transposed layout) it is walked innermost, so the reads run through memory in order. */
+static inline __attribute__((always_inline)) uint32_t scatter_loop(const struct scatter_job *j,
+                                                                   int wide)
+{
+    uint32_t bad = 0;
+    const Py_ssize_t *cs = j->cs;
+    if (j->batch_stride < j->st[0]) {
+        for (Py_ssize_t p = 0; p < cs[0]; p++)
+        for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++)
+        for (Py_ssize_t b = 0; b < j->batch; b++)
+            bad |= scatter_tap(j, b, p, k0, k1, k2, wide);
+    } else {
+        for (Py_ssize_t b = 0; b < j->batch; b++)
+        for (Py_ssize_t p = 0; p < cs[0]; p++)
+        for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < cs[3]; k2++)
+            bad |= scatter_tap(j, b, p, k0, k1, k2, wide);
+    }
+    return bad;
+}
+
+#ifdef HAVE_GEMM
+/* scatter_loop for output rows of at most 32 values from input rows of at most 16 adjacent
+ * floats (a small image's col2im or pooling gradient), turned around: each output row is
+ * summed in registers over the taps that reach it, in tap order (lanes a tap does not
+ * reach are left alone, as the loop never adds to them), and stored once; a tap's row is
+ * put in place by a permutation computed once per kernel column. */
+__attribute__((target("avx512f"))) static uint32_t scatter_short_rows(const struct scatter_job *j)
+{
+    const __m512i expo = _mm512_set1_epi32((int)EXPONENT_BITS);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000);
+    const Py_ssize_t *cs = j->cs, *st = j->st, *s = j->s, *d = j->d;
+    const Py_ssize_t f0 = j->f[0], f1 = j->f[1], f2 = j->f[2], k2n = cs[3];
+    __m512i place[16][2];   /* per kernel column (at most 16) and half row: source lanes */
+    __mmask16 reach[16][2]; /* and the output lanes they reach */
+    for (Py_ssize_t k2 = 0; k2 < k2n; k2++)
+        for (int h = 0; h < 2; h++) {
+            int32_t idx[16];
+            reach[k2][h] = 0;
+            for (int lane = 0; lane < 16; lane++) {
+                Py_ssize_t f = 16 * h + lane, at = f - k2 * d[2];
+                idx[lane] = 0;
+                if (f < f2 && at >= 0 && at % s[2] == 0 && at / s[2] < cs[6]) {
+                    idx[lane] = (int32_t)(at / s[2]);
+                    reach[k2][h] |= (__mmask16)(1u << lane);
+                }
+            }
+            place[k2][h] = _mm512_loadu_si512(idx);
+        }
+    const __mmask16 row_in = lanes(cs[6]), out0 = lanes(f2), out1 = lanes(f2 - 16);
+    /* planes in the order of cols' strides (batch innermost for a transposed layout) */
+    const int batch_inner = j->batch_stride < st[0];
+    const Py_ssize_t outer = batch_inner ? cs[0] : j->batch, inner = batch_inner ? j->batch : cs[0];
+    __mmask16 bad = 0;
+    for (Py_ssize_t slow = 0; slow < outer; slow++)
+    for (Py_ssize_t fast = 0; fast < inner; fast++) {
+        const Py_ssize_t b = batch_inner ? fast : slow, p = batch_inner ? slow : fast;
+        const char *taps = j->cols + b * j->batch_stride + p * st[0];
+        float *out = j->out + (b * cs[0] + p) * f0 * f1 * f2;
+        for (Py_ssize_t o0 = 0; o0 < f0; o0++)
+        for (Py_ssize_t o1 = 0; o1 < f1; o1++, out += f2) {
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+            for (Py_ssize_t k0 = 0; k0 < cs[1]; k0++) {
+                Py_ssize_t a0 = o0 - k0 * d[0];
+                if (a0 < 0 || a0 % s[0] || a0 / s[0] >= cs[4])
+                    continue;
+                for (Py_ssize_t k1 = 0; k1 < cs[2]; k1++) {
+                    Py_ssize_t a1 = o1 - k1 * d[1];
+                    if (a1 < 0 || a1 % s[1] || a1 / s[1] >= cs[5])
+                        continue;
+                    const char *row = taps + k0 * st[1] + k1 * st[2] + (a0 / s[0]) * st[4] +
+                                      (a1 / s[1]) * st[5];
+                    for (Py_ssize_t k2 = 0; k2 < k2n; k2++) {
+                        __m512 v = _mm512_maskz_loadu_ps(row_in, (const float *)(row + k2 * st[3]));
+                        __m512i e = _mm512_and_si512(_mm512_castps_si512(v), expo);
+                        bad |= _mm512_mask_cmpeq_epi32_mask(row_in, e, expo);
+                        __m512 v0 = _mm512_permutexvar_ps(place[k2][0], v);
+                        acc0 = _mm512_mask_mov_ps(acc0, reach[k2][0], tap_sum512(acc0, v0, quiet));
+                        if (reach[k2][1]) {
+                            __m512 v1 = _mm512_permutexvar_ps(place[k2][1], v);
+                            acc1 = _mm512_mask_mov_ps(acc1, reach[k2][1],
+                                                      tap_sum512(acc1, v1, quiet));
+                        }
+                    }
+                }
+            }
+            _mm512_mask_storeu_ps(out, out0, acc0);
+            if (out1)
+                _mm512_mask_storeu_ps(out + 16, out1, acc1);
+        }
+    }
+    return bad != 0;
+}
+#endif
+
+static uint32_t scatter_plain(const struct scatter_job *j) { return scatter_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static uint32_t scatter_wide(const struct scatter_job *j)
+{
+    return scatter_loop(j, 1);
+}
+#endif
+
+PyDoc_STRVAR(window_gather_doc,
+"window_gather(x, out, kernel, strides, dilations, pad_before) -> bool\n\n"
+"x [N, C, S0, S1, S2] (any strides) -> out [N, C, K0, K1, K2, O0, O1, O2] (C-contiguous):\n"
+"out = 0 + x[n, c, o * stride + k * dilation - pad_before], +0 outside x. True when every\n"
+"value read was finite.");
+
+static PyObject *window_gather(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    Py_ssize_t k[3], s[3], d[3], pad[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn)(nnn)(nnn):window_gather", &xo, &oo, &k[0], &k[1],
+                          &k[2], &s[0], &s[1], &s[2], &d[0], &d[1], &d[2], &pad[0], &pad[1],
+                          &pad[2]))
+        return NULL;
+    if (positive3(k, 1, "kernel") < 0 || positive3(s, 1, "strides") < 0 ||
+        positive3(d, 1, "dilations") < 0 || positive3(pad, 0, "pad_before") < 0)
+        return NULL;
+    Py_buffer vx, vo;
+    if (window_buffer(xo, &vx, 5, 0, "window_gather: x") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 8, 1, "window_gather: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    /* past the batch axis (same in both) */
+    const Py_ssize_t *os = vo.shape + 1, *xs = vx.shape + 1, *st = vx.strides + 1;
+    int ok = vo.shape[0] == vx.shape[0] && os[0] == xs[0];
+    for (int i = 0; i < 3; i++) /* reads outside x are padding: any output size is safe */
+        ok = ok && os[1 + i] == k[i];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "window_gather: out does not fit x and the kernel");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    uint32_t bad;
+    struct gather_job job = {vx.buf, vx.shape[0], vx.strides[0], xs, st, vo.buf, {os[4], os[5], os[6]}, {k[0], k[1], k[2]},
+                             {s[0], s[1], s[2]}, {d[0], d[1], d[2]}, {pad[0], pad[1], pad[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_GEMM
+    if (wide && (s[2] == 1 || s[2] == 2) && st[3] == 4 && os[6] <= 16)
+        bad = gather_short_rows(&job);
+    else if (wide)
+        bad = gather_wide(&job);
+    else
+#endif
+        bad = gather_plain(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    return PyBool_FromLong(!bad);
+}
+
+PyDoc_STRVAR(taps_scatter_doc,
+"taps_scatter(cols, out, strides, dilations) -> bool\n\n"
+"cols [N, C, K0, K1, K2, D0, D1, D2] (any strides) into out [N, C, F0, F1, F2]\n"
+"(C-contiguous): "
+"out = 0, then for each tap k in index order out[n, c, k * dilation + i * stride] +=\n"
+"cols[n, c, k, i]. True when every value read was finite.");
+
+static PyObject *taps_scatter(PyObject *self, PyObject *args)
+{
+    PyObject *co, *oo;
+    Py_ssize_t s[3], d[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn):taps_scatter", &co, &oo, &s[0], &s[1], &s[2],
+                          &d[0], &d[1], &d[2]))
+        return NULL;
+    if (positive3(s, 1, "strides") < 0 || positive3(d, 1, "dilations") < 0)
+        return NULL;
+    Py_buffer vc, vo;
+    if (window_buffer(co, &vc, 8, 0, "taps_scatter: cols") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 5, 1, "taps_scatter: out") < 0) {
+        PyBuffer_Release(&vc);
+        return NULL;
+    }
+    const Py_ssize_t *cs = vc.shape + 1, *os = vo.shape + 1, *st = vc.strides + 1;
+    int ok = vc.shape[0] == vo.shape[0] && cs[0] == os[0];
+    for (int i = 0; i < 3; i++)
+        ok = ok && (cs[4 + i] == 0 || cs[1 + i] == 0 ||
+                    (cs[1 + i] - 1) * d[i] + (cs[4 + i] - 1) * s[i] < os[1 + i]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "taps_scatter: out does not fit cols");
+        PyBuffer_Release(&vc);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    uint32_t bad;
+    struct scatter_job job = {vc.buf, vc.shape[0], vc.strides[0], cs, st, vo.buf, {os[1], os[2], os[3]}, {s[0], s[1], s[2]},
+                              {d[0], d[1], d[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_GEMM
+    if (wide && st[6] == 4 && os[3] <= 32 && cs[6] <= 16 && cs[3] <= 16) {
+        bad = scatter_short_rows(&job); /* writes every output: no zeros first */
+    } else if (wide) {
+        memset(vo.buf, 0, (size_t)vo.len);
+        bad = scatter_wide(&job);
+    } else
+#endif
+    {
+        memset(vo.buf, 0, (size_t)vo.len);
+        bad = scatter_plain(&job);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vc);
+    PyBuffer_Release(&vo);
+    return PyBool_FromLong(!bad);
+}
+
+/* ---- window_max: max pooling ---- */
+
+struct max_job {
+    const char *x;
+    Py_ssize_t batch, batch_stride;
+    const Py_ssize_t *xs, *st; /* x past the batch axis: [C, S0, S1, S2], byte strides */
+    float *out;
+    Py_ssize_t o[3], k[3], s[3];
+};
+
+#ifdef HAVE_GEMM
+/* numpy's maximum on 16 lanes: a NaN a, else a NaN b, else a if a > b, else b */
+__attribute__((target("avx512f"))) static inline __m512 maximum512(__m512 a, __m512 b)
+{
+    __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), a);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
+/* 16 values (fewer at a row's end: ``m``) from src, 1 or 2 floats apart */
+__attribute__((target("avx512f"))) static inline __m512 load16(const float *src, int two,
+                                                              Py_ssize_t left)
+{
+    if (!two)
+        return _mm512_maskz_loadu_ps(lanes(left), src);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                            28, 30);
+    Py_ssize_t span = 2 * (left < 16 ? left : 16) - 1;
+    __m512 lo = _mm512_maskz_loadu_ps(lanes(span), src);
+    __m512 hi = _mm512_maskz_loadu_ps(lanes(span - 16), src + 16);
+    return _mm512_permutex2var_ps(lo, evens, hi);
+}
+#endif
+
+#ifdef HAVE_GEMM
+/* One output row of window_max: 16 outputs at a time, their taps in index order. */
+__attribute__((target("avx512f"))) static inline void max_row512(const char *corner,
+    const Py_ssize_t *st, const Py_ssize_t *k, int two, float *out, Py_ssize_t o2)
+{
+    const Py_ssize_t step = two ? 8 : 4;
+    for (Py_ssize_t i2 = 0; i2 < o2; i2 += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (Py_ssize_t k0 = 0; k0 < k[0]; k0++)
+        for (Py_ssize_t k1 = 0; k1 < k[1]; k1++)
+        for (Py_ssize_t k2 = 0; k2 < k[2]; k2++) {
+            const char *tap = corner + k0 * st[1] + k1 * st[2] + k2 * st[3];
+            __m512 v = load16((const float *)(tap + i2 * step), two, o2 - i2);
+            acc = (k0 | k1 | k2) ? maximum512(acc, v) : v;
+        }
+        _mm512_mask_storeu_ps(out + i2, lanes(o2 - i2), acc);
+    }
+}
+#endif
+
+static inline __attribute__((always_inline)) void max_loop(const struct max_job *j, int wide)
+{
+    const Py_ssize_t *xs = j->xs, *st = j->st, *k = j->k, *s = j->s;
+    const Py_ssize_t o2 = j->o[2], step = s[2] * st[3];
+    float *out = j->out;
+    (void)wide;
+    for (Py_ssize_t b = 0; b < j->batch; b++)
+    for (Py_ssize_t p = 0; p < xs[0]; p++)
+    for (Py_ssize_t i0 = 0; i0 < j->o[0]; i0++)
+    for (Py_ssize_t i1 = 0; i1 < j->o[1]; i1++, out += o2) {
+        const char *corner = j->x + b * j->batch_stride + p * st[0] + i0 * s[0] * st[1] +
+                             i1 * s[1] * st[2];
+#ifdef HAVE_GEMM
+        if (wide && (step == 4 || step == 8)) {
+            max_row512(corner, st, k, step == 8, out, o2);
+            continue;
+        }
+#endif
+        for (Py_ssize_t i2 = 0; i2 < o2; i2++) {
+            float acc = 0.0f;
+            for (Py_ssize_t k0 = 0; k0 < k[0]; k0++)
+            for (Py_ssize_t k1 = 0; k1 < k[1]; k1++)
+            for (Py_ssize_t k2 = 0; k2 < k[2]; k2++) {
+                float v;
+                memcpy(&v, corner + k0 * st[1] + k1 * st[2] + k2 * st[3] + i2 * step, sizeof v);
+                acc = (k0 | k1 | k2) ? np_maximum(acc, v) : v;
+            }
+            out[i2] = acc;
+        }
+    }
+}
+
+static void max_plain(const struct max_job *j) { max_loop(j, 0); }
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static void max_wide(const struct max_job *j)
+{
+    max_loop(j, 1);
+}
+#endif
+
+PyDoc_STRVAR(window_max_doc,
+"window_max(x, out, kernel, strides) -> None\n\n"
+"x [N, C, S0, S1, S2] (any strides; padded already) -> out [N, C, O0, O1, O2]\n"
+"(C-contiguous): each window's first tap, then numpy's maximum with each further tap in\n"
+"index order.");
+
+static PyObject *window_max(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    Py_ssize_t k[3], s[3];
+    if (!PyArg_ParseTuple(args, "OO(nnn)(nnn):window_max", &xo, &oo, &k[0], &k[1], &k[2],
+                          &s[0], &s[1], &s[2]))
+        return NULL;
+    if (positive3(k, 1, "kernel") < 0 || positive3(s, 1, "strides") < 0)
+        return NULL;
+    Py_buffer vx, vo;
+    if (window_buffer(xo, &vx, 5, 0, "window_max: x") < 0)
+        return NULL;
+    if (window_buffer(oo, &vo, 5, 1, "window_max: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    const Py_ssize_t *xs = vx.shape + 1, *os = vo.shape + 1;
+    int ok = vx.shape[0] == vo.shape[0] && xs[0] == os[0];
+    for (int i = 0; i < 3; i++)
+        ok = ok && (os[1 + i] == 0 || (os[1 + i] - 1) * s[i] + k[i] <= xs[1 + i]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "window_max: out does not fit x and the kernel");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+    struct max_job job = {vx.buf, vx.shape[0], vx.strides[0], xs, vx.strides + 1, vo.buf,
+                          {os[1], os[2], os[3]}, {k[0], k[1], k[2]}, {s[0], s[1], s[2]}};
+    int wide = gemm_supported();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_GEMM
+    if (wide)
+        max_wide(&job);
+    else
+#endif
+        max_plain(&job);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(clamp_doc,
+"clamp(x, out, lo, hi) -> None\n\n"
+"out = numpy.minimum(numpy.maximum(x, lo), hi) for C-contiguous float32 buffers of one size\n"
+"(out may be x); lo and hi are float32 values.");
+
+#ifdef HAVE_GEMM
+/* numpy's minimum on 16 lanes: a NaN a, else a NaN b, else a if a < b, else b */
+__attribute__((target("avx512f"))) static inline __m512 minimum512(__m512 a, __m512 b)
+{
+    __m512 r = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), a);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
+__attribute__((target("avx512f"))) static void clamp_wide(const float *x, float *out,
+                                                          Py_ssize_t n, float lo, float hi)
+{
+    const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(n - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(out + i, m, minimum512(maximum512(v, l), h));
+    }
+}
+#endif
+
+static void clamp_block(const float *restrict x, float *restrict out, Py_ssize_t n, float lo,
+                        float hi)
+{
+#ifdef HAVE_GEMM
+    if (gemm_supported()) {
+        clamp_wide(x, out, n, lo, hi);
+        return;
+    }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = np_minimum(np_maximum(x[i], lo), hi);
+}
+
+static PyObject *clamp(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *oo;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOff:clamp", &xo, &oo, &lo, &hi))
+        return NULL;
+    Py_buffer vx, vo;
+    if (float_buffer(xo, &vx, -1, 0, "clamp: x") < 0)
+        return NULL;
+    if (float_buffer(oo, &vo, vx.len / 4, 1, "clamp: out") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (vx.buf == vo.buf) { /* in place: restrict does not hold, copy-free blocks do */
+        float block[1024];
+        for (Py_ssize_t i = 0; i < vx.len / 4; i += 1024) {
+            Py_ssize_t m = vx.len / 4 - i < 1024 ? vx.len / 4 - i : 1024;
+            clamp_block((const float *)vx.buf + i, block, m, lo, hi);
+            memcpy((float *)vo.buf + i, block, (size_t)m * 4);
+        }
+    } else {
+        clamp_block(vx.buf, vo.buf, vx.len / 4, lo, hi);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
+
+/* ---- end of window kernels --------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"round_in_place", round_in_place, METH_O, round_doc},
     {"gemm", gemm, METH_VARARGS, gemm_doc},
@@ -1343,6 +2125,13 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, gather_doc},
     {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
     {"fused_run", fused_run, METH_VARARGS, fused_run_doc},
+
+    /* window kernels */
+    {"window_gather", window_gather, METH_VARARGS, window_gather_doc},
+    {"taps_scatter", taps_scatter, METH_VARARGS, taps_scatter_doc},
+    {"window_max", window_max, METH_VARARGS, window_max_doc},
+    {"clamp", clamp, METH_VARARGS, clamp_doc},
+    /* end of window kernels */
     {NULL, NULL, 0, NULL},
 };
 

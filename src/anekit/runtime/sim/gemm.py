@@ -9,6 +9,11 @@ pay for its threads; rows in another memory order are copied to C order first.
 Batched products of two batched operands (attention's scores and mixes), small ones, and
 every machine without AVX-512F or without the compiled module take ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
+Products numpy keeps (transposed operands, and every product whose bits must stay BLAS's)
+run, when large and a CPU is idle, as two halves of the rows shared with a helper thread
+(pieces.py, :func:`_split_matmul`): BLAS sums each output alike whichever rows share its
+call.
+
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
 batched and small products) is held to one thread (:func:`blas_on_one_thread`): OpenBLAS's
 helper threads spin for a while after each call, and with the GEMM's workers also spinning,
@@ -27,6 +32,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
+
+from . import pieces
 
 try:
     from anekit import _native
@@ -81,7 +88,55 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 _native.gemm(x, y, out, m, k, n, THREADS)
                 batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
                 return out.reshape((*batch, a.shape[-2], n))
-    return np.matmul(a, b)
+    out = _split_matmul(a, b)
+    return np.matmul(a, b) if out is None else out
+
+
+SPLIT_WORK = 1 << 22  # multiply-adds from which numpy's product runs as two halves at once
+# Each half must stay above OpenBLAS's small-matrix kernels (taken up to 1e6 multiply-adds,
+# with sums in another order): above, every product of a shape is summed alike.
+HALF_WORK = 1 << 21
+
+
+def _blas_matrix(a: np.ndarray) -> bool:
+    """The last two axes as BLAS reads them: one of unit stride, the other a leading
+    dimension at least as long as a row (numpy's test for handing a product to BLAS)."""
+    rows, cols = a.shape[-2:]
+    s0, s1 = a.strides[-2:]
+    size = a.itemsize
+    return (s1 == size and s0 % size == 0 and s0 >= size * max(cols, 1)) or (
+        s0 == size and s1 % size == 0 and s1 >= size * max(rows, 1)
+    )
+
+
+def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``numpy.matmul(a, b)`` of one large float32 matrix product (leading axes all 1) as
+    two products of half the rows, one on a helper thread (numpy lets go of the GIL in
+    BLAS), or None when it does not apply. BLAS computes every output the same way
+    whichever rows share its call (a sum over k in k-blocks fixed by k alone), so the
+    bits are those of one call. Operands BLAS would not take as they are, a product of a
+    matrix and its own transpose (BLAS's syrk), matrix-vector shapes and halves small
+    enough for BLAS's small-matrix kernels stay one call."""
+    if a.ndim < 2 or b.ndim < 2 or a.size * b.shape[-1] < SPLIT_WORK:
+        return None  # small: most products stop at this first test
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        return None
+    if any(d != 1 for d in (*a.shape[:-2], *b.shape[:-2])):
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if b.shape[-2] != k or m < 4 or n < 2 or m * n * k < SPLIT_WORK:
+        return None
+    if (m // 2) * n * k < HALF_WORK:
+        return None
+    if not (_blas_matrix(a) and _blas_matrix(b)) or np.may_share_memory(a, b):
+        return None
+    if not pieces.spare_cpu(THREADS):
+        return None
+    x, y = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
+    out = np.empty((m, n), np.float32)
+    pieces.run(lambda lo, hi: np.matmul(x[lo:hi], y, out=out[lo:hi]), m)
+    return out.reshape((1,) * (max(a.ndim, b.ndim) - 2) + (m, n))
 
 
 _controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use

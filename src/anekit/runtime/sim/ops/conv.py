@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import gemm
+from .. import gemm, window_kernels
 from ..registry import FLOAT, Signature, SimOp, op
 from ._util import as_int, as_ints, as_str, checked_shape
 
@@ -115,9 +115,14 @@ def conv(
     _check_positive(dl, "dilations")
     padding = pads(as_str(pad_type), x.shape[2:], kernel, st, dl, pad)
     weight = weight.astype(x.dtype, copy=False)
+    batch = x.shape[0]
+    w = weight.reshape(g, c_out // g, -1)
+    if not all(k == 1 for k in kernel) or not all(s == 1 for s in st) or g != 1:
+        out = _gathered_windows(x, w, kernel, st, dl, padding)
+        if out is not None:
+            return _biased(out.reshape((batch, c_out, *out.shape[2 + n :])), bias, n)
     if any(p != (0, 0) for p in padding):
         x = np.pad(x, ((0, 0), (0, 0), *padding))
-    batch = x.shape[0]
     if g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st):
         # 1x1 conv: [C_out, C_in] @ [N, C_in, S], on views
         out = gemm.matmul(weight.reshape(c_out, c_in), x.reshape(batch, c_in, -1))
@@ -127,7 +132,6 @@ def conv(
         spatial_out = view.shape[2 : 2 + n]
         order = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
         checked_shape((batch, c_in * math.prod(kernel), math.prod(spatial_out)), "im2col")
-        w = weight.reshape(g, c_out // g, -1)
         picked = _picked(w, x)
         if picked is not None and _identity(picked, w.shape[2]):
             # each output channel is one window position: the windows themselves, +0 added
@@ -142,11 +146,42 @@ def conv(
             cols = view.transpose(order).reshape(batch, g, w.shape[2], -1)
             out = np.matmul(w, cols)
         out = out.reshape((batch, c_out) + tuple(spatial_out))
+    return _biased(out, bias, n)
+
+
+def _biased(out: np.ndarray, bias: np.ndarray | None, n: int) -> np.ndarray:
+    """``out`` [N, C_out, *O] plus ``bias`` [C_out] (in place: the kernel made ``out``)."""
     if bias is not None:
+        c_out = out.shape[1]
         if bias.shape != (c_out,):
             raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
         out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
     return out
+
+
+def _gathered_windows(
+    x: np.ndarray,
+    w: np.ndarray,
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dl: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+) -> np.ndarray | None:
+    """The identity-pick conv (output channel c * K + t is window position t of input
+    channel c) of the unpadded ``x`` by the C window gather: [N, C, *K, *O], or None when
+    the weights are not that, the C module is missing or an input is not finite."""
+    picked = _pick_weights(w)
+    if picked is None or not _identity(picked, w.shape[2]):
+        return None
+    sizes = [d + a + b for d, (a, b) in zip(x.shape[2:], padding, strict=True)]
+    out_sizes = []
+    for size, k, s, d in zip(sizes, kernel, st, dl, strict=True):
+        if size < (k - 1) * d + 1:
+            return None  # windows() raises the error
+        out_sizes.append((size - (k - 1) * d - 1) // s + 1)
+    checked_shape((x.shape[0], x.shape[1] * math.prod(kernel), math.prod(out_sizes)), "im2col")
+    before = [a for a, _ in padding]
+    return window_kernels.gather(x, kernel, st, dl, before, out_sizes)
 
 
 # A grouped convolution whose weights only pick inputs (each output sums one input times 1
@@ -155,7 +190,9 @@ def conv(
 # gives the same sum: +0 plus the picked input (-0 becomes +0, as the GEMM's accumulator
 # starting at +0 makes it), 0 where nothing is picked, NaN where any input of the group is
 # infinite or NaN (0 * inf). The picked values are copied instead of multiplied (a GEMM of
-# thousands of 9x9 matrices); inputs that are not all finite take the GEMM.
+# thousands of 9x9 matrices); inputs that are not all finite take the GEMM. Picks in
+# order (each input channel one tap of one output) are copied and scattered by the C window
+# kernels, which report whether what they read was finite (window_kernels.py).
 PICK_LIMIT = 1 << 16  # weights larger than this are never checked (real weights, not picks)
 
 
@@ -163,7 +200,17 @@ def _picked(w: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     """For weights ``w`` [g, outputs, inputs] of 0s and 1s with at most one 1 per output:
     the input each output picks (-1 for none), per group; else None. None as well when
     ``x`` is not all finite (then the sum is not the picked value)."""
-    if w.size > PICK_LIMIT or w.dtype != np.float32 or x.dtype != np.float32:
+    if x.dtype != np.float32:
+        return None
+    picked = _pick_weights(w)
+    if picked is None or not math.isfinite(float(np.add.reduce(x, axis=None))):
+        return None  # an inf or NaN in x (a sum that overflows only costs the GEMM)
+    return picked
+
+
+def _pick_weights(w: np.ndarray) -> np.ndarray | None:
+    """:func:`_picked` of the weights alone (the inputs not checked)."""
+    if w.size > PICK_LIMIT or w.dtype != np.float32:
         return None
     ones = w == 1
     if not np.all(ones | (w == 0)):
@@ -171,8 +218,6 @@ def _picked(w: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     counts = ones.sum(axis=2)
     if np.any(counts > 1):
         return None
-    if not math.isfinite(float(np.add.reduce(x, axis=None))):
-        return None  # an inf or NaN in x (a sum that overflows only costs the GEMM)
     return np.where(counts == 1, ones.argmax(axis=2), -1)
 
 
@@ -269,17 +314,16 @@ def conv_transpose(
     # [N, g, Cg_in, D] -> per group: W_g^T [Cg_out*K, Cg_in] @ x_g [Cg_in, D]
     cg_in, cg_out = c_in // g, c_out // g
     w = weight.astype(x.dtype, copy=False).reshape(g, cg_in, cg_out * math.prod(kernel))
-    picked = _picked(np.swapaxes(w, 1, 2), x)
-    if picked is not None:  # the taps below add into zeros: that is the sum's +0
-        # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
-        cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
-    else:
-        cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
-    cols = cols.reshape((batch, g, cg_out, *kernel, *sizes))
-    if tuple(kernel) == tuple(st) and all(d == 1 for d in dl):
-        buffer = _tile_taps(cols, n)
-    else:
-        buffer = _accumulate_taps(cols, st, dl, full)
+    buffer = _scattered_picks(x, np.swapaxes(w, 1, 2), (batch, g, cg_out, *kernel, *sizes),
+                              st, dl, full)  # fmt: skip
+    if buffer is None:
+        picked = _picked(np.swapaxes(w, 1, 2), x)
+        if picked is not None:  # the taps below add into zeros: that is the sum's +0
+            # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
+            cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
+        else:
+            cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
+        buffer = _scattered_taps(cols.reshape((batch, g, cg_out, *kernel, *sizes)), st, dl, full)
     if list(starts) == [0] * n and list(out_sizes) == full:
         out = buffer  # the output is the whole buffer: no crop, no copy
     else:
@@ -296,6 +340,38 @@ def conv_transpose(
             raise ValueError(f"bias has shape {list(bias.shape)}, expected [{c_out}]")
         out += bias.astype(out.dtype, copy=False).reshape((1, c_out) + (1,) * n)
     return out
+
+
+def _scattered_picks(
+    x: np.ndarray,
+    wt: np.ndarray,
+    shape: tuple[int, ...],
+    st: Sequence[int],
+    dl: Sequence[int],
+    full: Sequence[int],
+) -> np.ndarray | None:
+    """The col2im of identity-pick weights ``wt`` [g, Cg_out*K, Cg_in] (each input channel
+    is one tap of one output channel, in order): ``x``'s values themselves scattered by the
+    C loop, read as ``shape`` [N, g, Cg_out, *K, *D]; None when the weights are not that,
+    the C module is missing or an input is not finite (the GEMM's products then differ)."""
+    picked = _pick_weights(wt)
+    if picked is None or not _identity(picked, wt.shape[2]):
+        return None
+    done = window_kernels.scatter(x.reshape(shape), st, dl, full)
+    return done[0] if done is not None and done[1] else None
+
+
+def _scattered_taps(
+    cols: np.ndarray, st: Sequence[int], dl: Sequence[int], full: Sequence[int]
+) -> np.ndarray:
+    """cols [N, g, C, *K, *D] scattered into [N, g, C, *full]: the C loop where it runs,
+    else numpy's (the same bits)."""
+    done = window_kernels.scatter(cols, st, dl, full)
+    if done is not None:
+        return done[0]
+    if tuple(cols.shape[3 : 3 + len(full)]) == tuple(st) and all(d == 1 for d in dl):
+        return _tile_taps(cols, len(full))
+    return _accumulate_taps(cols, st, dl, full)
 
 
 def _accumulate_taps(

@@ -9,6 +9,7 @@ import numpy as np
 
 from anekit.ir.ops.special import erf as erf64
 
+from .. import window_kernels
 from ..registry import FLOAT, NUMERIC, SimOp, op
 from ._util import F32
 
@@ -96,10 +97,18 @@ def _rsqrt(x: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
 
 
 def _clip(x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    if np.ndim(alpha) == 0 and np.ndim(beta) == 0 and _f32(alpha) and _f32(beta):
+        out = window_kernels.clamp(x, float(alpha), float(beta))  # one pass, not two
+        if out is not None:
+            return out
     out = np.maximum(x, alpha)
     if type(out) is not np.ndarray or out.shape != np.broadcast_shapes(out.shape, np.shape(beta)):
         return np.minimum(out, beta)
     return np.minimum(out, beta, out=out)  # in place: no second array
+
+
+def _f32(value: Any) -> bool:
+    return getattr(value, "dtype", None) == np.float32
 
 
 def _check_clip(sig: Any, opset: int) -> None:

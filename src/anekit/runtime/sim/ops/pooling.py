@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import window_kernels
 from ..registry import FLOAT, Signature, SimOp, op
 from ._util import F32, as_bool, as_ints, as_str, checked_shape
 from .conv import PAD_TYPES, pads, windows
@@ -58,7 +59,14 @@ def _pool(
     n = len(kernel)
     widths = [(0, 0), (0, 0)] + [(a, b + e) for (a, b), e in zip(padding, extra, strict=True)]
     checked_shape([d + a + b for d, (a, b) in zip(x.shape, widths, strict=True)], "padded input")
-    padded = np.pad(x, widths, constant_values=np.asarray(fill, dtype=x.dtype))
+    if any(w != (0, 0) for w in widths):
+        padded = np.pad(x, widths, constant_values=np.asarray(fill, dtype=x.dtype))
+    else:
+        padded = x  # windows() only reads it: no copy
+    if reduce is _window_max:
+        out = window_kernels.window_max(padded, kernel, st)
+        if out is not None:
+            return out
     view = windows(padded, kernel, st, (1,) * n)
     return reduce(view, axis=tuple(range(-n, 0)))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import window_kernels
 from ..registry import ANY, SimOp, op
 from ._util import as_bools, as_int, as_ints, axes_of, axis_of
 
@@ -54,7 +55,15 @@ def reshape_target(x_shape: tuple[int, ...], shape: tuple[int, ...], opset: int)
 
 
 def reshape(x: np.ndarray, shape: np.ndarray, opset: int = 18) -> np.ndarray:
-    return x.reshape(reshape_target(x.shape, as_ints(shape), opset))
+    target = reshape_target(x.shape, as_ints(shape), opset)
+    if x.flags.c_contiguous:
+        return x.reshape(target)
+    try:
+        return x.reshape(target, copy=False)  # a view where the layout allows one
+    except TypeError:  # pragma: no cover - numpy before 2.1 has no copy argument
+        return x.reshape(target)
+    except ValueError:  # a transposed layout: copied (in pieces on two threads when large)
+        return window_kernels.contiguous(x).reshape(target)
 
 
 def transpose(x: np.ndarray, perm: np.ndarray) -> np.ndarray:

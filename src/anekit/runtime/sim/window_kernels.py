@@ -1,0 +1,140 @@
+"""The C window kernels (``_native``) behind picking convolutions, max pooling and clamps.
+
+A compiled training step gathers windows with convolutions whose weights only pick inputs
+(im2col and the max-pool backward's picks), scatters gradients back with their transposes
+(col2im) and pools; numpy walks those as many short strided rows. The C loops do the same
+fp32 operations on each element in the same order (see ``_native.c``), so the bits are the
+same; these wrappers lay out the shapes (spatial ranks 1 to 3 as 3, the planes merged) and
+return None where the module is missing or an argument does not fit, and the caller then
+runs its numpy code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import gemm, pieces
+
+try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
+    from anekit import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
+
+
+SPLIT_MIN = 1 << 17  # output values from which a kernel runs in pieces on two threads
+PIECES = 4  # a piece the helper holds when the OS takes its CPU away is all the caller waits for
+
+
+def _run(call: Any, count: int, size: int) -> list[Any]:
+    """``call(lo, hi)`` over [0, count) of the leading axis: in pieces on two threads when
+    the output is large and two CPUs are there (every value is computed alike either way)."""
+    if size >= SPLIT_MIN and pieces.spare_cpu(gemm.THREADS):
+        return pieces.run(call, count, PIECES)
+    return [call(0, count)]
+
+
+def _three(values: Sequence[int], fill: int) -> tuple[int, ...]:
+    """Spatial ``values`` of rank 1 to 3 as rank 3: ``fill`` leading (the C loops' innermost
+    axis stays the real last one)."""
+    return (*(fill,) * (3 - len(values)), *values)
+
+
+def _float32(*arrays: np.ndarray) -> bool:
+    return _native is not None and all(a.dtype == np.float32 for a in arrays)
+
+
+def gather(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    before: Sequence[int],
+    out_sizes: Sequence[int],
+) -> np.ndarray | None:
+    """[N, C, *K, *O]: ``0 + x`` at each window position of the input padded with zeros
+    (``before`` of them leading each spatial axis), as the windows' copy plus the sum's +0;
+    None without the C module or when a value read is not finite."""
+    if not _float32(x) or x.size == 0:
+        return None
+    planes = x.reshape(*x.shape[:2], *_three(x.shape[2:], 1))  # a view: a new axis or none
+    out = np.empty((*x.shape[:2], *kernel, *out_sizes), np.float32)
+    target = out.reshape(*x.shape[:2], *_three(kernel, 1), *_three(out_sizes, 1))
+    geometry = (_three(kernel, 1), _three(strides, 1), _three(dilations, 1), _three(before, 0))
+    flags = _run(lambda lo, hi: _native.window_gather(planes[lo:hi], target[lo:hi], *geometry),
+                 len(x), out.size)  # fmt: skip
+    return out if all(flags) else None
+
+
+def scatter(
+    cols: np.ndarray, strides: Sequence[int], dilations: Sequence[int], full: Sequence[int]
+) -> tuple[np.ndarray, bool] | None:
+    """cols [N, g, C, *K, *D] added tap by tap, in index order, into zeros [N, g, C, *full]
+    (tap k of input position i lands at ``k * dilation + i * stride``), and whether every
+    value was finite; None without the C module."""
+    if not _float32(cols) or cols.size == 0:
+        return None
+    n = len(full)
+    kernel, sizes = cols.shape[3 : 3 + n], cols.shape[3 + n :]
+    # [N, g * C, ...]: merging g and C is a view of an [N, C_in, *D] input split by channel
+    source = cols.reshape(cols.shape[0], -1, *_three(kernel, 1), *_three(sizes, 1))
+    out = np.empty((*cols.shape[:3], *full), np.float32)
+    target = out.reshape(*source.shape[:2], *_three(full, 1))
+    geometry = (_three(strides, 1), _three(dilations, 1))
+    flags = _run(lambda lo, hi: _native.taps_scatter(source[lo:hi], target[lo:hi], *geometry),
+                 len(cols), out.size)  # fmt: skip
+    return out, all(flags)
+
+
+def window_max(
+    padded: np.ndarray, kernel: Sequence[int], strides: Sequence[int]
+) -> np.ndarray | None:
+    """[N, C, *O]: numpy's maximum of each window's taps of the (padded) input, the first
+    tap first, then the others in index order (pooling's tap-by-tap loop); None without
+    the C module or when no window fits (numpy's code raises the error)."""
+    if not _float32(padded) or padded.size == 0:
+        return None
+    sizes = padded.shape[2:]
+    out_sizes = [(size - k) // s + 1 for size, k, s in zip(sizes, kernel, strides, strict=True)]
+    if any(o < 1 for o in out_sizes):
+        return None
+    out = np.empty((*padded.shape[:2], *out_sizes), np.float32)
+    source = padded.reshape(*padded.shape[:2], *_three(sizes, 1))
+    target = out.reshape(*padded.shape[:2], *_three(out_sizes, 1))
+    geometry = (_three(kernel, 1), _three(strides, 1))
+    _run(lambda lo, hi: _native.window_max(source[lo:hi], target[lo:hi], *geometry),
+         len(padded), out.size)  # fmt: skip
+    return out
+
+
+def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
+    """``numpy.minimum(numpy.maximum(x, lo), hi)`` of a C-contiguous float32 array and two
+    float32 bounds that are not NaN (their NaN payloads would not survive the call); None
+    otherwise or without the C module."""
+    if type(x) is not np.ndarray or not _float32(x) or not x.flags.c_contiguous:
+        return None
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    out = np.empty_like(x)
+    source, target = x.reshape(-1), out.reshape(-1)
+    _run(lambda a, b: _native.clamp(source[a:b], target[a:b], lo, hi), x.size, x.size)
+    return out
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``x`` (numpy's copy, which lets go of the GIL), in pieces
+    along its first axis longer than 1 when large (the same values either way)."""
+    axis = next((i for i, d in enumerate(x.shape) if d > 1), None)
+    if axis is None or x.size < SPLIT_MIN or not pieces.spare_cpu(gemm.THREADS):
+        return np.ascontiguousarray(x)
+    out = np.empty(x.shape, x.dtype)
+    lead = (slice(None),) * axis
+
+    def copy(lo: int, hi: int) -> None:
+        np.copyto(out[(*lead, slice(lo, hi))], x[(*lead, slice(lo, hi))])
+
+    pieces.run(copy, x.shape[axis], PIECES)
+    return out

@@ -1,0 +1,64 @@
+"""sim/pieces.py: a kernel's pieces shared between the caller and one helper thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from anekit.runtime.sim import pieces
+
+
+def test_pieces_cover_the_range_in_order() -> None:
+    seen: list[tuple[int, int]] = []
+    results = pieces.run(lambda lo, hi: seen.append((lo, hi)) or (lo, hi), 10, 4)
+    assert results == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert sorted(seen) == results
+    assert pieces.run(lambda lo, hi: (lo, hi), 1, 4) == [(0, 1)]
+
+
+def test_the_caller_takes_every_piece_when_the_helper_is_held_up() -> None:
+    release = threading.Event()
+    pieces._helper().submit(release.wait, 30)  # the helper thread is busy elsewhere
+    try:
+        ran_on = pieces.run(lambda lo, hi: threading.get_ident(), 8, 4)
+    finally:
+        release.set()
+    assert ran_on == [threading.get_ident()] * 4
+
+
+def test_an_error_in_any_piece_reaches_the_caller() -> None:
+    def fail_third(lo: int, hi: int) -> int:
+        if lo == 4:
+            raise ValueError("piece 3")
+        return lo
+
+    with pytest.raises(ValueError, match="piece 3"):
+        pieces.run(fail_third, 8, 4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_gets_its_own_helper() -> None:
+    pieces._helper()  # started in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's helper thread is not here
+        try:
+            done = pieces.run(lambda lo, hi: (lo, hi), 8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
+            own = pieces._pool_pid == os.getpid()
+            os.write(write, b"ok" if done and own else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"ok"
+
+
+def test_a_second_thread_only_with_an_idle_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert pieces.spare_cpu(2) and not pieces.spare_cpu(1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 1.0, 1.0))  # another busy process
+    assert not pieces.spare_cpu(2) and pieces.spare_cpu(4)
