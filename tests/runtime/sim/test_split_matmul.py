@@ -19,7 +19,7 @@ def _operand(rows: int, cols: int, transposed: bool, rng: np.random.Generator) -
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(4, 70), st.integers(0, 300), st.integers(2, 90), st.booleans(), st.booleans(),
+@given(st.integers(4, 70), st.integers(0, 300), st.integers(gemm.MIN_COLUMNS, 90), st.booleans(), st.booleans(),
        st.booleans(), st.integers(0, 10**6))  # fmt: skip
 def test_split_product_gives_the_one_call_bits(m, extra, n, ta, tb, special, seed) -> None:
     k = -(-gemm.HALF_WORK // ((m // 2) * n)) + extra  # halves just large enough, and more
@@ -47,6 +47,7 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
         assert gemm._split_matmul(a[:, ::2], a[::2]) is None  # not BLAS-ready
         assert gemm._split_matmul(a[None].repeat(2, 0), a) is None  # a real batch
         assert gemm._split_matmul(a, a[:, :1]) is None  # matrix-vector
+        assert gemm._split_matmul(a, a[:, :9].copy()) is None  # narrow: halves stream all of b
         assert gemm._split_matmul(a.astype(np.float64), a) is None
         assert gemm._split_matmul(a[:16, :16], a[:16, :16].copy()) is None  # small kernels
         assert gemm._split_matmul(a, a.copy()) is not None
