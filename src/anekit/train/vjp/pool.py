@@ -64,8 +64,10 @@ def _max_pool(e: Emitter, node, gys):
     windows = e.reshape(patches(e, padded, kernel, bare), (n, c, k, *out))
     y = e.reshape(node.outputs[0], (n, c, 1, *out))
     hit = e.sub(e.scalar(1.0, g), e.step(e.sub(y, windows)))  # 1 where the window holds y
-    share = e.div(hit, e("reduce_sum", hit, axes=(2,), keepdims=True))  # ties split evenly
-    full = unpatch(e, _spread(e, share, g, k), e.shape(padded), kernel, bare)
+    # ties split evenly: the gradient divided by each window's count of maxima, on the
+    # output's shape, then spread by the hits (one pass over the windows, not two)
+    count = e.reshape(e("reduce_sum", hit, axes=(2,), keepdims=True), (n, c, *out))
+    full = unpatch(e, _spread(e, hit, e.div(g, count), k), e.shape(padded), kernel, bare)
     spatial = e.shape(x)[2:]
     begin = geo["pads"][:sp]
     cut = e("slice", full, starts=begin, ends=[b + s for b, s in zip(begin, spatial, strict=True)],
