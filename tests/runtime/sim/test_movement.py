@@ -131,6 +131,37 @@ def test_reshapes_between_static_shapes_give_numpys_values(perm, shape) -> None:
     np.testing.assert_array_equal(prog.run({"x": x})["y"], want)
 
 
+def _slice(op: str, consts: dict, out: tuple[int, ...]) -> mil.MilProgram:
+    t = mil.MilTensorType
+    ops = [mil.const(k, v) for k, v in consts.items()]
+    ops.append(mil.operation(op, ("y", t("fp16", out)), {"x": "x", **{k: k for k in consts}}))
+    binds = (mil.Binding("x", t("fp16", (4, 6, 5))),)
+    return mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, tuple(ops), ("y",)),))
+
+
+I32 = np.int32
+SLICES = [
+    ("slice_by_size", {"begin": np.array([1, 0, 2], I32), "size": np.array([2, -1, 3], I32)},
+     (2, 6, 3), np.s_[1:3, :, 2:5]),
+    ("slice_by_index", {"begin": np.array([0, 1, 0], I32), "end": np.array([4, 5, 5], I32),
+                        "stride": np.array([2, 1, -1], I32),
+                        "begin_mask": np.array([False, False, True]),
+                        "end_mask": np.array([False, False, True])},
+     (2, 4, 5), np.s_[0:4:2, 1:5, ::-1]),
+    ("slice_by_index", {"begin": np.array([3, 0, 0], I32), "end": np.array([4, 6, 5], I32),
+                        "squeeze_mask": np.array([True, False, False])},
+     (6, 5), np.s_[3, 0:6, 0:5]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("op, consts, out, index", SLICES)
+def test_slices_between_static_shapes_take_the_index_worked_out_at_load(op, consts, out, index) -> None:
+    x = RNG.uniform(-2, 2, (4, 6, 5)).astype(np.float16)
+    prog = SimProgram(_slice(op, consts, out))
+    assert prog._plan.steps[-1].known == {}  # rewritten
+    np.testing.assert_array_equal(prog.run({"x": x})["y"], x[index])
+
+
 def test_a_reshape_with_a_shape_the_op_refuses_keeps_its_kernel_and_error() -> None:
     from anekit.errors import FormatError
 

@@ -1,5 +1,5 @@
 """Load-time rewrites of pure data movement: a concat read only by a transpose becomes one
-copy, and a reshape to a declared static shape of a C-contiguous value is a plain view.
+copy, and reshapes and slices between declared static shapes are plain views.
 
 The emitter writes a wide final projection as several matmuls (engine size limits), a concat of
 their results and a transpose back to [1, tokens, vocabulary]. Op by op that is a copy into
@@ -122,47 +122,67 @@ def _fusable(concat: Step, transpose: Step, shapes: Mapping[int, tuple[int, ...]
     )
 
 
-def view_reshapes(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step]:
-    """Reshapes between declared static shapes take a C-contiguous value of the declared
-    input shape as a view (numpy's reshape would return the same view after working the
-    target shape out from the ``shape`` argument every run: a third of a training step's
-    steps are such reshapes). Anything else still goes through the op's kernel: a strided
-    value (which it copies), a value of another shape (which it refuses, naming it), and
-    reshapes whose ``shape`` argument the kernel would refuse."""
+def static_views(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step]:
+    """Reshapes and slices between declared static shapes take a value of the declared
+    input shape as a view whose target shape or index is worked out once, at load (numpy
+    would return the same view after the op's kernel worked it out from the arguments every
+    run: half of a training step's steps are such reshapes and slices). Anything else
+    still goes through the op's kernel: a value of another shape (which it refuses, naming
+    it), a reshape of a strided value (which it copies), and arguments the kernel would
+    refuse."""
     out = []
     for step in steps:
         single = step.outputs[0] if len(step.outputs) == 1 else None
         source = shapes.get(step.dynamic[0][1]) if len(step.dynamic) == 1 else None
         if (
-            step.op == "reshape"
-            and single is not None
+            single is not None
             and single.shape is not None
             and source is not None
             and not step.variadic
             and step.dynamic[0][0] == "x"
-            and _resolves(step, source, single.shape)
         ):
-            kernel = _as_view(step.kernel, dict(step.known), tuple(source), single.shape)
-            step = replace(step, kernel=kernel, known={})
+            kernel = _static_view(step, tuple(source), tuple(single.shape))
+            if kernel is not None:
+                step = replace(step, kernel=kernel, known={})
         out.append(step)
     return out
 
 
-def _resolves(step: Step, source: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """The op's own kernel takes a value of shape ``source`` to ``target``."""
+def _static_view(step: Step, source: tuple[int, ...], target: tuple[int, ...]) -> Any:
+    """The step's kernel for a value of shape ``source``, or None when it is not a view
+    the op's own kernel agrees with. The probe has the source's shape and no memory."""
+    general, known = step.kernel, dict(step.known)
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), source, [0] * len(source))
+    index_of = getattr(general, "index_of", None)
     try:
-        probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), source, [0] * len(source))
-        return step.kernel(probe, **step.known).shape == tuple(target)
+        if step.op == "reshape":
+            if general(probe, **known).shape != target:
+                return None
+            return _reshape_view(general, known, source, target)
+        if index_of is not None:
+            index = index_of(probe, **known)
+            if probe[index].shape != target:
+                return None
+            return _index_view(general, known, source, index)
     except Exception:  # noqa: BLE001 - any refusal: leave the step to the kernel
-        return False
+        return None
+    return None
 
 
-def _as_view(general: Any, known: dict[str, Any], source: tuple[int, ...],
-             target: tuple[int, ...]) -> Any:  # fmt: skip
+def _reshape_view(general: Any, known: dict[str, Any], source: tuple[int, ...],
+                  target: tuple[int, ...]) -> Any:  # fmt: skip
     def reshape(x: np.ndarray) -> np.ndarray:
         if x.shape == source and x.flags.c_contiguous:
             return x.reshape(target)
         return general(x, **known)
 
-    reshape.elementwise = getattr(general, "elementwise", False)  # type: ignore[attr-defined]
     return reshape
+
+
+def _index_view(general: Any, known: dict[str, Any], source: tuple[int, ...], index: Any) -> Any:
+    def sliced(x: np.ndarray) -> np.ndarray:
+        if x.shape == source:
+            return x[index]
+        return general(x, **known)
+
+    return sliced

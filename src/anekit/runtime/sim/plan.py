@@ -33,7 +33,7 @@ from anekit.formats.mil import (
 
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
 from .fusion import fuse_elementwise
-from .movement import fuse_concat_transpose, view_reshapes
+from .movement import fuse_concat_transpose, static_views
 from .ops import REGISTRY
 from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, literal_dtype
@@ -121,7 +121,7 @@ class _Loader:
         storages.update((slot, STORAGE.get(storage_shape(b.type)[1]))
                         for b, slot in zip(f.inputs, input_slots, strict=True))  # fmt: skip
         steps = fuse_elementwise(steps, keep, shapes, storages)
-        steps = _with_frees(view_reshapes(steps, shapes), tuple(input_slots), keep)
+        steps = _with_frees(static_views(steps, shapes), tuple(input_slots), keep)
         inputs = {slot: (shapes.get(slot), STORAGE.get(storage_shape(b.type)[1]))
                   for b, slot in zip(f.inputs, input_slots, strict=True)}  # fmt: skip
         peak, at = _peak_bytes(steps, inputs)

@@ -129,10 +129,10 @@ def _slice_index(
     x: np.ndarray,
     begin: np.ndarray,
     end: np.ndarray,
-    stride: np.ndarray | None,
-    begin_mask: np.ndarray | None,
-    end_mask: np.ndarray | None,
-    squeeze_mask: np.ndarray | None,
+    stride: np.ndarray | None = None,
+    begin_mask: np.ndarray | None = None,
+    end_mask: np.ndarray | None = None,
+    squeeze_mask: np.ndarray | None = None,
 ) -> tuple[Any, ...]:
     """The numpy index of a slice_by_index (coremltools' solve_slice_by_index_slice)."""
     rank = x.ndim
@@ -190,6 +190,11 @@ def slice_update(
 
 
 def slice_by_size(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray:
+    return x[_size_index(x, begin, size)]
+
+
+def _size_index(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> tuple[Any, ...]:
+    """The numpy index of a slice_by_size."""
     b, n = as_ints(begin), as_ints(size)
     if not len(b) == len(n) == x.ndim:
         raise ValueError(f"begin and size need {x.ndim} values (x's rank)")
@@ -200,7 +205,13 @@ def slice_by_size(x: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndar
         if not 0 <= start <= dim or count < -1 or stop > dim:
             raise ValueError(f"slice [{start}, {stop}) is outside a dimension of size {dim}")
         index.append(slice(start, stop))
-    return x[tuple(index)]
+    return tuple(index)
+
+
+# the index a slice takes depends on x's shape alone: movement.static_views works it out
+# once at load for a static shape
+slice_by_index.index_of = _slice_index  # type: ignore[attr-defined]
+slice_by_size.index_of = _size_index  # type: ignore[attr-defined]
 
 
 def _block(x: np.ndarray, block_size: Any, name: str) -> int:
