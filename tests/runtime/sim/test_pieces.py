@@ -58,7 +58,29 @@ def test_a_forked_child_gets_its_own_helper() -> None:
 
 
 def test_a_second_thread_only_with_an_idle_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pieces, "own_load", lambda: 0.0)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
     assert pieces.spare_cpu(2) and not pieces.spare_cpu(1)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 1.0, 1.0))  # another busy process
     assert not pieces.spare_cpu(2) and pieces.spare_cpu(4)
+    # the same load average made by this process's own threads leaves a CPU idle
+    monkeypatch.setattr(pieces, "own_load", lambda: 1.0)
+    assert pieces.spare_cpu(2)
+
+
+def test_own_load_follows_this_process_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two busy threads' CPU time over wall time, averaged over the load average's minute."""
+    clock = {"wall": 100.0, "cpu": 5.0}
+    monkeypatch.setattr(pieces.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(pieces.time, "process_time", lambda: clock["cpu"])
+    own = pieces._OwnLoad()
+    assert own() == 0.0  # nothing measured yet
+    for _ in range(180):  # three minutes of both threads busy
+        clock["wall"] += 1.0
+        clock["cpu"] += 2.0
+        last = own()
+    assert 1.85 < last < 2.0  # 2 * (1 - e^-3)
+    for _ in range(300):  # then idle for five minutes
+        clock["wall"] += 1.0
+        last = own()
+    assert last < 0.02

@@ -12,25 +12,53 @@ busy machine where the helper gets no CPU, the caller takes every piece and wait
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 SPARE = 0.5  # load below the CPU count by this much: a CPU is idle for the helper
+OWN_WINDOW = 60.0  # seconds: the 1-minute load average's time constant, for our own share
+
+
+class _OwnLoad:
+    """This process's CPU use (all its threads) averaged as the kernel's 1-minute load
+    average is, exponentially over OWN_WINDOW, from the CPU time between calls: the part of
+    the load average that is our own work, not another process's."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = None
+        self.average = 0.0
+
+    def __call__(self) -> float:
+        wall, cpu = time.monotonic(), time.process_time()
+        if self.wall is not None and wall > self.wall:
+            rate = (cpu - self.cpu) / (wall - self.wall)
+            self.average += (rate - self.average) * (1 - math.exp(-(wall - self.wall) / OWN_WINDOW))
+        self.wall, self.cpu = wall, cpu
+        return self.average
+
+
+own_load = _OwnLoad()
 
 
 def spare_cpu(threads: int) -> bool:
-    """True when a second thread can pay: ``threads`` CPUs and a 1-minute load average (this
-    process counts about one) at least SPARE below them. With another process busy on a
-    two-core machine the helper found no free CPU and its pieces made kernels slower (the
-    CNN step 24.5 -> 29.1 ms at load 3.2), so then every piece runs on the caller."""
+    """True when a second thread can pay: ``threads`` CPUs and a 1-minute load average,
+    less this process's own recent share (its GEMM threads and these pieces raise the load
+    average too: counted as another process's, they turned the helper off in a benchmark
+    that alone kept the machine busy), at least SPARE below them. With another process
+    busy on a two-core machine the helper found no free CPU and its pieces made kernels
+    slower (the CNN step 24.5 -> 29.1 ms at load 3.2), so then every piece runs on the
+    caller."""
     if threads < 2:
         return False
     try:
-        return os.getloadavg()[0] < threads - SPARE
+        others = os.getloadavg()[0] - own_load()
     except OSError:  # pragma: no cover - no load average here
         return True
+    return others < threads - SPARE
 
 
 _pool: Any = None  # the helper thread, started on first use in each process
