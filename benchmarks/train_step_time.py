@@ -43,8 +43,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "train_step_time.json"
 CHIPS = ("m1", "m2", "m3", "m4", "m4-max", "m5")
 
 
+WARM_UP = 5  # steps before timing: compile, caches, the heap's first growth, thread start
+
+
 def median_ms(fn, repeats: int) -> float:
-    fn()  # warm up (compile, caches)
+    for _ in range(WARM_UP):
+        fn()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()

@@ -5,7 +5,8 @@ are channels, N is the number of tokens (64 for the GPT-2 benchmark). OpenBLAS r
 about 70% of what onnxruntime's pre-packed MLAS reaches; ``_native.gemm`` (AVX-512F, see
 ``_native.c``) matches MLAS. It is used for float32 products of a batch of rows (a matrix, or
 activations [batch, tokens, channels] stacked into one) by one matrix, with enough work to
-pay for its threads; rows in another memory order are copied to C order first.
+pay for its threads; rows in another memory order are copied to C order first, and so is
+a strided matrix shared by at least 64 rows.
 Batched products of two batched operands (attention's scores and mixes), small ones, and
 every machine without AVX-512F or without the compiled module take ``numpy.matmul``. Both accumulate each output in fp32; results agree to fp32 rounding.
 
@@ -62,26 +63,32 @@ def thread_count() -> int:
 THREADS = thread_count()
 
 
-def _weight_matrix(b: np.ndarray) -> np.ndarray | None:
-    """``b`` as a 2-D float32 matrix view when it is C-contiguous with leading dimensions
-    all 1 (a transposed view stays with numpy: OpenBLAS reads it in place as fast as the
-    C GEMM runs after a copy)."""
-    if b.ndim < 2 or b.dtype != np.float32 or not b.flags.c_contiguous:
+COPY_ROWS = 64  # rows of ``a`` from which a strided ``b`` is copied for the C GEMM
+
+
+def _weight_matrix(b: np.ndarray, rows: int) -> np.ndarray | None:
+    """``b`` as a 2-D C-contiguous float32 matrix when its leading dimensions are all 1: a
+    view, or a copy of a strided ``b`` (a transposed weight in an input gradient) when
+    ``rows`` (at least COPY_ROWS) share it: copying k x n values then costs little against
+    the product's rows x k x n, which the C GEMM runs on its threads. With fewer rows (a
+    weight gradient's few output channels over a long k) numpy reads it in place."""
+    if b.ndim < 2 or b.dtype != np.float32 or any(d != 1 for d in b.shape[:-2]):
         return None
-    if any(d != 1 for d in b.shape[:-2]):
+    if not b.flags.c_contiguous and rows < COPY_ROWS:
         return None
-    return b.reshape(b.shape[-2:])
+    return np.ascontiguousarray(b.reshape(b.shape[-2:]))
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies: a
-    float32 ``a`` of any batch shape times one C-contiguous matrix ``b`` is one product of
-    ``a``'s rows (stacked, copied to C order if they are not) by ``b``."""
-    if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32:
-        y = _weight_matrix(b)
-        if y is not None and a.shape[-1] == y.shape[0]:
-            k, n = y.shape
-            m = a.size // k if k else 0
+    float32 ``a`` of any batch shape times one matrix ``b`` is one product of ``a``'s rows
+    (stacked, copied to C order if they are not) by ``b``."""
+    if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32 and b.ndim >= 2:
+        k = a.shape[-1]
+        m = a.size // k if k else 0
+        y = _weight_matrix(b, m)
+        if y is not None and k == y.shape[0]:
+            n = y.shape[1]
             if n >= MIN_COLUMNS and m * k * n >= MIN_WORK:
                 x = np.ascontiguousarray(a.reshape(m, k))
                 out = np.empty((m, n), np.float32)
