@@ -40,7 +40,7 @@ fashion-mnist:
 	  else echo "Fashion-MNIST is not installed: sudo apt-get install dataset-fashion-mnist" >&2; exit 2; fi; }
 
 train-demo: $(VENV)/.dev fashion-mnist
-	$(PY) examples/train_fashion_mnist.py --model mlp --epochs 6
+	$(PY) examples/train_fashion_mnist.py --model mlp --epochs 10
 	$(PY) examples/train_char_lm.py --steps 300
 
 # Debian's headless chromium, for the HTML report's browser test (tests/test_report_html.py).

@@ -8,7 +8,7 @@ Debian's dataset-fashion-mnist (60000 training and 10000 test images; `make
 fashion-mnist` installs it). Epochs are few because the machine is shared: the JSON says
 how many and how long each run took, with the load average.
 
-    python benchmarks/train_fashion_mnist.py [--epochs-mlp 3] [--epochs-cnn 2] [--train-rows N]
+    python benchmarks/train_fashion_mnist.py [--epochs-mlp 10] [--epochs-cnn 2] [--train-rows N]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def train_sim(kind: str, w: dict, train: dict, test: dict, epochs: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs-mlp", type=int, default=6)
+    ap.add_argument("--epochs-mlp", type=int, default=10)
     ap.add_argument("--epochs-cnn", type=int, default=2)
     ap.add_argument("--train-rows", type=int, default=60000)
     ap.add_argument("--only", choices=["mlp", "cnn"])

@@ -3,7 +3,7 @@ Adam's moments resident in a session; evaluate, checkpoint and export.
 
 Needs Debian's dataset-fashion-mnist (`make fashion-mnist` installs it).
 
-    python examples/train_fashion_mnist.py --model mlp --epochs 6
+    python examples/train_fashion_mnist.py --model mlp --epochs 10
     python examples/train_fashion_mnist.py --model cnn --epochs 2 --plot loss.png
 """
 
@@ -23,7 +23,7 @@ BATCH = 128
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--rows", type=int, default=60000, help="training images to use")
     ap.add_argument("--backend", default="sim", choices=["sim", "sim-fp32", "reference"])
     ap.add_argument("--plot", help="write the loss curve to this image")
