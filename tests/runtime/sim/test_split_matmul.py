@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from anekit.runtime.sim import gemm, pieces
 
+# NaN and infinities are part of the drawn values: numpy's warnings about them are expected
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 
 def _operand(rows: int, cols: int, transposed: bool, rng: np.random.Generator) -> np.ndarray:
     a = rng.standard_normal((cols, rows) if transposed else (rows, cols)).astype(np.float32)

@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from anekit.runtime.sim import gemm, pieces, window_kernels
 from anekit.runtime.sim.ops import activation, conv, elementwise, pooling
 
-pytestmark = pytest.mark.skipif(window_kernels._native is None, reason="no C module")
+# NaN, infinities and overflow are part of the drawn values: numpy's warnings about them
+# are expected (the simulator's run loop silences them the same way)
+pytestmark = [
+    pytest.mark.skipif(window_kernels._native is None, reason="no C module"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]
 
 
 def settings(**kwargs):  # noqa: ANN201 - every property runs with and without the split
