@@ -100,7 +100,7 @@ def test_mlp_step_is_one_engine_segment_with_resident_state(mnist_like):
 
 
 @pytest.mark.parametrize("max_grad_norm", [None, 1.0])
-def test_nonfinite_step_keeps_every_state_value(mnist_like, max_grad_norm):
+def test_nonfinite_step_keeps_every_state_value(mnist_like, max_grad_norm, tmp_path):
     t = _trainer(max_grad_norm=max_grad_norm)
     t.step(mnist_like)
     before = t.state_values()
@@ -112,9 +112,17 @@ def test_nonfinite_step_keeps_every_state_value(mnist_like, max_grad_norm):
     assert t.skipped == 1 and t.loss_scale == scale / 2
     after = t.state_values()
     assert all(after[k].tobytes() == v.tobytes() for k, v in before.items())
+    # NaN in row 0's input makes its loss NaN, and so every gradient element: each counted
+    (where,) = t.overflows
+    assert where["step"] == 1 and where["loss_scale"] == scale
+    assert where["nonfinite"] == {p: before[p].size for p in t.params}
     t.loss_scale = 2.0**40  # the scaled backward overflows fp16: infinities, no NaN input
     t.step(mnist_like)
-    assert t.skipped == 2
+    assert t.skipped == 2 and len(t.overflows) == 2
+    counts = t.overflows[-1]["nonfinite"]
+    assert 0 < sum(counts.values()) <= sum(before[p].size for p in t.params)
+    t.save(tmp_path / "run.ckpt")
+    assert Trainer.load(tmp_path / "run.ckpt").overflows == t.overflows
     assert all(t.state_values()[k].tobytes() == v.tobytes() for k, v in before.items())
     t.loss_scale = 2.0**10
     t.step(mnist_like)  # a clean step updates again

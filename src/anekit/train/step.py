@@ -43,6 +43,7 @@ from anekit.train.optim import TINY, Optimizer
 
 TARGET = "target"
 LOSS, OVERFLOW, GRAD_NORM = "loss", "overflow", "grad_norm"
+NONFINITE_PREFIX = "nonfinite/"  # the outputs of build_step(counts_only=True)
 
 
 def next_name(state: str) -> str:
@@ -82,7 +83,12 @@ def build_step(
     max_grad_norm: float | None = None,
     fp16: bool = False,
     flat_update: bool = True,
+    counts_only: bool = False,
 ) -> StepGraph:
+    """The step's graph; with ``counts_only`` instead, its forward and backward with one
+    output per parameter, ``nonfinite/<param>``: how many of its gradient elements are NaN
+    or infinite (an int32 sum on the CPU; the engine has no booleans). The trainer runs it
+    on the rare step the overflow guard discards, to say where the overflow was."""
     if len(model.outputs) != 1:
         raise ModelError(
             f"the model has {len(model.outputs)} outputs; the built-in losses need exactly one",
@@ -116,12 +122,16 @@ def build_step(
     scaled = e.mul(loss, scalars["loss_scale"])
     grads = backprop(e, ed.nodes, scaled, params)
 
+    missing = [p for p in params if grads.get(p) is None]
+    if missing:
+        raise ModelError(f"the loss does not depend on the parameter '{missing[0]}'",
+                         hint="freeze it (freeze= name patterns)")  # fmt: skip
+    if counts_only:
+        counts = {NONFINITE_PREFIX + p: _nonfinite_count(e, grads[p]) for p in params}
+        return _finish(ed, counts, {}, params, buffer_updates, data_inputs, scalar_names)
     clean, views = {}, {}
     for p in params:
-        g = grads.get(p)
-        if g is None:
-            raise ModelError(f"the loss does not depend on the parameter '{p}'",
-                             hint="freeze it (freeze= name patterns)")  # fmt: skip
+        g = grads[p]
         views[p] = _update_view(e.shape(p))
         inv_scale = _ranked(e, scalars["inv_loss_scale"], len(views[p]))
         clean[p] = e.mul(e.reshape(g, views[p]), inv_scale)
@@ -160,22 +170,34 @@ def build_step(
     outs = {LOSS: loss, OVERFLOW: overflow}
     if norm is not None:  # computed for the clipping; not worth its passes otherwise
         outs[GRAD_NORM] = norm
-    outs.update({next_name(s): v for s, v in next_values.items()})
+    return _finish(ed, outs, next_values, params, buffer_updates, data_inputs, scalar_names)
+
+
+def _finish(ed, outs: Mapping[str, str], next_values: Mapping[str, str], params: Sequence[str],
+            buffers: Mapping[str, str], data_inputs: Sequence[str],
+            scalars: Sequence[str]) -> StepGraph:  # fmt: skip
+    """The graph with ``outs`` and each state's next value as named outputs."""
+    outs = {**outs, **{next_name(s): v for s, v in next_values.items()}}
     named = []
     for out_name, value in outs.items():
         (o,) = ed.add("identity", [value], outputs=[out_name], name=f"out/{out_name}")
         named.append(o)
     ed.output_names = named
     ed.name_outputs(named)
-    graph = ed.build()
     return StepGraph(
-        graph=graph,
+        graph=ed.build(),
         params=tuple(params),
         state={s: next_name(s) for s in next_values},
-        buffers=tuple(buffer_updates),
+        buffers=tuple(buffers),
         data_inputs=tuple(data_inputs),
-        scalars=tuple(scalar_names),
+        scalars=tuple(scalars),
     )
+
+
+def _nonfinite_count(e: Emitter, g: str) -> str:
+    """How many elements of ``g`` are NaN or infinite, as a [1] int32 (exact past fp16)."""
+    bad = e("or", e("isnan", g), e("isinf", g))
+    return e.reshape(e("reduce_sum", e("cast", bad, to="int32"), keepdims=False), (1,))
 
 
 def update_ops(graph: Graph, state: Sequence[str]) -> list[str]:

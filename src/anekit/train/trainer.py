@@ -19,7 +19,15 @@ from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
 from anekit.train.optim import Adam, Optimizer, from_config
 from anekit.train.runner import open_session
-from anekit.train.step import LOSS, OVERFLOW, TARGET, StepGraph, build_step, next_name
+from anekit.train.step import (
+    LOSS,
+    NONFINITE_PREFIX,
+    OVERFLOW,
+    TARGET,
+    StepGraph,
+    build_step,
+    next_name,
+)
 
 GROWTH_INTERVAL = 200  # steps without overflow before the loss scale doubles (as torch's)
 MAX_LOSS_SCALE = 2.0**15
@@ -105,6 +113,10 @@ class Trainer:
         self.history: list[float] = []
         self._state: dict[str, np.ndarray] | None = None
         self._programs: dict[tuple, tuple[StepGraph, Any, Any]] = {}
+        self._counters: dict[tuple, tuple[StepGraph, Any]] = {}  # see _nonfinite
+        # the steps the overflow guard discarded: step number, loss scale, and per parameter
+        # how many gradient elements were NaN or infinite
+        self.overflows: list[dict[str, Any]] = []
         self._active: tuple | None = None
 
     def _frozen(self, name: str) -> bool:
@@ -213,10 +225,14 @@ class Trainer:
     def step(self, batch: Mapping[str, np.ndarray]) -> float:
         """One training step on ``batch``; returns its loss (before the update)."""
         sg, session = self._program(batch)
-        out = session.run(self._feeds(sg, batch))
+        feeds = self._feeds(sg, batch)
+        out = session.run(feeds)
         loss = float(np.asarray(out[LOSS]).reshape(-1)[0])
         if not np.isfinite(out[OVERFLOW]).all():
-            self.skipped += 1  # the session kept every state value; retry at half the scale
+            # the session kept every state value: say where, then retry at half the scale
+            self.overflows.append({"step": self.step_count, "loss_scale": self.loss_scale,
+                                   "nonfinite": self._nonfinite(batch, feeds)})  # fmt: skip
+            self.skipped += 1
             self.good_steps = 0
             if self.dynamic_scale:
                 self.loss_scale = max(1.0, self.loss_scale / 2)
@@ -227,6 +243,27 @@ class Trainer:
                 self.loss_scale = min(MAX_LOSS_SCALE, self.loss_scale * 2)
         self.history.append(loss)
         return loss
+
+    def _nonfinite(self, batch: Mapping[str, np.ndarray], feeds: Mapping[str, Any]) -> dict:
+        """Per parameter, how many gradient elements of the discarded step were NaN or
+        infinite: the step's forward and backward again (`build_step(counts_only=True)`,
+        compiled once per batch shape) on the same feeds, dropout masks included, and the
+        state the step started from, which the session kept."""
+        sig = self._signature(batch)
+        if sig not in self._counters:
+            from anekit.compiler import compile as compile_model
+
+            sg = build_step(self.model, self._loss_fn, self.optimizer, self.params,
+                            self._target_value(np.asarray(batch[TARGET])), fp16=self.fp16,
+                            counts_only=True)  # fmt: skip
+            compiled = None if self.backend == "reference" else compile_model(sg.graph, self.chip)
+            self._counters[sig] = (sg, compiled)
+        sg, compiled = self._counters[sig]
+        values = {**feeds, **self.state_values()}
+        names = {v.name for v in sg.graph.inputs}
+        args = {k: v for k, v in values.items() if k in names}
+        out = sg.graph.run(args) if compiled is None else compiled.program.run(args, self.backend)
+        return {p: int(np.asarray(out[NONFINITE_PREFIX + p]).reshape(-1)[0]) for p in self.params}
 
     # --- epochs --------------------------------------------------------------------------
 
@@ -303,6 +340,7 @@ class Trainer:
             "target": self.chip, "backend": self.backend, "resident_state": self.resident_state,
             "freeze": list(self.freeze), "params": self.params,
             "max_grad_norm": self.max_grad_norm, "history": self.history,
+            "overflows": self.overflows,
             "onnx": self._onnx.SerializeToString().hex() if self._onnx is not None else None,
         }  # fmt: skip
         return checkpoint.write(path, manifest, doc, arrays)
@@ -335,6 +373,7 @@ class Trainer:
         t.rng.bit_generator.state = manifest["rng"]
         t.order = arrays.get("data/order")
         t.history = list(manifest["history"])
+        t.overflows = list(manifest.get("overflows", []))  # absent from older checkpoints
         return t
 
 
