@@ -1511,6 +1511,20 @@ static int window_buffer(PyObject *obj, Py_buffer *view, int ndim, int output, c
     return 0;
 }
 
+/* A window kernel's input (any strides) and output (C-contiguous, writable) buffers, both
+ * float32 of the given ranks; on failure neither is held. */
+static int window_buffers(PyObject *in, Py_buffer *vi, int ni, const char *in_what, PyObject *out,
+                          Py_buffer *vo, int no, const char *out_what)
+{
+    if (window_buffer(in, vi, ni, 0, in_what) < 0)
+        return -1;
+    if (window_buffer(out, vo, no, 1, out_what) < 0) {
+        PyBuffer_Release(vi);
+        return -1;
+    }
+    return 0;
+}
+
 static int positive3(const Py_ssize_t v[3], Py_ssize_t least, const char *what)
 {
     for (int i = 0; i < 3; i++)
@@ -1810,12 +1824,8 @@ static PyObject *window_gather(PyObject *self, PyObject *args)
         positive3(d, 1, "dilations") < 0 || positive3(pad, 0, "pad_before") < 0)
         return NULL;
     Py_buffer vx, vo;
-    if (window_buffer(xo, &vx, 5, 0, "window_gather: x") < 0)
+    if (window_buffers(xo, &vx, 5, "window_gather: x", oo, &vo, 8, "window_gather: out") < 0)
         return NULL;
-    if (window_buffer(oo, &vo, 8, 1, "window_gather: out") < 0) {
-        PyBuffer_Release(&vx);
-        return NULL;
-    }
     /* past the batch axis (same in both) */
     const Py_ssize_t *os = vo.shape + 1, *xs = vx.shape + 1, *st = vx.strides + 1;
     int ok = vo.shape[0] == vx.shape[0] && os[0] == xs[0];
@@ -1863,12 +1873,8 @@ static PyObject *taps_scatter(PyObject *self, PyObject *args)
     if (positive3(s, 1, "strides") < 0 || positive3(d, 1, "dilations") < 0)
         return NULL;
     Py_buffer vc, vo;
-    if (window_buffer(co, &vc, 8, 0, "taps_scatter: cols") < 0)
+    if (window_buffers(co, &vc, 8, "taps_scatter: cols", oo, &vo, 5, "taps_scatter: out") < 0)
         return NULL;
-    if (window_buffer(oo, &vo, 5, 1, "taps_scatter: out") < 0) {
-        PyBuffer_Release(&vc);
-        return NULL;
-    }
     const Py_ssize_t *cs = vc.shape + 1, *os = vo.shape + 1, *st = vc.strides + 1;
     int ok = vc.shape[0] == vo.shape[0] && cs[0] == os[0];
     for (int i = 0; i < 3; i++)
@@ -2013,12 +2019,8 @@ static PyObject *window_max(PyObject *self, PyObject *args)
     if (positive3(k, 1, "kernel") < 0 || positive3(s, 1, "strides") < 0)
         return NULL;
     Py_buffer vx, vo;
-    if (window_buffer(xo, &vx, 5, 0, "window_max: x") < 0)
+    if (window_buffers(xo, &vx, 5, "window_max: x", oo, &vo, 5, "window_max: out") < 0)
         return NULL;
-    if (window_buffer(oo, &vo, 5, 1, "window_max: out") < 0) {
-        PyBuffer_Release(&vx);
-        return NULL;
-    }
     const Py_ssize_t *xs = vx.shape + 1, *os = vo.shape + 1;
     int ok = vx.shape[0] == vo.shape[0] && xs[0] == os[0];
     for (int i = 0; i < 3; i++)
