@@ -25,13 +25,7 @@ def _guard_program():
     ed = graph.edit()
     e = Emitter(ed, prefix="t")
     (g,) = graph.output_names
-    outs = {"flag": e.mul(_peak(e, g), e.scalar(0.0, g)), "norm": _global_norm(e, [g])}
-    named = []
-    for name, value in outs.items():
-        (o,) = ed.add("identity", [value], outputs=[name], name=f"out/{name}")
-        named.append(o)
-    ed.output_names = named
-    ed.name_outputs(named)
+    e.outputs({"flag": e.mul(_peak(e, g), e.scalar(0.0, g)), "norm": _global_norm(e, [g])})
     return anekit.compile(ed.build(), "m4")
 
 

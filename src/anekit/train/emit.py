@@ -3,7 +3,7 @@ optimizer. Every helper adds ordinary IR nodes, so what it builds compiles like 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,16 @@ class Emitter:
 
     def multi(self, op: str, inputs: Sequence[str | None], **attrs: Any) -> tuple[str, ...]:
         return self.ed.add(op, list(inputs), attrs, name=f"{self.prefix}/{op}")
+
+    def outputs(self, named: Mapping[str, str]) -> None:
+        """Make the graph's outputs exactly ``named`` (output name -> value), each through an
+        identity node so the output carries its name."""
+        outs = []
+        for name, value in named.items():
+            (o,) = self.ed.add("identity", [value], outputs=[name], name=f"out/{name}")
+            outs.append(o)
+        self.ed.output_names = outs
+        self.ed.name_outputs(outs)
 
     # --- values --------------------------------------------------------------------------
 

@@ -128,7 +128,7 @@ def build_step(
                          hint="freeze it (freeze= name patterns)")  # fmt: skip
     if counts_only:
         counts = {NONFINITE_PREFIX + p: _nonfinite_count(e, grads[p]) for p in params}
-        return _finish(ed, counts, {}, params, buffer_updates, data_inputs, scalar_names)
+        return _finish(e, counts, {}, params, buffer_updates, data_inputs, scalar_names)
     clean, views = {}, {}
     for p in params:
         g = grads[p]
@@ -170,22 +170,16 @@ def build_step(
     outs = {LOSS: loss, OVERFLOW: overflow}
     if norm is not None:  # computed for the clipping; not worth its passes otherwise
         outs[GRAD_NORM] = norm
-    return _finish(ed, outs, next_values, params, buffer_updates, data_inputs, scalar_names)
+    return _finish(e, outs, next_values, params, buffer_updates, data_inputs, scalar_names)
 
 
-def _finish(ed, outs: Mapping[str, str], next_values: Mapping[str, str], params: Sequence[str],
-            buffers: Mapping[str, str], data_inputs: Sequence[str],
+def _finish(e: Emitter, outs: Mapping[str, str], next_values: Mapping[str, str],
+            params: Sequence[str], buffers: Mapping[str, str], data_inputs: Sequence[str],
             scalars: Sequence[str]) -> StepGraph:  # fmt: skip
     """The graph with ``outs`` and each state's next value as named outputs."""
-    outs = {**outs, **{next_name(s): v for s, v in next_values.items()}}
-    named = []
-    for out_name, value in outs.items():
-        (o,) = ed.add("identity", [value], outputs=[out_name], name=f"out/{out_name}")
-        named.append(o)
-    ed.output_names = named
-    ed.name_outputs(named)
+    e.outputs({**outs, **{next_name(s): v for s, v in next_values.items()}})
     return StepGraph(
-        graph=ed.build(),
+        graph=e.ed.build(),
         params=tuple(params),
         state={s: next_name(s) for s in next_values},
         buffers=tuple(buffers),
