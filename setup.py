@@ -4,8 +4,8 @@ weight update writes) and the simulator's float32 GEMM.
 
 ``optional=True``: where no C compiler is found the install still succeeds and numpy is used
 instead (the same bits, several times slower; numpy's BLAS for the products).
-``anekit.float16.ACCELERATED``, ``anekit.runtime.sim.fp16.ACCELERATED`` and
-``anekit.runtime.sim.gemm.ACCELERATED`` tell which runs. Everything else is in pyproject.toml.
+``anekit.float16.ACCELERATED``, ``anekit.simulator.fp16.ACCELERATED`` and
+``anekit.simulator.gemm.ACCELERATED`` tell which runs. Everything else is in pyproject.toml.
 """
 
 import sys

@@ -48,9 +48,9 @@ GOAL_SPEEDUP = 10.0
 def child_anekit(model: Path, out: Path, target: str) -> None:
     """Compile and save once; print the phase times as JSON."""
     import anekit
+    from anekit.codegen.model_bundle import bundle_contents
     from anekit.compiler import compile as compile_model
     from anekit.frontend.onnx import from_onnx
-    from anekit.runtime.compiled import bundle_contents
 
     del anekit
     cpu = _cpu_seconds()

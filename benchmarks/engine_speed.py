@@ -29,7 +29,7 @@ from _common import write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.codegen.h13 import emit  # noqa: E402
-from anekit.runtime.engine import EngineProgram  # noqa: E402
+from anekit.emulator import EngineProgram  # noqa: E402
 
 RESULTS = _HERE / "results" / "engine_speed.json"
 ROUNDS = 30

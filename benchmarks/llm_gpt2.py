@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--compress", default="", help="comma-separated schemes to also run")
     args = parser.parse_args()
     import anekit.llm
-    from anekit.runtime.sim import gemm
+    from anekit.simulator import gemm
 
     load_before = os.getloadavg()
     prompt = np.random.default_rng(0).integers(0, 50257, args.prompt_tokens).tolist()

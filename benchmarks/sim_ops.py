@@ -50,9 +50,9 @@ from anekit.formats.mil import (
     const,
     operation,
 )
-from anekit.runtime.sim import SimProgram, gemm, round_to_fp16
-from anekit.runtime.sim.fp16 import ACCELERATED as C_ROUNDING
-from anekit.runtime.sim.fp16 import round_with_numpy
+from anekit.simulator import SimProgram, gemm, round_to_fp16
+from anekit.simulator.fp16 import ACCELERATED as C_ROUNDING
+from anekit.simulator.fp16 import round_with_numpy
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "sim_ops.json"

@@ -121,8 +121,8 @@ def _breakdown(program, feeds, runs: int) -> dict:  # noqa: ANN001
     runs): each op's kernel, the fp16 rounding of results, and the rest (the interpreter's
     own work, feeds and outputs). GEMM is the conv, matmul and linear kernels; the arithmetic
     the C extension computes and rounds in one pass counts as rounding."""
-    import anekit.runtime.sim.program as sim_program
-    from anekit.runtime.sim import fp16
+    import anekit.simulator.program as sim_program
+    from anekit.simulator import fp16
 
     kernels: dict[str, float] = defaultdict(float)
     rounding = [0.0]
@@ -227,7 +227,7 @@ def _blas() -> dict:
 
 def _sim_kernels() -> dict:
     """Which of the simulator's kernels ran: the compiled ones (setup.py) or numpy's."""
-    from anekit.runtime.sim import fp16, gemm
+    from anekit.simulator import fp16, gemm
 
     return {
         "fp16_rounding": "C (_native.round_in_place)" if fp16.ACCELERATED else "numpy",

@@ -256,7 +256,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-stories", action="store_true")
     args = ap.parse_args()
-    from anekit.runtime.sim import gemm
+    from anekit.simulator import gemm
 
     # torch runs on one thread; the simulator's own GEMM splits a large product's rows over
     # its threads (numpy's BLAS is held to one), as it does by default

@@ -23,9 +23,13 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"errors", "ir", "targets", "schedule"},
     "codegen": {"errors", "ir", "formats"},
     "formats": {"errors"},
-    # runtime reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
+    # the fp16 MIL simulator: parses and runs MIL programs; ir for the fp16 limits only
+    "simulator": {"errors", "formats", "ir"},
+    # the H13 engine emulator: runs .hwx task descriptors
+    "emulator": {"errors", "formats"},
+    # runtime runs programs on the simulator and the emulator; it reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
     # its minimum surface) and binds LoRA adapter inputs (issue 12)
-    "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora"},
+    "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora", "simulator", "emulator"},
     # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
     "lora": {"errors", "ir"},
     # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)

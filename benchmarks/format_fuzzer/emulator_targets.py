@@ -16,7 +16,7 @@ from format_fuzzer.engine import Field, FuzzTarget
 
 
 def _run(data: bytes) -> Any:
-    from anekit.runtime.engine import EngineProgram
+    from anekit.emulator import EngineProgram
 
     program = EngineProgram(data)
     rng = np.random.default_rng(0)

@@ -312,7 +312,7 @@ def _mil_fixtures() -> list[tuple[str, bytes]]:
 
 def _mil_decode(data: bytes) -> Any:
     from anekit.formats.mil import parse_bytes
-    from anekit.runtime.sim import SimProgram
+    from anekit.simulator import SimProgram
 
     program = parse_bytes(data)
     sim = SimProgram(program)

@@ -125,7 +125,7 @@ class CompiledModel:
     @cached_property
     def bundle(self) -> Any:
         """The emitted MIL programs, weights, manifest and report (`anekit.codegen.bundle`)."""
-        from anekit.runtime.compiled import bundle_contents
+        from anekit.codegen.model_bundle import bundle_contents
 
         with fewer_collections():
             return bundle_contents(self)
@@ -133,21 +133,25 @@ class CompiledModel:
     @cached_property
     def program(self) -> Any:
         """The bundle as a runnable `anekit.runtime.Program` (what `load` gives back)."""
-        from anekit.runtime.compiled import program_of
+        from anekit.runtime.program import from_contents
 
-        return program_of(self)
+        return from_contents(self.bundle, where=f"compiled model '{self.graph.name}'")
 
     def save(self, path: str | os.PathLike[str], **options: Any) -> Any:
         """Write the bundle directory ``path`` (e.g. ``model.anekit``); returns its Path."""
-        from anekit.runtime.compiled import save
+        from anekit.codegen.model_bundle import save
 
         return save(self, path, **options)
 
     def save_mlpackage(self, path: str | os.PathLike[str]) -> Any:
         """Export the whole model as one Core ML ``.mlpackage`` (needs the `coreml` extra)."""
-        from anekit.runtime.compiled import save_mlpackage
+        from anekit.errors import os_error, path_argument
 
-        return save_mlpackage(self, path)
+        path = path_argument(path, "the .mlpackage path")
+        try:
+            return self.program.save_mlpackage(path)
+        except OSError as exc:
+            raise os_error(exc, f"write the .mlpackage '{path}'") from None
 
     def run(self, feeds: Mapping[str, Any], backend: str = "reference") -> dict[str, np.ndarray]:
         """Run on any backend of `anekit.runtime.backends`: a graph backend (``reference``)
@@ -275,7 +279,7 @@ def _check_lowering(compiled: CompiledModel) -> None:
 def check_tensor_sizes(graph: Graph) -> None:
     """Refuse a graph with a tensor the bundle's runtime would refuse to create, by the very
     limit it applies, so that compile never writes a bundle its own loader rejects."""
-    from anekit.runtime.sim.ops._util import MAX_ELEMENTS
+    from anekit.formats.mil.types import MAX_TENSOR_ELEMENTS as MAX_ELEMENTS
 
     for node in graph.nodes:
         for out in node.outputs:

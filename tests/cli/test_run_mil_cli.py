@@ -10,7 +10,7 @@ import pytest
 
 from anekit.cli import main
 from anekit.formats.blob import BlobWriter
-from anekit.runtime.sim import SimProgram
+from anekit.simulator import SimProgram
 from tests.ir.ort_oracle import run_ort
 
 FACTS = Path(__file__).parents[1] / "formats" / "mil" / "data" / "facts_example.mil"

@@ -25,7 +25,7 @@ from anekit.codegen.mil import emit_segment, whole_graph_segment
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.ir.engine import UNITS
 from anekit.ir.registry import get_op, op_names
-from anekit.runtime.sim import supported_ops as sim_ops
+from anekit.simulator import supported_ops as sim_ops
 from tests.codegen.cases import ALL_CASES
 
 FRONTEND = Path(__file__).resolve().parents[2] / "src" / "anekit" / "frontend" / "onnx"

@@ -7,7 +7,7 @@ import numpy as np
 
 from anekit.formats.bundle import SegmentIO
 from anekit.runtime.binding import Surfaces
-from anekit.runtime.sim.fp16 import round_to_fp16
+from anekit.simulator.fp16 import round_to_fp16
 
 SHAPE = (4, 24)
 

@@ -17,10 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anekit
+from anekit.codegen.weight_map import WEIGHT_MAP
 from anekit.errors import FormatError, InputError, ModelError
 from anekit.formats.bundle import sha256_file
 from anekit.runtime import load, weight_update
-from anekit.runtime.weight_map import WEIGHT_MAP
 
 
 def _mlp_onnx(weights: dict[str, np.ndarray]) -> onnx.ModelProto:

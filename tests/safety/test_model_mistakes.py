@@ -173,7 +173,7 @@ def test_memory_error_is_reported_as_the_users(monkeypatch, relu_file, capsys) -
 
 def test_simulator_feeds_are_checked_the_same_way() -> None:
     """A MIL program run directly on the simulator: its own dtype named, ragged lists refused."""
-    from anekit.runtime.sim import SimProgram
+    from anekit.simulator import SimProgram
 
     proto = model([helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)],
                   [value("x", [4], onnx.TensorProto.INT64)], [value("y", [4])])  # fmt: skip

@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from anekit import targets
     from anekit.atomic import check_target
     from anekit.codegen.mlpackage import not_an_mlpackage
+    from anekit.codegen.model_bundle import save
     from anekit.compiler import compile as compile_model
     from anekit.formats.bundle import not_a_bundle
-    from anekit.runtime.compiled import save
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
     path = existing_model_file(args.model)

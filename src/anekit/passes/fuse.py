@@ -63,7 +63,7 @@ def goc_compatible(c: np.ndarray, out_shape: tuple[int, ...]) -> bool:
 
 def _aligned(c: np.ndarray, rank: int) -> np.ndarray:
     # astype without a copy: an fp32 constant stays a view of its source weight, which is
-    # how the weight map finds it (anekit.runtime.weight_map)
+    # how the weight map finds it (anekit.codegen.weight_map)
     return c.reshape((1,) * (rank - c.ndim) + c.shape).astype(np.float32, copy=False)
 
 

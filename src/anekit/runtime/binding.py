@@ -24,8 +24,8 @@ from anekit import targets
 from anekit.errors import FormatError, TargetError
 from anekit.formats import mil
 from anekit.formats.bundle import SegmentEntry, SegmentIO
-from anekit.runtime.sim.fp16 import contiguous, narrow_into, widen_fp16
-from anekit.runtime.sim.values import STORAGE
+from anekit.simulator.fp16 import contiguous, narrow_into, widen_fp16
+from anekit.simulator.values import STORAGE
 
 # bytes of one element of each MIL dtype as the engine stores it
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}

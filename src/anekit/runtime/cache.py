@@ -295,9 +295,9 @@ def cached(
 
 def _in_memory(entry: Path) -> Any:
     """A cached bundle read whole (digests verified) into a Program that needs no files."""
+    from anekit.codegen.weight_map import WEIGHT_MAP
     from anekit.formats import mil
     from anekit.runtime.program import Program
-    from anekit.runtime.weight_map import WEIGHT_MAP
 
     bundle = read_bundle(entry, verify=True)
     m = bundle.manifest

@@ -164,13 +164,13 @@ class Program:
     def identity(self) -> str:
         """A digest of every segment's MIL text and weight keys (seed 001 section 5.1): a
         weight update leaves it unchanged."""
-        from anekit.runtime.weight_map import identity
+        from anekit.codegen.weight_map import identity
 
         return identity(self)
 
     def weight_map(self) -> Any:
-        """Where each source weight lies in the weight files (`anekit.runtime.weight_map`)."""
-        from anekit.runtime.weight_map import read
+        """Where each source weight lies in the weight files (`anekit.codegen.weight_map`)."""
+        from anekit.codegen.weight_map import read
 
         if self._weight_map is None:
             self._weight_map = read(self._weight_map_source, self.where, len(self.segments))
@@ -251,7 +251,7 @@ def _load_bundle(bundle: Bundle) -> Program:
         check_blobfiles(bundle, segment, program)
         programs.append(program)
         weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
-    from anekit.runtime.weight_map import WEIGHT_MAP
+    from anekit.codegen.weight_map import WEIGHT_MAP
 
     return Program(
         bundle.manifest, programs, weights, where=str(bundle.root), root=bundle.root,
@@ -380,7 +380,7 @@ def from_contents(contents: Any, *, where: str = "compiled model") -> Program:
     """A Program over a bundle built in memory (`anekit.codegen.bundle.BundleContents`)."""
     manifest: Manifest = contents.manifest
     weights = [None if s.weights is None else contents.files[s.weights] for s in manifest.segments]
-    from anekit.runtime.weight_map import WEIGHT_MAP
+    from anekit.codegen.weight_map import WEIGHT_MAP
 
     files = contents.files
     raw = files[WEIGHT_MAP] if WEIGHT_MAP in files else None

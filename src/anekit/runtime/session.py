@@ -36,8 +36,8 @@ from anekit.runtime.binding import (
     min_surface_bytes,
 )
 from anekit.runtime.program import _from_program, _key, _to_program, check_feeds
-from anekit.runtime.sim.fp16 import round_to_fp16
-from anekit.runtime.sim.values import STORAGE
+from anekit.simulator.fp16 import round_to_fp16
+from anekit.simulator.values import STORAGE
 
 if TYPE_CHECKING:
     from anekit.runtime.program import Program

@@ -34,10 +34,10 @@ import numpy as np
 
 from anekit.atomic import write_synced
 from anekit.codegen.builder import cast_array
+from anekit.codegen.weight_map import WeightMap
 from anekit.errors import AnekitError, FormatError, InputError, ModelError
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import MANIFEST, FileEntry, check_relative, resolve_inside
-from anekit.runtime.weight_map import WeightMap
 
 if TYPE_CHECKING:
     from anekit.runtime.program import Program

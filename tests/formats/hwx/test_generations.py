@@ -250,7 +250,7 @@ def test_a_relocation_is_located_at_the_register_its_word_writes():
 
 
 def test_the_emulator_refuses_a_later_generation_by_name():
-    from anekit.runtime.engine import EngineProgram
+    from anekit.emulator import EngineProgram
 
     with pytest.raises(FormatError, match=r"runs H13 programs.*cpusubtype 7 \(h16\)"):
         EngineProgram(container(7, task(1, 9, dense(0, [1]))))

@@ -21,7 +21,7 @@ from anekit.ir.graph import Graph
 UNIT, L2_UNIT = 64, 16
 BASE_TEXT, BASE_CONST, BASE_FIRST_OUTPUT = 0, 1, 4
 MAX_BASES = 32
-# The activation table (see anekit.runtime.engine.arithmetic): 33 samples on [-8, 8].
+# The activation table (see anekit.emulator.arithmetic): 33 samples on [-8, 8].
 LUT_BYTES, LUT_FIRST, LUT_SAMPLES = 128, 4, 33
 
 H13_CPUSUBTYPE = 4

@@ -10,6 +10,11 @@ import numpy as np
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z", re.ASCII)
 
+# The most elements one tensor of a program may hold (2**30: 4 GiB of float32). The simulator
+# treats a program that sizes a larger one as malformed, and the compiler refuses a graph
+# that would need one, so compile never writes a bundle its own loader rejects.
+MAX_TENSOR_ELEMENTS = 1 << 30
+
 
 @dataclass(frozen=True)
 class DType:

@@ -1,4 +1,4 @@
-"""``engine``: H13 .hwx programs on the register-level engine emulator (`anekit.runtime.engine`).
+"""``engine``: H13 .hwx programs on the register-level engine emulator (`anekit.emulator`).
 
 It runs .hwx files, and graphs of engine layers (a compiled model's engine graph, a
 netplist) by emitting them as an H13 program first (`anekit.codegen.h13`)."""
@@ -31,7 +31,7 @@ class EngineBackend(Backend):
         self, program: str | os.PathLike[str] | bytes, feeds: Mapping[str, Any]
     ) -> dict[str, np.ndarray]:
         """Run one .hwx program (a path or its bytes); outputs as float32 arrays."""
-        from anekit.runtime.engine import EngineProgram
+        from anekit.emulator import EngineProgram
 
         if isinstance(program, bytes):
             return EngineProgram(program).run(feeds)

@@ -1,4 +1,4 @@
-"""``sim``: each segment's MIL on the fp16 simulator (`anekit.runtime.sim`)."""
+"""``sim``: each segment's MIL on the fp16 simulator (`anekit.simulator`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class SimRunner:
     """A segment loaded into the simulator; outputs in fp32 storage (fp16 values)."""
 
     def __init__(self, program: mil.MilProgram, base_dir, where: str):
-        from anekit.runtime.sim.program import SimProgram
+        from anekit.simulator.program import SimProgram
 
         self.program = SimProgram(program, base_dir, where=where)
 

@@ -1,0 +1,304 @@
+"""The simulator's C GEMM (``_native.gemm``) and its wrapper against float64 products.
+
+Each output of the kernel is a sequential fp32 sum of K products, so it is within
+K * 2**-24 * sum(|a||b|) of the exact value (the classic bound for recursive summation);
+the tests check that bound element by element, on shapes that hit every edge of the 6x64
+register block, with several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from anekit.simulator import gemm
+from anekit.simulator.ops.conv import conv
+from anekit.simulator.ops.linear import matmul
+
+native = gemm._native
+
+
+def within_summation_bound(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = (a.shape[1] + 1) * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-37
+    return bool(np.all(np.abs(got - exact) <= bound))
+
+
+def test_the_kernel_runs_here() -> None:
+    # CI's machine has AVX-512F and a C compiler: the path the benchmarks measure is tested
+    assert gemm.ACCELERATED, "the C GEMM is not in use: pip install -e . on an AVX-512 machine"
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (5, 3, 7), (6, 768, 64), (7, 768, 64), (13, 100, 100), (12, 17, 65),
+     (300, 129, 128), (301, 33, 191), (2304, 768, 64), (6, 1, 16)],
+)  # fmt: skip
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_products_are_within_the_summation_bound(m: int, k: int, n: int, threads: int) -> None:
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    native.gemm(a, b, out, m, k, n, threads)
+    assert within_summation_bound(out, a, b)
+
+
+def test_empty_products() -> None:
+    out = np.full((4, 5), np.nan, np.float32)
+    native.gemm(np.zeros((4, 0), np.float32), np.zeros((0, 5), np.float32), out, 4, 0, 5, 2)
+    np.testing.assert_array_equal(out, 0.0)  # a sum of no products is zero
+    native.gemm(np.zeros((0, 3), np.float32), np.zeros((3, 5), np.float32),
+                np.zeros((0, 5), np.float32), 0, 3, 5, 2)  # fmt: skip
+
+
+def test_infinities_and_nans_propagate_as_in_ieee_arithmetic() -> None:
+    a = np.ones((6, 4), np.float32)
+    a[0, 0], a[1, 0] = np.inf, np.nan
+    b = np.ones((4, 64), np.float32)
+    out = np.empty((6, 64), np.float32)
+    native.gemm(a, b, out, 6, 4, 64, 2)
+    assert np.all(np.isposinf(out[0])) and np.all(np.isnan(out[1]))
+    np.testing.assert_array_equal(out[2:], 4.0)
+
+
+@pytest.mark.parametrize(
+    "a,b,out,sizes",
+    [
+        (np.zeros((4, 3), np.float64), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 3), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (5, 3, 2)),
+        (np.zeros((4, 6), np.float32)[:, ::2], np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (-4, 3, 2)),
+        (np.zeros((4, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32), (2**62, 2**62, 2)),
+    ],
+)  # fmt: skip
+def test_buffers_that_do_not_match_the_sizes_are_refused(a, b, out, sizes) -> None:  # noqa: ANN001
+    with pytest.raises((ValueError, BufferError)):
+        native.gemm(a, b, out, *sizes, 1)
+
+
+def test_a_read_only_output_and_bad_thread_counts_are_refused() -> None:
+    a, b = np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)
+    out = np.zeros((2, 2), np.float32)
+    out.flags.writeable = False
+    with pytest.raises((ValueError, BufferError, TypeError)):
+        native.gemm(a, b, out, 2, 2, 2, 1)
+    for threads in (0, 65):
+        with pytest.raises(ValueError, match="threads"):
+            native.gemm(a, b, np.zeros((2, 2), np.float32), 2, 2, 2, threads)
+
+
+def test_concurrent_callers_share_the_pool_safely() -> None:
+    # Python threads release the GIL inside gemm: one gets the worker pool, the others
+    # compute alone; every product must still be right
+    rng = np.random.default_rng(3)
+    cases = [
+        (rng.standard_normal((600, 256), dtype=np.float32),
+         rng.standard_normal((256, 64), dtype=np.float32)) for _ in range(4)
+    ]  # fmt: skip
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        a, b = cases[i]
+        for _ in range(20):
+            out = np.empty((600, 64), np.float32)
+            native.gemm(a, b, out, 600, 256, 64, 2)
+        results[i] = out
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, (a, b) in enumerate(cases):
+        assert within_summation_bound(results[i], a, b)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_forked_child_rebuilds_the_pool() -> None:
+    # the parent's workers do not exist in a child; without the fork handler the child's
+    # first product would wait for them forever (the timeout turns that into a failure)
+    script = (
+        "import os, numpy as np\n"
+        "from anekit.simulator import gemm\n"
+        "a = np.ones((600, 64), np.float32); b = np.ones((64, 64), np.float32)\n"
+        "out = np.empty((600, 64), np.float32)\n"
+        "gemm._native.gemm(a, b, out, 600, 64, 64, 2)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    out[:] = 0; gemm._native.gemm(a, b, out, 600, 64, 64, 2)\n"
+        "    os._exit(0 if (out == 64).all() else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "raise SystemExit(os.waitstatus_to_exitcode(status))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_wrapper_takes_the_kernel_for_weight_products_and_numpy_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, ...]] = []
+    real = native.gemm
+
+    def spy(a, b, out, m, k, n, threads):  # noqa: ANN001, ANN202
+        calls.append((m, k, n))
+        return real(a, b, out, m, k, n, threads)
+
+    monkeypatch.setattr(gemm, "_native", type("N", (), {"gemm": staticmethod(spy)}))
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((512, 256), dtype=np.float32)
+    x = rng.standard_normal((1, 256, 64), dtype=np.float32)
+    got = gemm.matmul(w, x)
+    assert calls == [(512, 256, 64)] and got.shape == (1, 512, 64)
+    assert within_summation_bound(got[0], w, x[0])
+    # batched (12 heads), small, narrow, float64 or strided products: numpy, same results
+    for a, b in [
+        (rng.standard_normal((12, 64, 64), dtype=np.float32),) * 2,
+        (w[:8], x[0, :, :8]),
+        (w, x[0, :, :8]),
+        (w.astype(np.float64), x[0]),
+        (w[:32, ::2], x[0, ::2]),
+    ]:
+        np.testing.assert_array_equal(gemm.matmul(a, b), np.matmul(a, b))
+    assert len(calls) == 1
+
+
+def test_conv_and_matmul_kernels_agree_with_and_without_the_c_gemm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 768, 1, 64), dtype=np.float32)
+    w = rng.standard_normal((1000, 768, 1, 1), dtype=np.float32)
+    bias = rng.standard_normal(1000, dtype=np.float32)
+    y = rng.standard_normal((1, 768, 64), dtype=np.float32)
+    fast = conv(x, w, bias), matmul(w[:, :, 0, 0], y)
+    monkeypatch.setattr(gemm, "ACCELERATED", False)
+    slow = conv(x, w, bias), matmul(w[:, :, 0, 0], y)
+    for f, s in zip(fast, slow, strict=True):
+        assert f.shape == s.shape and f.dtype == s.dtype
+        np.testing.assert_allclose(f, s, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [({"ANEKIT_NUM_THREADS": "3", "OMP_NUM_THREADS": "1"}, 3), ({"OMP_NUM_THREADS": "2"}, 2),
+     ({"OPENBLAS_NUM_THREADS": "1"}, 1), ({"ANEKIT_NUM_THREADS": "999"}, 64),
+     ({"ANEKIT_NUM_THREADS": "x", "OMP_NUM_THREADS": "0", "OPENBLAS_NUM_THREADS": "4"}, 4)],
+)  # fmt: skip
+def test_thread_count_comes_from_the_environment(
+    env: dict[str, str], expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANEKIT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert gemm.thread_count() == expected
+
+
+def test_blas_is_held_to_one_thread_only_during_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    monkeypatch.setattr(gemm, "THREADS", 2)
+    with threadpool_limits(2, user_api="blas"):
+        with gemm.blas_on_one_thread():
+            inside = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        after = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert inside == {1} and after == {2}
+
+
+def test_results_do_not_depend_on_the_thread_count() -> None:
+    # threads split whole rows, and each row is summed the same way: the simulator gives the
+    # same bits on a laptop and on a CI runner with one thread
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((1001, 300), dtype=np.float32)
+    b = rng.standard_normal((300, 70), dtype=np.float32)
+    outs = []
+    for threads in (1, 2, 5):
+        out = np.empty((1001, 70), np.float32)
+        native.gemm(a, b, out, 1001, 300, 70, threads)
+        outs.append(out)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
+def test_changing_thread_counts_between_products_is_safe() -> None:
+    # workers left out of one product must not pick up a part of the next one
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((240, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 64), dtype=np.float32)
+    want = np.empty((240, 64), np.float32)
+    native.gemm(a, b, want, 240, 64, 64, 1)
+    for i in range(400):
+        out = np.full((240, 64), np.nan, np.float32)
+        native.gemm(a, b, out, 240, 64, 64, (1, 4, 2, 3, 2)[i % 5])
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocks_of_k_resume_each_outputs_sum_where_it_stopped(threads: int) -> None:
+    # the kernel runs k in blocks of 256 and reloads each sum from C between blocks; with
+    # the products beyond the first block all zero, every sum must be the first block's,
+    # bit for bit (a sum restarted from zero, or resumed from the wrong place, is not)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((50, 600), dtype=np.float32)
+    b = rng.standard_normal((600, 80), dtype=np.float32)
+    a[:, 256:] = 0.0
+    out = np.empty((50, 80), np.float32)
+    native.gemm(a, b, out, 50, 600, 80, threads)
+    first = np.empty((50, 80), np.float32)
+    native.gemm(
+        np.ascontiguousarray(a[:, :256]), np.ascontiguousarray(b[:256]), first, 50, 256, 80, 1
+    )
+    assert np.all(first != 0)  # no signed zero for the + 0 products to turn positive
+    np.testing.assert_array_equal(out.view(np.uint32), first.view(np.uint32))
+    assert within_summation_bound(out, a, b)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,strided",
+    [((8, 64, 512), (512, 128), False), ((8, 64, 512), (512, 128), True),
+     ((2, 3, 80, 192), (1, 1, 192, 64), True), ((400, 96), (1, 1, 96, 64), False),
+     ((4, 128, 256), (1, 256, 32), True)],
+)  # fmt: skip
+def test_batched_rows_times_one_matrix_take_the_kernel_as_one_product(
+    a_shape, b_shape, strided, monkeypatch
+) -> None:
+    """[batch.., M, K] x one matrix is one [batch*M, K] product on the C GEMM (rows copied
+    to C order when they are a strided view), of numpy's result shape."""
+    rng = np.random.default_rng(sum(a_shape))
+    a = rng.standard_normal(a_shape, dtype=np.float32)
+    if strided:  # the same values as a non-contiguous view
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+        assert not a.flags.c_contiguous
+    b = rng.standard_normal(b_shape, dtype=np.float32)
+    calls = []
+    kernel = native.gemm
+    monkeypatch.setattr(gemm._native, "gemm", lambda *args: calls.append(args[3:6]) or kernel(*args))
+    got = gemm.matmul(a, b)
+    assert got.shape == np.matmul(a, b).shape
+    m = int(np.prod(a_shape[:-1]))
+    assert calls == [(m, a_shape[-1], b_shape[-1])]
+    rows = got.reshape(m, b_shape[-1])
+    assert within_summation_bound(rows, a.reshape(m, -1), b.reshape(b_shape[-2:]))
+
+
+def test_a_strided_matrix_is_copied_for_many_rows_and_left_to_numpy_for_few(monkeypatch) -> None:
+    rng = np.random.default_rng(7)
+    calls = []
+    kernel = native.gemm
+    monkeypatch.setattr(gemm._native, "gemm", lambda *args: calls.append(args[3:6]) or kernel(*args))
+    a = rng.standard_normal((256, 128), dtype=np.float32)
+    b = rng.standard_normal((256, 128), dtype=np.float32).T  # an input gradient's W^T
+    got = gemm.matmul(a, b)
+    assert calls == [(256, 128, 256)] and within_summation_bound(got, a, b)
+    few = rng.standard_normal((32, 4096), dtype=np.float32)  # a weight gradient's rows
+    long = rng.standard_normal((64, 4096), dtype=np.float32).T
+    np.testing.assert_array_equal(gemm.matmul(few, long), np.matmul(few, long))
+    assert len(calls) == 1

@@ -1,0 +1,262 @@
+"""The C window kernels (sim/window_kernels.py, ``_native``) against the numpy code they
+replace, bit for bit: the im2col gather and col2im scatter of picking convolutions over
+strides, dilations, paddings, groups and spatial ranks 1 to 3, and clip/relu's clamp, on
+values full of signed zeros, subnormals, infinities and NaNs with payloads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from anekit.simulator import gemm, pieces, window_kernels
+from anekit.simulator.ops import activation, conv, elementwise, pooling
+
+# NaN, infinities and overflow are part of the drawn values: numpy's warnings about them
+# are expected (the simulator's run loop silences them the same way)
+pytestmark = [
+    pytest.mark.skipif(window_kernels._native is None, reason="no C module"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]
+
+
+def settings(**kwargs):  # noqa: ANN201 - every property runs with and without the split
+    return hypothesis_settings(suppress_health_check=[HealthCheck.function_scoped_fixture],
+                               **kwargs)  # fmt: skip
+
+
+@pytest.fixture(autouse=True, params=["one call", "two halves"])
+def _split(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs with one C call, and with every kernel split into two halves on two
+    threads (whatever this machine's CPU count)."""
+    if request.param == "two halves":
+        monkeypatch.setattr(gemm, "THREADS", 2)
+        monkeypatch.setattr(window_kernels, "SPLIT_MIN", 0)
+        monkeypatch.setattr(pieces, "spare_cpu", lambda threads: True)  # whatever the load
+    else:
+        monkeypatch.setattr(gemm, "THREADS", 1)
+
+NASTY = np.array(
+    [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 6e-8, 65504.0, -65504.0, 1.0, -1.0],
+    np.float32,
+)
+NANS = np.array([0x7FC00000, 0xFFC00001, 0x7FC12345, 0x7F800001], np.uint32).view(np.float32)
+
+
+def _values(shape: tuple[int, ...], seed: int, special: bool) -> np.ndarray:
+    """Random fp32 bit patterns mixed with zeros of both signs; ``special`` keeps the
+    infinities and NaNs the patterns hold (and adds some), otherwise they become 1."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = x * np.float32(1)  # a fresh writeable float32 array
+    flat = x.reshape(-1)
+    picks = rng.random(flat.size)
+    flat[picks < 0.2] = 0.0
+    flat[(picks >= 0.2) & (picks < 0.4)] = -0.0
+    some = (picks >= 0.4) & (picks < 0.5)
+    flat[some] = rng.choice(NASTY, size=int(np.sum(some)))
+    if special:
+        flat[: len(NANS)] = NANS[: flat.size]
+    else:
+        flat[~np.isfinite(flat)] = 1.0
+    return x
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(
+        np.ascontiguousarray(a).view(np.uint32), np.ascontiguousarray(b).view(np.uint32)
+    )
+
+
+def _same_sums(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same bits, except that where both are NaN the payloads may differ: which NaN a
+    sum of two NaNs keeps, numpy leaves to its loops (the first operand's in its vector
+    body, the second's in some tails), the C loop keeps the accumulator's."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    same = a.view(np.uint32) == b.view(np.uint32)
+    return a.shape == b.shape and bool(np.all(same | (np.isnan(a) & np.isnan(b))))
+
+
+def _window_picks(channels: int, kernel: tuple[int, ...]) -> np.ndarray:
+    """[channels * K, 1, *kernel]: output c * K + t picks window position t of channel c."""
+    taps = math.prod(kernel)
+    w = np.zeros((channels * taps, 1, *kernel), np.float32)
+    for c in range(channels):
+        for t, index in enumerate(np.ndindex(*kernel)):
+            w[(c * taps + t, 0, *index)] = 1.0
+    return w
+
+
+def _numpy(monkeypatch: pytest.MonkeyPatch, fn, **kwargs) -> np.ndarray:  # noqa: ANN001
+    with monkeypatch.context() as m:
+        m.setattr(window_kernels, "_native", None)
+        return fn(**kwargs)
+
+
+geometry = st.integers(1, 3).flatmap(
+    lambda n: st.tuples(
+        st.just(n),
+        st.tuples(*[st.integers(1, 3)] * n),  # kernel
+        st.tuples(*[st.integers(1, 3)] * n),  # strides
+        st.tuples(*[st.integers(1, 2)] * n),  # dilations
+        st.tuples(*[st.integers(0, 2)] * (2 * n)),  # pads
+        st.tuples(*[st.integers(4, 20)] * n),  # sizes: rows of up to 16 values and longer
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(geometry, st.integers(1, 3), st.booleans(), st.booleans(), st.integers(0, 10**6))
+def test_window_gather_gives_numpys_bits(geo, groups, special, strided, seed) -> None:
+    n, kernel, strides, dilations, pads, sizes = geo
+    pad_sum = [pads[2 * i] + pads[2 * i + 1] for i in range(n)]
+    fits = zip(sizes, pad_sum, kernel, dilations, strict=True)
+    if any(s + p < (k - 1) * d + 1 for s, p, k, d in fits):
+        return  # the window does not fit: both raise (checked elsewhere)
+    x = _values((2, groups * 2, *sizes), seed, special)
+    if strided:  # a transposed layout: batch innermost
+        x = np.ascontiguousarray(np.moveaxis(x, 0, -1))
+        x = np.moveaxis(x, -1, 0)
+    kwargs = {"x": x, "weight": _window_picks(groups * 2, kernel), "groups": np.int32(groups * 2),
+              "strides": np.array(strides, np.int32), "dilations": np.array(dilations, np.int32),
+              "pad_type": "custom", "pad": np.array(pads, np.int32)}  # fmt: skip
+    fast = conv.conv(**kwargs)
+    slow = _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs)
+    assert _same_bits(fast, slow)
+
+
+@settings(max_examples=60, deadline=None)
+@given(geometry, st.integers(1, 2), st.booleans(),
+       st.sampled_from(["contiguous", "channels last", "batch inside channels"]),
+       st.integers(0, 10**6))  # fmt: skip
+def test_col2im_scatter_gives_numpys_bits(geo, groups, special, layout, seed) -> None:
+    n, kernel, strides, dilations, _, sizes = geo
+    channels = groups * 2
+    w = _window_picks(channels, kernel)  # [C * K, 1, *K] read as [C_in, C_out / g, *K]
+    x = _values((3, channels * math.prod(kernel), *sizes), seed, special)
+    if layout == "channels last":
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    elif layout == "batch inside channels":  # what a step's weight-gradient product leaves
+        x = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 0, 1)), 0, 1)
+    kwargs = {"x": x, "weight": w.reshape(channels * math.prod(kernel), 1, *kernel),
+              "groups": np.int32(channels), "strides": np.array(strides, np.int32),
+              "dilations": np.array(dilations, np.int32)}  # fmt: skip
+    fast = conv.conv_transpose(**kwargs)
+    slow = _numpy(pytest.MonkeyPatch(), conv.conv_transpose, **kwargs)
+    assert _same_sums(fast, slow)
+    if not special:
+        assert _same_bits(fast, slow)
+
+
+@settings(max_examples=40, deadline=None)
+@given(geometry, st.booleans(), st.integers(0, 10**6))
+def test_tap_scatter_of_any_products_gives_the_accumulation_loops_bits(geo, strided, seed) -> None:
+    # the GEMM path's products (NaNs with payloads, infinities) through the C scatter
+    n, kernel, strides, dilations, _, sizes = geo
+    cols = _values((2, 1, 3, *kernel, *sizes), seed, True)
+    if strided:  # reversed rows: the C loop's plain (not AVX-512) rows
+        cols = cols[:, :, ::-1, ..., ::-1]
+    full = [(d - 1) * s + (k - 1) * dl + 1
+            for d, s, k, dl in zip(sizes, strides, kernel, dilations, strict=True)]  # fmt: skip
+    want = conv._accumulate_taps(cols, strides, dilations, full)
+    done = window_kernels.scatter(cols, strides, dilations, full)
+    assert done is not None
+    got, finite = done
+    assert _same_sums(got, want)
+    assert finite == bool(np.all(np.isfinite(cols)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(geometry, st.booleans(), st.integers(0, 10**6))
+def test_max_pool_gives_numpys_bits(geo, strided, seed) -> None:
+    _, kernel, strides, _, pads, sizes = geo
+    x = _values((2, 3, *sizes), seed, True)
+    if strided:  # batch innermost
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0)
+    kwargs = {"x": x, "kernel_sizes": np.array(kernel, np.int32), "pad_type": "custom",
+              "strides": np.array(strides, np.int32), "pad": np.array(pads, np.int32)}  # fmt: skip
+    fast = pooling.max_pool(**kwargs)
+    slow = _numpy(pytest.MonkeyPatch(), pooling.max_pool, **kwargs)
+    assert _same_bits(fast, slow)
+
+
+def test_max_pool_keeps_numpys_signed_zero_and_nan_choices() -> None:
+    # maximum(-0, +0) is +0, maximum(+0, -0) is -0; the first of two NaNs wins
+    x = np.zeros((1, 1, 1, 6), np.float32)
+    x[0, 0, 0, :] = [-0.0, 0.0, 0.0, -0.0, 0.0, 0.0]
+    x.view(np.uint32)[0, 0, 0, 4:] = [0x7FC00001, 0x7FC00002]
+    out = window_kernels.window_max(x, (1, 2), (1, 2))
+    assert out is not None
+    assert out.view(np.uint32).tolist() == [[[[0x00000000, 0x80000000, 0x7FC00001]]]]
+
+
+def test_gather_reports_non_finite_reads_only() -> None:
+    x = np.ones((1, 1, 6), np.float32)
+    assert window_kernels.gather(x, (2,), (2,), (1,), (0,), (3,)) is not None
+    x[0, 0, 3] = np.nan  # read by the second window
+    assert window_kernels.gather(x, (2,), (2,), (1,), (0,), (3,)) is None
+    x = np.ones((1, 1, 7), np.float32)
+    x[0, 0, 6] = np.inf  # past the last window: never read, the copy is the GEMM's sum
+    out = window_kernels.gather(x, (2,), (2,), (1,), (0,), (3,))
+    assert out is not None and np.all(out == 1)
+
+
+def test_gather_pads_with_positive_zero_and_adds_zero_to_negative_zero() -> None:
+    x = np.full((1, 1, 3, 3), -0.0, np.float32)
+    out = window_kernels.gather(x, (3, 3), (1, 1), (1, 1), (1, 1), (3, 3))
+    assert out is not None and out.shape == (1, 1, 3, 3, 3, 3)
+    assert np.all(out == 0) and not np.any(np.signbit(out))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.sampled_from([(0.0, 1.0), (-0.0, 0.0), (-65504.0, 65504.0),
+                                             (-np.inf, 0.5), (0.0, np.inf), (-0.0, -0.0)]),
+       st.integers(0, 10**6))  # fmt: skip
+def test_clamp_gives_numpys_maximum_and_minimum_bits(size, bounds, seed) -> None:
+    x = _values((size,), seed, True)
+    lo, hi = (np.array(v, np.float32) for v in bounds)
+    want = np.minimum(np.maximum(x, lo), hi)
+    assert _same_bits(elementwise._clip(x, lo, hi), want)
+    assert _same_bits(window_kernels.clamp(x, float(lo), float(hi)), want)
+    assert _same_bits(activation.relu(x), np.maximum(x, np.float32(0)))
+
+
+def test_clamp_leaves_nan_bounds_and_strided_inputs_to_numpy() -> None:
+    x = np.arange(8, dtype=np.float32)
+    assert window_kernels.clamp(x, math.nan, 1.0) is None
+    assert window_kernels.clamp(x[::2], 0.0, 1.0) is None
+    assert window_kernels.clamp(x.astype(np.float64), 0.0, 1.0) is None
+
+
+def test_bad_shapes_raise_value_errors() -> None:
+    native = window_kernels._native
+    x = np.zeros((2, 1, 1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.window_gather(x, np.empty((3, 1, 1, 2, 2, 1, 3, 3), np.float32),
+                             (1, 2, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0))  # fmt: skip
+    with pytest.raises(ValueError, match="float32"):
+        native.window_gather(x.astype(np.float64), np.empty((2, 1, 1, 2, 2, 1, 3, 3), np.float32),
+                             (1, 2, 2), (1, 1, 1), (1, 1, 1), (0, 0, 0))  # fmt: skip
+    cols = np.zeros((2, 1, 1, 2, 2, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="does not fit"):
+        native.taps_scatter(cols, np.empty((2, 1, 1, 3, 3), np.float32), (1, 1, 1), (1, 1, 1))
+    with pytest.raises(ValueError, match="at least"):
+        native.taps_scatter(cols, np.empty((2, 1, 1, 4, 4), np.float32), (1, 0, 1), (1, 1, 1))
+
+
+@pytest.mark.parametrize("perm", [(1, 0, 2), (2, 1, 0), (0, 2, 1)])
+def test_reshape_of_a_transposed_layout_copies_the_values(perm) -> None:
+    from anekit.simulator.ops import shape
+
+    x = _values((6, 5, 7), 9, True).transpose(perm)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(window_kernels, "SPLIT_MIN", 0)
+        got = shape.reshape(x, np.array([-1, 7 if perm[2] == 2 else x.shape[2]], np.int32))
+    want = np.ascontiguousarray(x).reshape(got.shape)
+    assert got.flags.c_contiguous and _same_bits(got, want)
+    view = shape.reshape(x, np.array(x.shape[:2] + (x.shape[2], 1), np.int32))
+    assert np.shares_memory(view, x)  # no copy where a view does
