@@ -104,16 +104,21 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
 
     from anekit.codegen.h13.program import emit_program
     from anekit.compiler import compile as compile_model
+    from anekit.formats.hwx.h13 import ENGINE
+    from anekit.runtime.hwx_chain import verify_emitted
 
-    if target.name != "m1":
+    if target.engine != ENGINE:
         raise AnekitError(
-            f"--emit hwx writes H13 programs, the M1's engine; the target is {target.name}",
+            f"--emit hwx writes programs for the H13 engine (m1, m1-pro, m1-max, m1-ultra); "
+            f"the target {target.name} has the {target.engine} engine",
             hint="use -t m1",
         )
     if args.mlpackage:
         raise AnekitError("--mlpackage goes with a bundle; drop it or drop --emit hwx")
     if args.compress:
-        raise AnekitError("--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit hwx")
+        raise AnekitError(
+            "--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit hwx"
+        )
     output = Path(args.output) if args.output else Path(f"{path.stem}.hwx.d")
     if output.exists():
         raise AnekitError(
@@ -127,18 +132,27 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
     try:
         for name, data in program.files.items():
             (staging / name).write_bytes(data)
+        agreement = verify_emitted(compiled, staging)
         staging.rename(output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     written = {name: len(data) for name, data in program.files.items()}
     if args.json:
-        print_json({"directory": str(output), "target": target.name, "files": written})
+        print_json({"directory": str(output), "target": target.name, "files": written,
+                    "parts": [{"device": p.device, "program": p.program, "layers": p.layers,
+                               "cpu_reasons": list(p.reasons)} for p in program.parts],
+                    "emulator_vs_sim_cosine": agreement})  # fmt: skip
         return 0
-    engine = sum(op.op_type == "AneInference" for op in program.descriptor.operations)
-    print(f"wrote {output} for {target.name}: {engine} engine program(s) and program.e5")
+    engine = sum(p.device == "ane" for p in program.parts)
+    print(f"wrote {output} for {target.name}: {engine} engine program(s), "
+          f"{len(program.parts) - engine} CPU part(s) and program.e5")  # fmt: skip
     for name, size in written.items():
         print(f"  {name}  {size} bytes")
+    for part in program.parts:
+        for reason in part.reasons:
+            print(f"  on the CPU ({part.program}): {reason}")
+    print(f"checked: the emulator agrees with sim (cosine {min(agreement.values()):.6f})")
     print(compiled.summary_line())
     return 0
 

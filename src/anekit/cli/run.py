@@ -77,7 +77,8 @@ def _run_program(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.nd
 
 
 def _run_hwx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarray]:
-    """An Apple-format .hwx program on the engine emulator."""
+    """An Apple-format .hwx program, or a folder of them (`compile --emit hwx`), on the
+    engine emulator."""
     if shapes:
         raise AnekitError("a .hwx program's input shapes are fixed by the file; drop --shape")
     return backend.run_hwx(path, feeds)
@@ -85,6 +86,10 @@ def _run_hwx(path: Path, feeds, backend: Backend, shapes) -> dict[str, np.ndarra
 
 def _runner_for(path: Path) -> Runner:
     """Pick how to run ``path`` from what it is."""
+    from anekit.runtime.hwx_chain import is_chain
+
+    if is_chain(path):
+        return _run_hwx
     return RUNNERS.get(path.suffix.lower(), _run_onnx)
 
 
@@ -134,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_npz_target(Path(args.output))  # before the work, not after it
     feeds = parse_inputs(args.input)
-    backend = args.backend or DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
+    from anekit.runtime.hwx_chain import is_chain
+
+    default = "engine" if is_chain(path) else DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
+    backend = args.backend or default
     outputs = _runner_for(path)(path, feeds, backends.get(backend), parse_shapes(args.shape))
     width = max((len(k) for k in outputs), default=0)
     for name, arr in outputs.items():

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# The activation table: 33 samples of f on [-8, 8] at a step of 0.5 sit at fp16 entries
-# 4..36 of kernel tile 0 (Apple's sigmoid program holds sigmoid(-8 + k/2) there to fp16).
-# The engine interpolates linearly between samples; inputs outside the range take the end
-# samples. Entries 0..3 and 37.. are kept but not interpreted (see docs/engine.md).
-LUT_FIRST, LUT_SAMPLES, LUT_LOW, LUT_STEP = 4, 33, -8.0, 0.5
-LUT_ENTRIES = 64  # the table is 128 bytes
+from anekit.formats.hwx.h13 import LUT_FIRST, LUT_LOW, LUT_SAMPLES, LUT_STEP
+
+# The activation table (its layout: anekit.formats.hwx.h13). The emulator's reading: the
+# engine interpolates linearly between samples and inputs outside [-8, 8] take the end
+# samples; entries 0..3 and 37.. are kept but not interpreted (see docs/engine.md).
 
 
 def conv(
@@ -47,6 +46,14 @@ def lookup(values: np.ndarray, table: np.ndarray) -> np.ndarray:
     left = np.minimum(np.floor(position).astype(np.int64), LUT_SAMPLES - 2)
     fraction = position - left
     return samples[left] + fraction * (samples[left + 1] - samples[left])
+
+
+_PLANAR = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def planar(op: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The planar engine's element-wise op on two fp32-widened sources."""
+    return _PLANAR[op](x, y)
 
 
 def to_fp16(values: np.ndarray) -> np.ndarray:

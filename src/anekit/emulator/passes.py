@@ -5,17 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anekit.errors import FormatError
-
-UNIT = 64  # tile-DMA addresses and strides count 64-byte units (the field sits at bit 6)
-L2_UNIT = 16  # L2 addresses and strides count 16-byte units (the field sits at bit 4)
-L2_BYTES = 1 << 21  # 17-bit L2 address fields of 16-byte units
-
-KERNEL_FORMATS = {0: None, 2: "fp16"}  # NE.KernelCfg.KernelFmt
-OP_CONV = 0  # NE.MACCfg.OpMode: multiply-accumulate against the kernel (conv, matmul)
-OP_PASS = 4  # NE.MACCfg.OpMode with KernelMode 1: the input passes through (no kernel)
-NONLINEAR = {0: "none", 1: "relu", 2: "lut"}  # NE.MACCfg.NonlinearMode
-PLANAR_OPS = {0: "add", 1: "mul"}  # Planar.Cfg.OpMode
-TASK_NE, TASK_PE = (1, 0), (3, 3)  # (Common.Cfg.TaskKind, Common.Cfg.PEKind)
+from anekit.formats.hwx.h13 import (
+    KERNEL_FORMATS,
+    L2_BYTES,
+    L2_UNIT,
+    NE_OP_CONV,
+    NE_OP_PASS,
+    NONLINEAR_MODES,
+    PLANAR_OPS,
+    TASK_NE,
+    TASK_PE,
+    UNIT,
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class EnginePass:
     px: int
     groups: int
     lanes_per_group: int  # output channels per kernel lane (2**OCGSize)
-    op: str  # "conv", "pass", "add", "mul"
+    op: str  # "conv", "pass", or a planar op: "add", "mul", "max", "min"
     kernel_format: str | None
     kernel_base: int | None
     tiles: tuple[KernelTile, ...]
@@ -192,7 +193,7 @@ def decode_pass(index: int, f: dict[str, int], where: str | None) -> EnginePass:
           "about a second source", where)  # fmt: skip
     src2 = _dma(f, "TileDMASrc", f["Header.Word8.RBase1"], _SRC2) if two else None
 
-    nonlinear = NONLINEAR.get(f.get("NE.MACCfg.NonlinearMode", 0))
+    nonlinear = NONLINEAR_MODES.get(f.get("NE.MACCfg.NonlinearMode", 0))
     _need(nonlinear is not None, index, f"NE.MACCfg.NonlinearMode="
           f"{f.get('NE.MACCfg.NonlinearMode')} is not understood", where)  # fmt: skip
     kernel_format = KERNEL_FORMATS.get(f.get("NE.KernelCfg.KernelFmt", 0), "unknown")
@@ -203,12 +204,12 @@ def decode_pass(index: int, f: dict[str, int], where: str | None) -> EnginePass:
     planar_relu = bool(f.get("Planar.Cfg.ReluEn", 0))
     if unit == "ne":
         op_mode, kernel_mode = f.get("NE.MACCfg.OpMode", 0), f.get("NE.MACCfg.KernelMode", 0)
-        if (op_mode, kernel_mode) == (OP_CONV, 0):
+        if (op_mode, kernel_mode) == (NE_OP_CONV, 0):
             op = "conv"
             _need(kernel_format == "fp16" and tiles, index,
                   "a multiply-accumulate pass needs fp16 kernel tiles (NE.KernelCfg.KernelFmt=2, "
                   "KernelDMASrc.CoeffDMAConfig[i].En)", where)  # fmt: skip
-        elif (op_mode, kernel_mode) == (OP_PASS, 1):
+        elif (op_mode, kernel_mode) == (NE_OP_PASS, 1):
             op = "pass"
             _need(cin == cout and (hin, win) == (hout, wout) and (kh, kw) == (1, 1), index,
                   "a pass-through pass must keep its shape", where)  # fmt: skip
@@ -233,7 +234,7 @@ def decode_pass(index: int, f: dict[str, int], where: str | None) -> EnginePass:
               "a planar-engine pass must keep its shape", where)  # fmt: skip
         _need(not tiles and nonlinear == "none", index,
               "a planar-engine pass with kernel tiles or a NE activation is not understood", where)  # fmt: skip
-    if op in ("pass", "add", "mul"):
+    if op != "conv":
         _need((kh, kw, sy, sx, py, px, groups) == (1, 1, 1, 1, 0, 0, 1), index,
               "an element-wise pass with a kernel window, stride, padding or groups", where)  # fmt: skip
     else:

@@ -16,13 +16,13 @@ from anekit.emulator.memory import (
     load_tensor,
     store_tensor,
 )
-from anekit.emulator.passes import L2_BYTES, Dma, EnginePass, decode_pass
+from anekit.emulator.passes import Dma, EnginePass, decode_pass
 from anekit.emulator.registers import decode
 from anekit.errors import FormatError, InputError, check_input_names
 from anekit.formats import hwx
+from anekit.formats.hwx.h13 import L2_BYTES, LUT_ENTRIES, MAX_BASES
 
 BASE_FLAVOR = 1  # the LC_THREAD flavor whose state words are the base-address table
-BASE_REGISTERS = 32  # 5-bit base indices (Header.Word8 RBase/WBase, Word9 KBase)
 # The emulator's envelope: one pass may not exceed this many multiply-accumulates or tensor
 # elements (strides may be 0, so a file's size does not bound its work; a mutated file must
 # neither hang nor exhaust memory).
@@ -68,14 +68,14 @@ class EngineProgram:
         """The base-address registers the descriptors index (RBase, WBase, KBase): the
         first LC_THREAD state holds them as 64-bit words (text, kernel, ..., output, inputs)."""
         state = next((t for t in self.hwx.threads if t.flavor == BASE_FLAVOR), None)
-        if state is None or len(state.words) < 2 * BASE_REGISTERS:
+        if state is None or len(state.words) < 2 * MAX_BASES:
             raise FormatError(
                 "expected an LC_THREAD (flavor 1) holding the base-address table the task "
                 "descriptors index",
                 where=self.where,
             )
         words = state.words
-        return tuple(words[2 * i] | (words[2 * i + 1] << 32) for i in range(BASE_REGISTERS))
+        return tuple(words[2 * i] | (words[2 * i + 1] << 32) for i in range(MAX_BASES))
 
     def _relocated_tiles(self) -> dict[tuple[int, int], int]:
         """(descriptor, lane) -> the weight tile's address as the loader would patch it into
@@ -184,7 +184,7 @@ class EngineProgram:
             acc = x.astype(np.float32)
         else:
             y = l2.load(second[0]).astype(np.float32)
-            acc = x.astype(np.float32) + y if p.op == "add" else x.astype(np.float32) * y
+            acc = arithmetic.planar(p.op, x.astype(np.float32), y)
             acc = acc + np.float32(np.uint16(p.planar_bias).view(np.float16))
             if p.planar_relu:
                 acc = np.maximum(acc, 0.0)
@@ -239,7 +239,7 @@ class EngineProgram:
         return np.concatenate(blocks)[: p.cout], bias
 
     def _lut(self, space: AddressSpace, p: EnginePass) -> np.ndarray:
-        return self._tile_bytes(space, p, 0, 2 * arithmetic.LUT_ENTRIES).view(np.float16)
+        return self._tile_bytes(space, p, 0, 2 * LUT_ENTRIES).view(np.float16)
 
     # --- description ----------------------------------------------------------------------
 

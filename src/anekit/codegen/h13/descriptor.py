@@ -13,10 +13,9 @@ from collections.abc import Mapping
 
 from anekit.errors import InternalError
 from anekit.formats.hwx.descriptors import COUNT_SHIFT
+from anekit.formats.hwx.h13 import DESCRIPTOR_STRIDE
 from anekit.formats.hwx.inferred import INFERRED
 from anekit.formats.hwx.registers import GenerationLayout, generation_layout
-
-DESCRIPTOR_STRIDE = 0x300  # zin places chained descriptors 0x300 bytes apart
 
 
 @functools.cache

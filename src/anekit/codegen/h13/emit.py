@@ -14,30 +14,38 @@ import numpy as np
 
 import anekit
 from anekit.codegen.h13 import descriptor
-from anekit.codegen.h13.lower import Buffer, EmitError, Lowered, Pass, lanes_per_group, lower
+from anekit.codegen.h13.lower import (
+    Buffer,
+    EmitError,
+    Lowered,
+    Pass,
+    lanes_per_group,
+    lower,
+    split_rows,
+)
+from anekit.codegen.h13.tables import activation_table
 from anekit.formats.hwx import writer
+from anekit.formats.hwx.h13 import (
+    L2_UNIT,
+    MAX_BASES,
+    NONLINEAR_MODES,
+    PLANAR_OPS,
+    UNIT,
+    code_of,
+    field_limit,
+    field_widths,
+)
 from anekit.ir.graph import Graph
 
-UNIT, L2_UNIT = 64, 16
 BASE_TEXT, BASE_CONST, BASE_FIRST_OUTPUT = 0, 1, 4
-MAX_BASES = 32
-# The activation table (see anekit.emulator.arithmetic): 33 samples on [-8, 8].
-LUT_BYTES, LUT_FIRST, LUT_SAMPLES = 128, 4, 33
-
 H13_CPUSUBTYPE = 4
-
-
-def sigmoid_table() -> bytes:
-    table = np.zeros(LUT_BYTES // 2, np.float16)
-    x = -8.0 + 0.5 * np.arange(LUT_SAMPLES)
-    table[LUT_FIRST : LUT_FIRST + LUT_SAMPLES] = 1.0 / (1.0 + np.exp(-x))
-    return table.tobytes()
 
 
 def _tiles(p: Pass) -> list[bytes]:
     """One tile per lane: [bias x G] then [cin][kh][kw][G] fp16, padded to 64 bytes."""
-    if p.kind == "pass" and p.activation == "sigmoid":
-        return [sigmoid_table()]
+    if p.kind == "pass" and p.activation == "lut":
+        assert p.table is not None
+        return [activation_table(p.table)]
     if p.kind != "conv":
         return []
     assert p.weights is not None
@@ -72,7 +80,7 @@ def _l2_row(channels: int, width: int) -> int:
 def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int],
             buffers: dict[str, Buffer], tile_offsets: list[int], tile_sizes: list[int]) -> dict[str, int]:  # fmt: skip
     src, dst = buffers[p.src1], buffers[p.dst]
-    planar = p.kind in ("add", "mul")
+    planar = p.planar
     conv = p.kind == "conv"
     # neural engines in use: one per output-channel group (conv) or channel (pass), up to
     # 16; Common.Cfg.ActiveNE holds its log2 and the header's ENE one more (every Apple
@@ -106,6 +114,8 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
         "Common.TileCfg.TileHeight": p.hout,
         "TileDMASrc.DMAConfig.En": 1, "TileDMASrc.DMAConfig.CacheHint": 2,
         "TileDMASrc.DMAConfig.CacheHintReuse": 0xE, "TileDMASrc.DMAConfig.CacheHintNoReuse": 0xC,
+        "TileDMASrc.BaseAddr.Addr": (p.src_channel * src.plane_stride
+                                     + p.row0 * src.row_stride) // UNIT,
         "TileDMASrc.RowStride.Stride": src.row_stride // UNIT,
         "TileDMASrc.PlaneStride.PlaneStride": src.plane_stride // UNIT,
         "TileDMASrc.DepthStride.Stride": src.size // UNIT,
@@ -121,7 +131,8 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
         "L2.ResultCfg.DMAInterleave": 1, "L2.ResultCfg.AliasPlanarSrc": 1,
         "L2.ResultCfg.AliasPlanarRslt": 1,
         "TileDMADst.DMAConfig.En": 1, "TileDMADst.DMAConfig.CacheHint": 3,
-        "TileDMADst.BaseAddr.Addr": p.dst_channel * dst.plane_stride // UNIT,
+        "TileDMADst.BaseAddr.Addr": (p.dst_channel * dst.plane_stride
+                                     + p.row0 * dst.row_stride) // UNIT,
         "TileDMADst.RowStride.RowStride": dst.row_stride // UNIT,
         "TileDMADst.PlaneStride.PlaneStride": dst.plane_stride // UNIT,
         "TileDMADst.DepthStride.DepthStride": dst.size // UNIT,
@@ -140,12 +151,13 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
             "Common.ChCfg.Src2En": 1, "Common.PECfg.Mode": 4,
             "Common.Cfg.TaskKind": 3, "Common.Cfg.PEKind": 3,
             "TileDMASrc.Src2DMAConfig.Cfg": 0x33880,
+            "TileDMASrc.Src2BaseAddr.Addr": p.row0 * second.row_stride // UNIT,
             "TileDMASrc.Src2RowStride.Stride": second.row_stride // UNIT,
             "TileDMASrc.Src2PlaneStride.Stride": second.plane_stride // UNIT,
             "TileDMASrc.Src2DepthStride.Stride": second.size // UNIT,
             "TileDMASrc.Src2Fmt.Fmt": 0x2030,
             "L2.SourceCfg.Src2En": 1,
-            "Planar.Cfg.OpMode": 0 if p.kind == "add" else 1, "Planar.Cfg.SecSrc": 2,
+            "Planar.Cfg.OpMode": code_of(PLANAR_OPS, p.kind), "Planar.Cfg.SecSrc": 2,
             "Planar.Cfg.ReluEn": int(p.activation == "relu"),
             "Planar.BiasScale.Scale": 0x3C00, "Planar.PreScale.PreScale": 0x3C00,
             "Planar.FinalScale.FinalScale": 0x3F800000,
@@ -162,7 +174,7 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
             "Common.Cfg.TaskKind": 1, "Common.TaskInfo.NID": 1, "Common.Cfg.ActiveNE": active_ne,
             "TileDMASrc.Word0x40.Const": 0x100, "TileDMASrc.Src2DMAConfig.Cfg": 0x8880,
             "NE.KernelCfg.PalettizedBits": 8, "NE.MACCfg.Bit20": 1, "NE.PostScale.PostScale": 0x3C00,
-            "NE.MACCfg.NonlinearMode": {"none": 0, "relu": 1, "sigmoid": 2}[p.activation],
+            "NE.MACCfg.NonlinearMode": code_of(NONLINEAR_MODES, p.activation),
             **{f"KernelDMASrc.Hint[{i}].Const": 0x80 for i in range(4)},
         })  # fmt: skip
         for lane in range(16):
@@ -200,6 +212,14 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
             f[f"KernelDMASrc.CoeffDMAConfig[{lane}].En"] = 1
             f[f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"] = offset // UNIT
             f[f"KernelDMASrc.CoeffBfrSize[{lane}].MemBfrSize"] = size // UNIT
+    for name, value in f.items():
+        if value > field_limit(name):
+            raise EmitError(
+                f"{name} = {value} does not fit its {field_widths()[name]} bits (at most "
+                f"{field_limit(name)}): the pass {p.cin}x{p.hin}x{p.win} -> "
+                f"{p.cout}x{p.hout}x{p.wout} exceeds what one H13 task descriptor holds",
+                where=f"node '{p.node}'",
+            )
     return {k: v for k, v in f.items() if v}
 
 
@@ -220,6 +240,7 @@ def _bases(lowered: Lowered) -> dict[str, int]:
 def emit(graph: Graph, *, source: str = "graph") -> bytes:
     """The .hwx program (bytes) computing `graph`'s engine layers on an H13 engine."""
     lowered = lower(graph)
+    lowered.passes = [band for p in lowered.passes for band in split_rows(p)]
     if not lowered.passes:
         raise EmitError("the graph has no engine layer to emit")
     bases = _bases(lowered)
@@ -265,4 +286,4 @@ def emit(graph: Graph, *, source: str = "graph") -> bytes:
     return writer.write(image)
 
 
-__all__ = ["EmitError", "emit", "sigmoid_table"]
+__all__ = ["EmitError", "emit"]

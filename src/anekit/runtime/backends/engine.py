@@ -30,11 +30,15 @@ class EngineBackend(Backend):
     def run_hwx(
         self, program: str | os.PathLike[str] | bytes, feeds: Mapping[str, Any]
     ) -> dict[str, np.ndarray]:
-        """Run one .hwx program (a path or its bytes); outputs as float32 arrays."""
+        """Run one .hwx program (a path or its bytes), or a folder of emitted programs in its
+        program.e5's order; outputs as float32 arrays."""
         from anekit.emulator import EngineProgram
+        from anekit.runtime.hwx_chain import is_chain, run_chain
 
         if isinstance(program, bytes):
             return EngineProgram(program).run(feeds)
+        if is_chain(program):
+            return run_chain(program, feeds)
         return EngineProgram.load(program).run(feeds)
 
 
