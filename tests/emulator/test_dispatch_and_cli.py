@@ -77,17 +77,17 @@ def test_compile_emit_hwx_then_inspect_and_run(tmp_path, capsys):
     model = _onnx(tmp_path / "cnn.onnx")
     out = tmp_path / "cnn.hwx.d"
     assert main(["compile", str(model), "-t", "m1", "--emit", "hwx", "-o", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["program.e5", "segment0.hwx"]
+    assert sorted(p.name for p in out.iterdir()) == ["part0.hwx", "program.e5"]
     capsys.readouterr()
     assert main(["inspect", str(out / "program.e5"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [op["op_type"] for op in doc["operations"]] == ["Cast", "AneInference", "Cast"]
-    assert doc["operations"][1]["program"] == "segment0.hwx"
+    assert doc["operations"][1]["program"] == "part0.hwx"
     x = np.random.default_rng(3).standard_normal((1, 4, 5, 5)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     saved = tmp_path / "y.npz"
     assert (
-        main(["run", str(out / "segment0.hwx"), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(saved)])
+        main(["run", str(out / "part0.hwx"), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(saved)])
         == 0
     )
     assert (
@@ -110,5 +110,5 @@ def test_compile_emit_hwx_refuses_an_existing_directory_and_other_targets(tmp_pa
     assert (
         main(["compile", str(model), "-t", "m4", "--emit", "hwx", "-o", str(tmp_path / "x")]) == 2
     )
-    assert "-t m1" in capsys.readouterr().err
+    assert "H16 engine" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -25,6 +25,7 @@ from anekit.formats.hwx.container import (
     MAGIC,
     S_ZEROFILL,
 )
+from anekit.formats.hwx.h13 import DESCRIPTOR_STRIDE
 from anekit.formats.hwx.symbols import N_GSYM, N_LSYM
 
 ENGINE_BASE = 0x30000000
@@ -38,6 +39,7 @@ CATALOG = ("void:t1=1", "int8:t2=r2;0;127", "uint8:t3=r1;0;255", "int16:t4=r1;-3
            "float16:t5=r1;2;0", "float:t6=r1;4;0")  # fmt: skip
 FLOAT16 = 5
 BASE_TABLE_WORDS = 64  # 32 base registers of 64 bits
+CHAIN_WORD, CHAIN_NEXT_SIZE = 512, 0x9C  # the thread-state words naming the descriptor chain
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ class HwxImage:
     banner: str
     network: str = "net"
     tile_offsets: dict[str, int] = field(default_factory=dict)  # filled by `layout`
+
+
+def _descriptor_count(image: HwxImage) -> int:
+    """Descriptors in the chain (laid DESCRIPTOR_STRIDE apart, the last unpadded)."""
+    return -(-len(image.descriptors) // DESCRIPTOR_STRIDE)
 
 
 def _align(value: int, to: int) -> int:
@@ -136,9 +143,12 @@ def write(image: HwxImage) -> bytes:
     for window in image.windows:
         addresses[window.name] = at
         at += _align(window.size, PAGE)
+    # the working windows share one intermediate segment (anecc takes at most one)
+    scratch_start = at
     for name, size in image.scratch:
         addresses[name] = at
-        at += _align(size, PAGE)
+        at += _align(size, TILE_ALIGN)
+    scratch_size = at - scratch_start
 
     # the fixed part of each load command first, to know where the file data starts
     relocations = b"".join(
@@ -185,10 +195,11 @@ def write(image: HwxImage) -> bytes:
                            SECTION_FLAGS[window.role])  # fmt: skip
         commands.append(_segment("__FVMLIB", address, _align(window.size, PAGE), 0, 0, prot, 6,
                                  [section]))  # fmt: skip
-    for name, size in image.scratch:
-        address = addresses[name]
-        section = _section("__bss", "__DATA", address, size, 0, 14, 0, 0, S_ZEROFILL)
-        commands.append(_segment("__DATA", address, _align(size, PAGE), 0, 0, 3, 0, [section]))
+    if image.scratch:
+        section = _section("__bss", "__DATA", scratch_start, scratch_size, 0, 14, 0, 0,
+                           S_ZEROFILL)  # fmt: skip
+        commands.append(_segment("__DATA", scratch_start, _align(scratch_size, PAGE), 0, 0, 3,
+                                 4, [section]))  # fmt: skip
     for window in image.windows:
         fixed = struct.pack("<3I", 0x14, 0, addresses[window.name])
         commands.append(_command(LC_IO_BUFFER, fixed + window.name.encode() + b"\0"))
@@ -196,7 +207,14 @@ def write(image: HwxImage) -> bytes:
     for index, name in image.bases.items():
         bases[index] = addresses[name]
     words = b"".join(struct.pack("<Q", base) for base in bases)
-    thread = struct.pack("<II", 1, BASE_TABLE_WORDS) + words + image.network.encode() + b"\0"
+    # Apple's state continues past the base table; words 512-517 hold the first descriptor's
+    # address, its NextSize (0x9c) and the descriptor count, which the Asahi converter
+    # (eiln/anecc, anecc_convert) reads to find the task section.
+    chain = [0] * (CHAIN_WORD - BASE_TABLE_WORDS) + [ENGINE_BASE, 0, CHAIN_NEXT_SIZE,
+                                                      _descriptor_count(image), 0, 0xFFFF]  # fmt: skip
+    words += struct.pack(f"<{len(chain)}I", *chain)
+    count = BASE_TABLE_WORDS + len(chain)
+    thread = struct.pack("<II", 1, count) + words + image.network.encode() + b"\0"
     commands.append(_command(LC_THREAD, thread))
     commands.append(_command(LC_IDENT, image.banner.encode() + b"\0"))
     commands.append(

@@ -1,0 +1,195 @@
+"""Whole CNNs emitted as chains of H13 programs: run on the emulator, compared with sim and
+onnxruntime, every .hwx checked as the Asahi converter (eiln/anecc) checks it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anekit
+from anekit.cli import main
+from anekit.codegen.h13.program import emit_program
+from anekit.emulator import EngineProgram
+from anekit.runtime.hwx_chain import cosine, run_chain
+from tests.emulator.anecc_checks import AneccRefusal, convert
+
+ROOT = Path(__file__).resolve().parents[2]
+RNG = np.random.default_rng(11)
+
+
+def _init(name: str, *shape: int, scale: float = 0.3):
+    return numpy_helper.from_array((scale * RNG.standard_normal(shape)).astype(np.float32), name)
+
+
+def every_layer_cnn(path: Path) -> Path:
+    """Depthwise stride-2, dilated and grouped convs, max/avg/global pooling, relu, sigmoid,
+    tanh, a scale and shift, add/mul/max/min of live tensors, channel concat."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "dw"], ["d0"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Tanh", ["d0"], ["t0"]),
+        helper.make_node("Conv", ["t0", "wd"], ["e0"], dilations=[2, 2], pads=[2, 2, 2, 2]),
+        helper.make_node("Sigmoid", ["e0"], ["s0"]),
+        helper.make_node("Conv", ["t0", "wg"], ["g0"], group=2, pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["g0", "scale"], ["m0"]),
+        helper.make_node("Add", ["m0", "shift"], ["a0"]),
+        helper.make_node("Add", ["a0", "s0"], ["res"]),
+        helper.make_node("Mul", ["res", "s0"], ["prod"]),
+        helper.make_node("Max", ["prod", "t0"], ["mx"]),
+        helper.make_node("Min", ["mx", "a0"], ["mn"]),
+        helper.make_node("MaxPool", ["mn"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["mn"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Concat", ["mp", "ap"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["y"]),
+    ]
+    inits = [_init("w0", 8, 3, 3, 3), _init("b0", 8), _init("dw", 8, 1, 3, 3),
+             _init("wd", 8, 8, 3, 3, scale=0.2), _init("wg", 8, 4, 3, 3),
+             _init("scale", 1, 8, 1, 1, scale=1.0), _init("shift", 1, 8, 1, 1)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "every_layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _emit(model: Path, folder: Path, target: str = "m1"):
+    compiled = anekit.compile(str(model), target)
+    program = emit_program(compiled)
+    folder.mkdir()
+    for name, data in program.files.items():
+        (folder / name).write_bytes(data)
+    return compiled, program
+
+
+def _check_against_oracles(model: Path, compiled, folder: Path) -> None:
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32)
+                 for v in compiled.graph.inputs}  # fmt: skip
+        emulated = run_chain(folder, feeds)
+        simulated = compiled.run(feeds, "sim")
+        exact = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds),
+                         strict=True))  # fmt: skip
+        for name, value in exact.items():
+            assert emulated[name].shape == value.shape
+            assert cosine(emulated[name], simulated[name]) >= 0.999
+            assert cosine(emulated[name], value) >= 0.999
+
+
+def _every_hwx_passes_anecc(folder: Path) -> int:
+    programs = sorted(folder.glob("*.hwx"))
+    for path in programs:
+        convert(path.read_bytes())
+    return len(programs)
+
+
+def test_digits_cnn_emits_runs_and_passes_the_asahi_checks(tmp_path):
+    model = ROOT / "examples" / "digits_cnn.onnx"
+    compiled, program = _emit(model, tmp_path / "d.hwx.d")
+    engine_layers = sum(p.layers for p in program.parts if p.device == "ane")
+    assert engine_layers >= 4  # convs, max pool, both Gemms with their GELU
+    cpu = [r for p in program.parts for r in p.reasons]
+    assert all("Softmax" in r or "reshape" in r for r in cpu), cpu
+    assert _every_hwx_passes_anecc(tmp_path / "d.hwx.d") == 2
+    _check_against_oracles(model, compiled, tmp_path / "d.hwx.d")
+
+
+def test_every_layer_kind_emits_on_the_engine(tmp_path):
+    model = every_layer_cnn(tmp_path / "every.onnx")
+    compiled, program = _emit(model, tmp_path / "e.hwx.d")
+    assert [p.device for p in program.parts] == ["ane"], [p.reasons for p in program.parts]
+    passes = EngineProgram.load(tmp_path / "e.hwx.d" / "part0.hwx").passes
+    kinds = {(p.unit, p.op, p.nonlinear) for p in passes}
+    assert {("pe", "max", "none"), ("pe", "min", "none"), ("pe", "mul", "none"),
+            ("ne", "pass", "lut"), ("ne", "conv", "relu")} <= kinds  # fmt: skip
+    assert any(p.groups == p.cin > 1 and p.sy == 2 for p in passes)  # depthwise, stride 2
+    assert _every_hwx_passes_anecc(tmp_path / "e.hwx.d") == 1
+    _check_against_oracles(model, compiled, tmp_path / "e.hwx.d")
+
+
+def test_the_asahi_checks_refuse_what_anecc_refuses():
+    # the converter's own failure on anekit's earlier output: no [base, _, 0x9c, count] record
+    data = bytearray((ROOT / "tests/data/apple/hwx/h13_conv.hwx").read_bytes())
+    convert(bytes(data))
+    at = bytes(data).index((0x9C).to_bytes(4, "little") + (1).to_bytes(4, "little"))
+    data[at - 8 : at - 4] = bytes(4)
+    with pytest.raises(AneccRefusal, match="0x9c"):
+        convert(bytes(data))
+
+
+def _single(path: Path, op: str, shape: list[int], out_shape: list[int], inits=(), **attrs):
+    node = helper.make_node(op, ["x", *[i.name for i in inits]], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], op.lower(), [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], list(inits),
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@pytest.mark.slow
+def test_layers_wider_than_one_pass_are_split(tmp_path):
+    wide = _single(tmp_path / "wide.onnx", "Conv", [1, 8, 1, 1], [1, 16384, 1, 1],
+                   [_init("w", 16384, 8, 1, 1)])  # fmt: skip
+    compiled, _ = _emit(wide, tmp_path / "wide.hwx.d")
+    passes = EngineProgram.load(tmp_path / "wide.hwx.d" / "part0.hwx").passes
+    assert [p.cout for p in passes] == [2048] * 8
+    _check_against_oracles(wide, compiled, tmp_path / "wide.hwx.d")
+    big = _single(tmp_path / "big.onnx", "Sigmoid", [1, 1, 2048, 2048], [1, 1, 2048, 2048])
+    compiled, _ = _emit(big, tmp_path / "big.hwx.d")
+    passes = EngineProgram.load(tmp_path / "big.hwx.d" / "part0.hwx").passes
+    assert len(passes) > 1 and sum(p.hin for p in passes) == 2048
+    assert _every_hwx_passes_anecc(tmp_path / "big.hwx.d") == 1
+
+
+def test_every_h13_chip_emits_and_other_engines_are_refused(tmp_path, capsys):
+    model = _single(tmp_path / "r.onnx", "Relu", [1, 4, 3, 3], [1, 4, 3, 3])
+    for chip in ("m1", "m1-pro", "m1-max", "m1-ultra"):
+        out = tmp_path / f"{chip}.hwx.d"
+        assert main(["compile", str(model), "-t", chip, "--emit", "hwx", "-o", str(out)]) == 0
+        assert "agrees with sim" in capsys.readouterr().out
+    assert main(["compile", str(model), "-t", "m2", "--emit", "hwx", "-o",
+                 str(tmp_path / "m2.hwx.d")]) == 2  # fmt: skip
+    assert "H14 engine" in capsys.readouterr().err
+
+
+def test_what_no_register_holds_is_refused_naming_layer_and_limit(tmp_path, capsys):
+    model = _single(tmp_path / "s4.onnx", "Conv", [1, 2, 16, 16], [1, 2, 4, 4],
+                    [_init("w", 2, 2, 4, 4)], strides=[4, 4])  # fmt: skip
+    out = tmp_path / "s4.hwx.d"
+    assert main(["compile", str(model), "-t", "m1", "--emit", "hwx", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Common.ConvCfg.Sx = 4 does not fit its 2 bits (at most 3)" in err and "node '" in err
+    assert not out.exists()
+
+
+def test_a_zero_sized_model_is_refused(tmp_path, capsys):
+    model = _single(tmp_path / "z.onnx", "Relu", [1, 0, 3, 3], [1, 0, 3, 3])
+    code = main(["compile", str(model), "-t", "m1", "--emit", "hwx", "-o", str(tmp_path / "z")])
+    assert code == 2
+    assert "no elements" in capsys.readouterr().err or "zero" in capsys.readouterr().err
+
+
+def test_anekit_run_runs_an_emitted_folder(tmp_path, capsys):
+    model = ROOT / "examples" / "digits_cnn.onnx"
+    out = tmp_path / "d.hwx.d"
+    assert main(["compile", str(model), "-t", "m1", "--emit", "hwx", "-o", str(out)]) == 0
+    x = np.random.default_rng(5).standard_normal((1, 1, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    saved = tmp_path / "y.npz"
+    assert main(["run", str(out), "-i", f"image={tmp_path / 'x.npy'}", "-o", str(saved)]) == 0
+    probs = np.load(saved)["probs"]
+    exact = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"image": x})[0]  # fmt: skip
+    assert probs.shape == exact.shape and cosine(probs, exact) >= 0.999
