@@ -126,7 +126,7 @@ def test_concat():
     _check("concat", PLIST / "simple/concat.plist", EXACT)
 
 
-@pytest.mark.parametrize("compiler", ["zin5", "zin7"])
+@pytest.mark.parametrize("compiler", ["zin5", "zin7", "zin9"])
 def test_mul(tmp_path, compiler):
     oracle = _edited_netplist(
         tmp_path, "plists/sum.plist", {"<string>Add</string>": "<string>Mul</string>"}

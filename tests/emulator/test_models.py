@@ -116,6 +116,18 @@ def test_every_layer_kind_emits_on_the_engine(tmp_path):
     _check_against_oracles(model, compiled, tmp_path / "e.hwx.d")
 
 
+def test_the_asahi_checks_accept_apples_programs_as_anecc_does():
+    # anecc converts every zin 4-7 program; zin 9's compact descriptors (0x1f8 bytes, first
+    # stream header 0x4401f800) it does not (allbilly/ane problem.md, "anecc assertion
+    # failure on macOS 26 HWX")
+    for path in sorted((ROOT / "tests/data/apple/hwx").glob("*.hwx")):
+        if path.stem == "h13_mul_zin9":
+            with pytest.raises(AneccRefusal):
+                convert(path.read_bytes())
+        else:
+            assert convert(path.read_bytes()).descriptors >= 1
+
+
 def test_the_asahi_checks_refuse_what_anecc_refuses():
     # the converter's own failure on anekit's earlier output: no [base, _, 0x9c, count] record
     data = bytearray((ROOT / "tests/data/apple/hwx/h13_conv.hwx").read_bytes())

@@ -7,7 +7,7 @@ import pytest
 from anekit.errors import FormatError
 from anekit.formats import hwx
 
-from .helpers import HWX_FILES, HWX_IDS, fixture_bytes, patched
+from .helpers import CANONICAL_FILES, CANONICAL_IDS, HWX_FILES, HWX_IDS, fixture_bytes, patched
 
 # FACTS section 4: the stream header words of h13_relu.hwx and their word counts.
 RELU_STREAMS = [
@@ -31,7 +31,7 @@ def test_relu_stream_headers_match_facts(decoded):
         assert stream.header & 0x3FFFFFF == stream.address
 
 
-@pytest.mark.parametrize("path", HWX_FILES, ids=HWX_IDS)
+@pytest.mark.parametrize("path", CANONICAL_FILES, ids=CANONICAL_IDS)
 def test_h13_descriptors_are_0x274_bytes_with_seven_streams(decoded, path):
     f = decoded[path.stem]
     assert f.generation == "h13"
@@ -191,3 +191,12 @@ def test_concat_second_descriptor_writes_after_the_first_ones_channels(decoded):
     # Header word 1 announces the size of the next descriptor, in words, minus one.
     assert first.fields["Header.Word1.NextSize"] == second.size // 4 - 1
     assert second.fields["Header.Word1.NextSize"] == 0
+
+
+def test_zin9_writes_a_compact_descriptor_with_kernel_dma_in_two_streams(decoded):
+    (descriptor,) = decoded["h13_mul_zin9"].task_descriptors
+    assert descriptor.size == 0x1F8 and descriptor.note is None
+    kernel = [(s.address, len(s.words)) for s in descriptor.streams if s.name == "KernelDMASrc"]
+    assert kernel == [(0x1F800, 18), (0x1F8C8, 12)]  # the base/size words 0x1f848-0x1f8c4 omitted
+    assert [s.name for s in descriptor.streams][2:] == H13_STREAM_ORDER[1:]
+    assert descriptor.inferred["KernelDMASrc.Hint[0].Const"] == 0x80

@@ -113,9 +113,10 @@ def test_mutated_fixture_decodes_or_raises_format_error(case):
 def test_fuzz_benchmark_runs_and_finds_nothing(tmp_path):
     fuzz = load_fuzz_benchmark()
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--targets", "hwx", "--cases", "54", "--seed", "1", "--out", str(out)]) == 0
+    cases = 6 * len(HWX_IDS)
+    assert fuzz.main(["--targets", "hwx", "--cases", str(cases), "--seed", "1", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["cases"] == 54 and doc["findings"] == 0 and doc["finding_records"] == []
+    assert doc["cases"] == cases and doc["findings"] == 0 and doc["finding_records"] == []
     fixtures = doc["targets"]["hwx"]["fixtures"]
     assert set(fixtures) == set(HWX_IDS)
     assert all(t["ok"] + t["format_error"] == t["cases"] == 6 for t in fixtures.values())

@@ -9,7 +9,7 @@ import pytest
 
 from anekit.formats.hwx.registers import generation_layout, layout_for_cpusubtype
 
-from .helpers import FIXTURES, HWX_FILES, HWX_IDS
+from .helpers import CANONICAL_FILES, CANONICAL_IDS, FIXTURES
 
 
 def test_shipped_table_is_tinygrads_unchanged():
@@ -56,7 +56,7 @@ def test_known_field_addresses():
     assert by_name["Header.Word7.NextPointer"].header_offset == 28
 
 
-@pytest.mark.parametrize("path", HWX_FILES, ids=HWX_IDS)
+@pytest.mark.parametrize("path", CANONICAL_FILES, ids=CANONICAL_IDS)
 def test_address_decoding_equals_tinygrads_direct_byte_decoding(decoded, path):
     """Independent method: tinygrad reads each field at its byte offset in the raw descriptor."""
     original = json.loads((FIXTURES / "regs" / "h13_aneregs.json").read_text())

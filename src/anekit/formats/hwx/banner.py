@@ -30,7 +30,7 @@ class Banner:
     compiler: str | None  # e.g. "zin_ane_compiler"
     version: str | None  # e.g. "4.2.1"
     target: str | None  # the `-t` selector, e.g. "h13"
-    flags: tuple[str, ...]  # every `--option[=value]`, in order
+    flags: tuple[str, ...]  # every option line (`--x=v`, zin 9's `-g`) but -t/-i/-o, in order
     input: str | None  # `-i`
     output: str | None  # `-o`
     modules: tuple[BuildModule, ...]

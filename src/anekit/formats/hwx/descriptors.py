@@ -102,10 +102,13 @@ def _read_descriptor(
     bound = following or section.size
     streams = []
     position = offset + layout.header_size
-    for _ in layout.streams:
+    # a descriptor holds each block's stream once, a block possibly split in two (zin 9.x)
+    for _ in range(2 * len(layout.streams)):
         if position + 4 > bound:
             break
         word = view.u32(base + position, "a register-write stream header")
+        if word == 0:  # padding after the last stream
+            break
         count, address = (word >> COUNT_SHIFT) + 1, word & ADDRESS_MASK
         if position + 4 + 4 * count > bound:
             raise view.error(
@@ -113,12 +116,13 @@ def _read_descriptor(
                 base + position,
             )
         words = view.words(base + position + 4, count, "register-write stream words")
-        streams.append(Stream(layout.stream_name(address), position, word, address, words))
+        streams.append(Stream(layout.stream_name(address, count), position, word, address, words))
         position += 4 + 4 * count
     note = None
-    if len(streams) < len(layout.streams):
+    present = {s.name for s in streams if s.name}
+    if len(present) < len(layout.streams):
         note = (
-            f"{len(streams)} of {len(layout.streams)} {layout.generation} register streams present"
+            f"{len(present)} of {len(layout.streams)} {layout.generation} register streams present"
         )
     unknown = [f"0x{s.address:x}" for s in streams if s.name is None]
     if unknown:

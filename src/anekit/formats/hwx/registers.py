@@ -67,10 +67,12 @@ class GenerationLayout:
     fields: tuple[FieldSpec, ...]
     source: str
 
-    def stream_name(self, address: int) -> str | None:
-        """The name of the stream whose canonical base address is `address`."""
+    def stream_name(self, address: int, words: int = 1) -> str | None:
+        """The block whose registers [address, address + 4 * words) lie in: its canonical
+        stream starts there, or a later compiler wrote part of it as a stream of its own
+        (zin 9.x writes KernelDMASrc as 0x1f800 + 18 words and 0x1f8c8 + 12 words)."""
         for stream in self.streams:
-            if stream.address == address:
+            if stream.address <= address and address + 4 * words <= stream.address + 4 * stream.words:
                 return stream.name
         return None
 
