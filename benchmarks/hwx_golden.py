@@ -5,13 +5,15 @@ it; README says how the fixture differs, e.g. the relu program is neuron.plist w
 anekit reads that netplist, emits its own .hwx and compares every field of the register
 map, descriptor by descriptor. Every field that differs must have an entry in EXPLAINED.
 
-    python benchmarks/hwx_golden.py     # writes results/hwx_golden.json and .md
+    python benchmarks/hwx_golden.py          # writes results/hwx_golden.json and .md
+    python benchmarks/hwx_golden.py --smoke  # two programs, same code paths
 
 The table also goes into the README (the markdown file is the snippet).
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import re
 import sys
@@ -154,8 +156,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    rows = [compare(program) for program in CASES]
+SMOKE_CASES = ("relu", "sum")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="anekit's H13 emission against Apple's .hwx")
+    parser.add_argument("--smoke", action="store_true", help=f"only {', '.join(SMOKE_CASES)}")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rows = [compare(program) for program in (SMOKE_CASES if args.smoke else CASES)]
     unexplained = [
         (row["program"], d["field"]) for row in rows for d in row["differences"] if not d["why"]
     ]
@@ -167,8 +176,10 @@ def main() -> int:
         "unexplained": unexplained,
         "python": platform.python_version(),
     }
-    write_json(RESULTS, doc)
-    RESULTS.with_suffix(".md").write_text(markdown(rows))
+    out = args.out or (RESULTS.with_name("hwx_golden_smoke.json") if args.smoke else RESULTS)
+    write_json(out, doc)
+    if not args.smoke:
+        out.with_suffix(".md").write_text(markdown(rows))
     print(markdown(rows))
     if unexplained:
         print(f"unexplained differences: {unexplained}")

@@ -6,6 +6,7 @@ explanation of every field that differs; these tests hold the floor it reaches."
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from functools import cache
 from pathlib import Path
@@ -39,3 +40,11 @@ def test_emitted_fields_match_apple(program):
 def test_the_zin4_programs_without_l2_padding_match_exactly():
     for program in ("relu", "sigmoid", "conv", "model_golden"):
         assert _golden().compare(program)["differences"] == []
+
+
+def test_golden_benchmark_smoke(tmp_path):
+    out = tmp_path / "golden.json"
+    assert _golden().main(["--smoke", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [row["program"] for row in doc["rows"]] == ["relu", "sum"]
+    assert doc["unexplained"] == [] and doc["equal"] <= doc["total"]

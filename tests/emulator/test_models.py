@@ -3,7 +3,11 @@ onnxruntime, every .hwx checked as the Asahi converter (eiln/anecc) checks it.""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnxruntime as ort
@@ -18,6 +22,7 @@ from anekit.runtime.hwx_chain import cosine, run_chain
 from tests.emulator.anecc_checks import AneccRefusal, convert
 
 ROOT = Path(__file__).resolve().parents[2]
+BENCHMARK = ROOT / "benchmarks" / "hwx_models.py"
 RNG = np.random.default_rng(11)
 
 
@@ -25,39 +30,12 @@ def _init(name: str, *shape: int, scale: float = 0.3):
     return numpy_helper.from_array((scale * RNG.standard_normal(shape)).astype(np.float32), name)
 
 
-def every_layer_cnn(path: Path) -> Path:
-    """Depthwise stride-2, dilated and grouped convs, max/avg/global pooling, relu, sigmoid,
-    tanh, a scale and shift, add/mul/max/min of live tensors, channel concat."""
-    nodes = [
-        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c0"], ["r0"]),
-        helper.make_node("Conv", ["r0", "dw"], ["d0"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]),
-        helper.make_node("Tanh", ["d0"], ["t0"]),
-        helper.make_node("Conv", ["t0", "wd"], ["e0"], dilations=[2, 2], pads=[2, 2, 2, 2]),
-        helper.make_node("Sigmoid", ["e0"], ["s0"]),
-        helper.make_node("Conv", ["t0", "wg"], ["g0"], group=2, pads=[1, 1, 1, 1]),
-        helper.make_node("Mul", ["g0", "scale"], ["m0"]),
-        helper.make_node("Add", ["m0", "shift"], ["a0"]),
-        helper.make_node("Add", ["a0", "s0"], ["res"]),
-        helper.make_node("Mul", ["res", "s0"], ["prod"]),
-        helper.make_node("Max", ["prod", "t0"], ["mx"]),
-        helper.make_node("Min", ["mx", "a0"], ["mn"]),
-        helper.make_node("MaxPool", ["mn"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("AveragePool", ["mn"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Concat", ["mp", "ap"], ["cat"], axis=1),
-        helper.make_node("GlobalAveragePool", ["cat"], ["y"]),
-    ]
-    inits = [_init("w0", 8, 3, 3, 3), _init("b0", 8), _init("dw", 8, 1, 3, 3),
-             _init("wd", 8, 8, 3, 3, scale=0.2), _init("wg", 8, 4, 3, 3),
-             _init("scale", 1, 8, 1, 1, scale=1.0), _init("shift", 1, 8, 1, 1)]  # fmt: skip
-    graph = helper.make_graph(
-        nodes, "every_layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])], inits,
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return path
+def _load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hwx_models_under_test", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _emit(model: Path, folder: Path, target: str = "m1"):
@@ -104,7 +82,7 @@ def test_digits_cnn_emits_runs_and_passes_the_asahi_checks(tmp_path):
 
 
 def test_every_layer_kind_emits_on_the_engine(tmp_path):
-    model = every_layer_cnn(tmp_path / "every.onnx")
+    model = _load_benchmark().every_layer_cnn(tmp_path / "every.onnx")
     compiled, program = _emit(model, tmp_path / "e.hwx.d")
     assert [p.device for p in program.parts] == ["ane"], [p.reasons for p in program.parts]
     passes = EngineProgram.load(tmp_path / "e.hwx.d" / "part0.hwx").passes
@@ -152,13 +130,13 @@ def _single(path: Path, op: str, shape: list[int], out_shape: list[int], inits=(
 
 @pytest.mark.slow
 def test_layers_wider_than_one_pass_are_split(tmp_path):
-    wide = _single(tmp_path / "wide.onnx", "Conv", [1, 8, 1, 1], [1, 16384, 1, 1],
-                   [_init("w", 16384, 8, 1, 1)])  # fmt: skip
+    bench = _load_benchmark()
+    wide = bench.wide_conv(tmp_path / "wide.onnx")
     compiled, _ = _emit(wide, tmp_path / "wide.hwx.d")
     passes = EngineProgram.load(tmp_path / "wide.hwx.d" / "part0.hwx").passes
     assert [p.cout for p in passes] == [2048] * 8
     _check_against_oracles(wide, compiled, tmp_path / "wide.hwx.d")
-    big = _single(tmp_path / "big.onnx", "Sigmoid", [1, 1, 2048, 2048], [1, 1, 2048, 2048])
+    big = bench.big_sigmoid(tmp_path / "big.onnx")
     compiled, _ = _emit(big, tmp_path / "big.hwx.d")
     passes = EngineProgram.load(tmp_path / "big.hwx.d" / "part0.hwx").passes
     assert len(passes) > 1 and sum(p.hin for p in passes) == 2048
@@ -190,7 +168,9 @@ def test_a_zero_sized_model_is_refused(tmp_path, capsys):
     model = _single(tmp_path / "z.onnx", "Relu", [1, 0, 3, 3], [1, 0, 3, 3])
     code = main(["compile", str(model), "-t", "m1", "--emit", "hwx", "-o", str(tmp_path / "z")])
     assert code == 2
-    assert "no elements" in capsys.readouterr().err or "zero" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no elements" in err or "zero" in err, err
+    assert "Traceback" not in err and not (tmp_path / "z").exists()
 
 
 def test_anekit_run_runs_an_emitted_folder(tmp_path, capsys):
@@ -205,3 +185,12 @@ def test_anekit_run_runs_an_emitted_folder(tmp_path, capsys):
     exact = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
         None, {"image": x})[0]  # fmt: skip
     assert probs.shape == exact.shape and cosine(probs, exact) >= 0.999
+
+
+def test_hwx_models_benchmark_smoke(tmp_path):
+    out = tmp_path / "hwx_models.json"
+    assert _load_benchmark().main(["--smoke", "--out", str(out)]) == 0
+    rows = {row["model"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"digits_cnn", "every_layer_cnn"}
+    assert rows["every_layer_cnn"]["cpu_layers"] == 0 and rows["digits_cnn"]["programs"] >= 1
+    assert all(r["cosine_vs_onnxruntime_min"] >= 0.999 for r in rows.values())
