@@ -73,11 +73,15 @@ def _every_hwx_passes_anecc(folder: Path) -> int:
 def test_digits_cnn_emits_runs_and_passes_the_asahi_checks(tmp_path):
     model = ROOT / "examples" / "digits_cnn.onnx"
     compiled, program = _emit(model, tmp_path / "d.hwx.d")
-    engine_layers = sum(p.layers for p in program.parts if p.device == "ane")
-    assert engine_layers >= 4  # convs, max pool, both Gemms with their GELU
-    cpu = [r for p in program.parts for r in p.reasons]
-    assert all("Softmax" in r or "reshape" in r for r in cpu), cpu
-    assert _every_hwx_passes_anecc(tmp_path / "d.hwx.d") == 2
+    # convs, the max pool whose flatten the first Gemm reads as a 4x4 kernel, both Gemms
+    # with their GELU on the engine; the softmax (and its reshape) on the CPU
+    assert [p.device for p in program.parts] == ["ane", "cpu"]
+    assert program.parts[0].layers == 5
+    assert all("Softmax" in r for p in program.parts for r in p.reasons)
+    assert _every_hwx_passes_anecc(tmp_path / "d.hwx.d") == 1
+    gemm = [p for p in EngineProgram.load(tmp_path / "d.hwx.d" / "part0.hwx").passes
+            if p.op == "conv" and p.cout == 64]  # fmt: skip
+    assert [(p.cin, p.kh, p.kw) for p in gemm] == [(32, 4, 4)]
     _check_against_oracles(model, compiled, tmp_path / "d.hwx.d")
 
 

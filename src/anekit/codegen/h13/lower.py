@@ -160,6 +160,7 @@ def lower(graph: Graph) -> Lowered:
         if name not in buffers:
             buffers[name] = Buffer(f"{public}@output", "output", *_shape(graph, name, dummy))
     passes: list[Pass] = []
+    flattened: dict[str, tuple[int, int, int]] = {}  # values kept unflattened: their (C, H, W)
     for node in graph.nodes:
         if is_alias(graph, node):
             continue
@@ -175,9 +176,22 @@ def lower(graph: Graph) -> Lowered:
         out = node.outputs[0]
         if out not in buffers:
             buffers[out] = Buffer(f"{out}@scratch", "scratch", *_shape(graph, out, node))
-        layer = _Layer(graph, node, buffers)
+        layer = _Layer(graph, node, buffers, flattened)
         passes += [replace(p, node=node.name, origin=node.origin) for p in layer.lower()]
     return Lowered(buffers, passes, [v.name for v in graph.inputs], outputs)
+
+
+def _reads_flat(graph: Graph, node: Node, value: str) -> bool:
+    """`node` reads `value` only as the input of an ungrouped, unpadded 1x1 convolution."""
+    if node.op != "ane_layer" or node.attrs["main"] != "conv" or node.inputs[0] != value:
+        return False
+    if value in node.inputs[1:]:
+        return False
+    attrs = node.attrs["main_attrs"]
+    weights = graph.constant(node.inputs[1])
+    return (int(attrs["group"]) == 1 and not any(attrs["pads"] or ())
+            and all(s == 1 for s in attrs["strides"] or ())
+            and weights is not None and weights.ndim == 4 and weights.shape[2:] == (1, 1))  # fmt: skip
 
 
 def no_h13_form(graph: Graph, node: Node) -> str | None:
@@ -202,8 +216,10 @@ def no_h13_form(graph: Graph, node: Node) -> str | None:
 class _Layer:
     """One engine layer's passes: its main op, then its epilogue steps in slot order."""
 
-    def __init__(self, graph: Graph, node: Node, buffers: dict[str, Buffer]):
+    def __init__(self, graph: Graph, node: Node, buffers: dict[str, Buffer],
+                 flattened: dict[str, tuple[int, int, int]] | None = None):  # fmt: skip
         self.graph, self.node, self.buffers = graph, node, buffers
+        self.flattened = {} if flattened is None else flattened
         self.where = f"node '{node.name}'"
         self.scratch = itertools.count()
 
@@ -246,6 +262,9 @@ class _Layer:
             passes, value = self.step(step, passes, value)
         if value == out:
             return passes
+        if out in self.flattened:  # the layer's output is held as its unflattened value
+            role = self.buffers[out].role
+            self.buffers[out] = Buffer(self.buffers[out].name, role, *self.flattened[out])
         if not any(p.dst == value for p in passes):  # the layer only renames: copy it
             c, h, w = self.shape(value)
             return passes + [Pass("pass", value, out, c, c, h, w, h, w)]
@@ -287,9 +306,30 @@ class _Layer:
             return self.gain_offset(gain, offset, passes, value)
         if step.slot == Slot.TRANSPOSE and step.op == "reshape" and self.same_layout(step, value):
             return passes, value  # [1, C, 1, 1] <-> [1, C]: the engine layout does not change
+        if (
+            step.slot == Slot.TRANSPOSE
+            and step.op == "reshape"
+            and self.flattens_into_convs(step, value)
+        ):
+            self.flattened[self.node.outputs[0]] = self.shape(value)
+            return passes, value
         if step.slot in (Slot.PRE_ACT, Slot.POST_ACT):
             return self.activation(step.op, dict(step.attrs), passes, value)
         raise self.fail(f"epilogue step {step.describe()}")
+
+    def flattens_into_convs(self, step, value: str) -> bool:
+        """A flatten [C, H, W] -> [C*H*W] read only by 1x1 convolutions (Linear layers),
+        which can read the unflattened value with an H x W kernel instead."""
+        c, h, w = self.shape(value)
+        target = engine_shape(tuple(step.attrs.get("shape", ())))
+        out = self.node.outputs[0]
+        limit = field_limit("Common.ConvCfg.Kh")
+        if target != (c * h * w, 1, 1) or max(h, w) > limit:
+            return False
+        if out in {v.name for v in self.graph.outputs}:
+            return False
+        consumers = self.graph.consumers(out)
+        return bool(consumers) and all(_reads_flat(self.graph, n, out) for n in consumers)
 
     def same_layout(self, step, value: str) -> bool:
         """A reshape of `value` that leaves the engine layout as it is."""
@@ -310,6 +350,9 @@ class _Layer:
         dilations = tuple(attrs.get("dilations") or ()) or (1, 1)
         if weights.ndim != 4:
             raise self.fail(f"a {weights.ndim}-d convolution kernel")
+        if src in self.flattened:  # a Linear layer over an unflattened [C, H, W] value
+            cin, hin, win = self.flattened[src]
+            weights = weights.reshape(weights.shape[0], cin, hin, win)
         if dilations != (1, 1):  # the same convolution with zeros between the taps
             cout, cin_g, kh, kw = weights.shape
             dilated = np.zeros((cout, cin_g, (kh - 1) * dilations[0] + 1,
