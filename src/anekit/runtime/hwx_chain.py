@@ -102,7 +102,12 @@ def verify_emitted(compiled, directory: str | os.PathLike[str], seed: int = 0) -
     """Run the folder on the emulator and `compiled` on sim for seeded normal inputs; the
     cosine per output. Below AGREEMENT the emitter or the emulator is wrong: InternalError."""
     rng = np.random.default_rng(seed)
-    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in compiled.graph.inputs}
+    feeds = {
+        v.name: rng.standard_normal(v.shape).astype(np.float32)
+        if v.dtype.is_float
+        else np.zeros(v.shape, v.dtype.numpy)  # indices, masks: zero is always in range
+        for v in compiled.graph.inputs
+    }
     emulated = run_chain(directory, feeds)
     expected = compiled.run(feeds, "sim")
     agreement = {name: cosine(emulated[name], expected[name]) for name in expected}

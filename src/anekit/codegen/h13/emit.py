@@ -26,6 +26,7 @@ from anekit.codegen.h13.lower import (
 from anekit.codegen.h13.tables import activation_table
 from anekit.formats.hwx import writer
 from anekit.formats.hwx.h13 import (
+    DESCRIPTOR_STRIDE,
     L2_UNIT,
     MAX_BASES,
     NONLINEAR_MODES,
@@ -96,7 +97,7 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
         "Header.Word4.DebugLogEvents": 0xFFF86A if single else (0x6A if last else 0x68),
         "Header.Word6.SPL": 1, "Header.Word6.TSR": 1, "Header.Word6.TSE": 1,
         "Header.Word6.SrcLoc": 1, "Header.Word6.DstLoc": 1,
-        "Header.Word7.NextPointer": 0 if last else (index + 1) * descriptor.DESCRIPTOR_STRIDE,
+        "Header.Word7.NextPointer": 0 if last else (index + 1) * DESCRIPTOR_STRIDE,
         "Header.Word8.RBase0": bases[p.src1], "Header.Word8.RBE0": 1,
         "Header.Word8.WBase": bases[p.dst], "Header.Word8.WBE": 1,
         "Header.Word8.ENE": 0 if planar else active_ne + 1,
@@ -260,7 +261,7 @@ def emit(graph: Graph, *, source: str = "graph") -> bytes:
                          [offsets[t.name] for t in named], [len(t.data) for t in named])  # fmt: skip
         images.append(descriptor.encode(fields))
         for lane, tile in enumerate(named):
-            at = index * descriptor.DESCRIPTOR_STRIDE + descriptor.field_offset(
+            at = index * DESCRIPTOR_STRIDE + descriptor.field_offset(
                 f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"
             )
             relocations.append((at, offsets[tile.name]))
