@@ -15,6 +15,7 @@ import anekit
 from anekit.codegen.h13 import EmitError, emit
 from anekit.emulator import EngineProgram
 from anekit.formats import hwx
+from tests.emulator.anecc_checks import convert
 
 ops = anekit.ops
 RNG = np.random.default_rng(7)
@@ -87,6 +88,7 @@ def test_emulated_program_agrees_with_the_simulator(name):
     # sigmoid: the engine's 33-sample table is off by up to 3e-3 from the exact function
     atol = 4e-3 if "sigmoid" in name or name == "small_cnn" else 0.0
     np.testing.assert_allclose(engine, sim, atol=atol + 4 * 2.0**-11 * scale, rtol=0)
+    convert(emit(cm.graph))  # the Asahi converter's checks (tests/emulator/anecc_checks.py)
 
 
 def test_emitted_program_reads_back_with_its_tiles_and_relocations():

@@ -153,6 +153,7 @@ def test_every_h13_chip_emits_and_other_engines_are_refused(tmp_path, capsys):
         out = tmp_path / f"{chip}.hwx.d"
         assert main(["compile", str(model), "-t", chip, "--emit", "hwx", "-o", str(out)]) == 0
         assert "agrees with sim" in capsys.readouterr().out
+        assert _every_hwx_passes_anecc(out) == 1  # a program without kernels too
     assert main(["compile", str(model), "-t", "m2", "--emit", "hwx", "-o",
                  str(tmp_path / "m2.hwx.d")]) == 2  # fmt: skip
     assert "H14 engine" in capsys.readouterr().err

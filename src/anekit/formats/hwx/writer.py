@@ -136,6 +136,8 @@ def write(image: HwxImage) -> bytes:
     const = bytearray()
     for tile in image.tiles:
         const += bytes(offsets[tile.name] - len(const)) + tile.data
+    if not const:  # zin writes an empty kernel section as one zero page, which anecc needs
+        const = bytearray(PAGE)
     const_addr = ENGINE_BASE + _align(len(text), TILE_ALIGN)
     text_span = _align(const_addr - ENGINE_BASE + len(const), PAGE)
     addresses = {"__text": ENGINE_BASE, "__const": const_addr}
