@@ -38,7 +38,8 @@ from anekit.formats.hwx.h13 import (
 )
 from anekit.ir.graph import Graph
 
-BASE_TEXT, BASE_CONST, BASE_FIRST_OUTPUT = 0, 1, 4
+BASE_TEXT, BASE_CONST, BASE_INTERMEDIATE, BASE_FIRST_OUTPUT = 0, 1, 3, 4
+INTERMEDIATE = "intermediate@scratch"  # the one window holding every working tensor
 H13_CPUSUBTYPE = 4
 
 
@@ -79,7 +80,8 @@ def _l2_row(channels: int, width: int) -> int:
 
 
 def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int],
-            buffers: dict[str, Buffer], tile_offsets: list[int], tile_sizes: list[int]) -> dict[str, int]:  # fmt: skip
+            scratch_at: dict[str, int], buffers: dict[str, Buffer], tile_offsets: list[int],
+            tile_sizes: list[int]) -> dict[str, int]:  # fmt: skip
     src, dst = buffers[p.src1], buffers[p.dst]
     planar = p.planar
     conv = p.kind == "conv"
@@ -115,7 +117,7 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
         "Common.TileCfg.TileHeight": p.hout,
         "TileDMASrc.DMAConfig.En": 1, "TileDMASrc.DMAConfig.CacheHint": 2,
         "TileDMASrc.DMAConfig.CacheHintReuse": 0xE, "TileDMASrc.DMAConfig.CacheHintNoReuse": 0xC,
-        "TileDMASrc.BaseAddr.Addr": (p.src_channel * src.plane_stride
+        "TileDMASrc.BaseAddr.Addr": (scratch_at.get(p.src1, 0) + p.src_channel * src.plane_stride
                                      + p.row0 * src.row_stride) // UNIT,
         "TileDMASrc.RowStride.Stride": src.row_stride // UNIT,
         "TileDMASrc.PlaneStride.PlaneStride": src.plane_stride // UNIT,
@@ -132,7 +134,7 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
         "L2.ResultCfg.DMAInterleave": 1, "L2.ResultCfg.AliasPlanarSrc": 1,
         "L2.ResultCfg.AliasPlanarRslt": 1,
         "TileDMADst.DMAConfig.En": 1, "TileDMADst.DMAConfig.CacheHint": 3,
-        "TileDMADst.BaseAddr.Addr": (p.dst_channel * dst.plane_stride
+        "TileDMADst.BaseAddr.Addr": (scratch_at.get(p.dst, 0) + p.dst_channel * dst.plane_stride
                                      + p.row0 * dst.row_stride) // UNIT,
         "TileDMADst.RowStride.RowStride": dst.row_stride // UNIT,
         "TileDMADst.PlaneStride.PlaneStride": dst.plane_stride // UNIT,
@@ -152,7 +154,8 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
             "Common.ChCfg.Src2En": 1, "Common.PECfg.Mode": 4,
             "Common.Cfg.TaskKind": 3, "Common.Cfg.PEKind": 3,
             "TileDMASrc.Src2DMAConfig.Cfg": 0x33880,
-            "TileDMASrc.Src2BaseAddr.Addr": p.row0 * second.row_stride // UNIT,
+            "TileDMASrc.Src2BaseAddr.Addr": (scratch_at.get(p.src2, 0)
+                                             + p.row0 * second.row_stride) // UNIT,
             "TileDMASrc.Src2RowStride.Stride": second.row_stride // UNIT,
             "TileDMASrc.Src2PlaneStride.Stride": second.plane_stride // UNIT,
             "TileDMASrc.Src2DepthStride.Stride": second.size // UNIT,
@@ -224,18 +227,24 @@ def _fields(p: Pass, index: int, last: bool, single: bool, bases: dict[str, int]
     return {k: v for k, v in f.items() if v}
 
 
-def _bases(lowered: Lowered) -> dict[str, int]:
-    """Base registers as zin assigns them: 0 text, 1 kernel, 4 the first output, then the
-    inputs in order, then the other outputs and the working windows."""
+def _bases(lowered: Lowered) -> tuple[dict[str, int], dict[str, int], int]:
+    """(base register per buffer, byte offset of each working tensor in the intermediate
+    window, that window's size). Laid out as zin and the Asahi converter (eiln/anecc) expect:
+    0 text, 1 kernel, 3 the one intermediate window, 4 the outputs, then the inputs."""
     bases: dict[str, int] = {}
     outputs = [b for b in lowered.buffers if lowered.buffers[b].role == "output"]
-    order = outputs[:1] + lowered.inputs + outputs[1:]
-    order += [b for b in lowered.buffers if lowered.buffers[b].role == "scratch"]
-    for k, name in enumerate(order):
+    for k, name in enumerate(outputs + lowered.inputs):
         if BASE_FIRST_OUTPUT + k >= MAX_BASES:
-            raise EmitError(f"the program needs more than {MAX_BASES - BASE_FIRST_OUTPUT} windows")
+            raise EmitError(f"the program needs more than {MAX_BASES - BASE_FIRST_OUTPUT} "
+                            "input and output windows")  # fmt: skip
         bases[name] = BASE_FIRST_OUTPUT + k
-    return bases
+    offsets: dict[str, int] = {}
+    size = 0
+    for name, buffer in lowered.buffers.items():
+        if buffer.role == "scratch":
+            bases[name], offsets[name] = BASE_INTERMEDIATE, size
+            size += -(-buffer.size // UNIT) * UNIT
+    return bases, offsets, size
 
 
 def emit(graph: Graph, *, source: str = "graph") -> bytes:
@@ -244,7 +253,7 @@ def emit(graph: Graph, *, source: str = "graph") -> bytes:
     lowered.passes = [band for p in lowered.passes for band in split_rows(p)]
     if not lowered.passes:
         raise EmitError("the graph has no engine layer to emit")
-    bases = _bases(lowered)
+    bases, scratch_at, scratch_size = _bases(lowered)
     tiles: list[writer.Tile] = []
     per_pass: list[list[writer.Tile]] = []
     for p in lowered.passes:
@@ -257,8 +266,9 @@ def emit(graph: Graph, *, source: str = "graph") -> bytes:
     images, relocations = [], []
     for index, (p, named) in enumerate(zip(lowered.passes, per_pass, strict=True)):
         last = index == len(lowered.passes) - 1
-        fields = _fields(p, index, last, len(lowered.passes) == 1, bases, lowered.buffers,
-                         [offsets[t.name] for t in named], [len(t.data) for t in named])  # fmt: skip
+        fields = _fields(p, index, last, len(lowered.passes) == 1, bases, scratch_at,
+                         lowered.buffers, [offsets[t.name] for t in named],
+                         [len(t.data) for t in named])  # fmt: skip
         images.append(descriptor.encode(fields))
         for lane, tile in enumerate(named):
             at = index * DESCRIPTOR_STRIDE + descriptor.field_offset(
@@ -271,8 +281,9 @@ def emit(graph: Graph, *, source: str = "graph") -> bytes:
         for key in lowered.inputs + [k for k, v in lowered.buffers.items() if v.role == "output"]
         for b in [lowered.buffers[key]]
     ]  # fmt: skip
-    scratch = [(b.name, b.size) for b in lowered.buffers.values() if b.role == "scratch"]
+    scratch = [(INTERMEDIATE, scratch_size)] if scratch_size else []
     names = {key: lowered.buffers[key].name for key in lowered.buffers}
+    names.update(dict.fromkeys(scratch_at, INTERMEDIATE))
     image = writer.HwxImage(
         cpusubtype=H13_CPUSUBTYPE,
         descriptors=descriptor.chain(images),
