@@ -159,3 +159,32 @@ def convert(data: bytes) -> AneccView:
             return AneccView(task_size, kernel_size, count, buffers,
                              [(name, shape) for name, shape, _, _ in order])  # fmt: skip
     raise AneccRefusal("the tensor strings' sizes do not match the buffers")
+
+
+def compile_anec(data: bytes) -> bytes:
+    """The .anec anecc writes for `data` (its `anecc_compile` on what `anecc_convert`
+    found): the libane header, then the task and kernel sections from the page holding
+    the first descriptor magic."""
+    view = convert(data)
+    words = struct.unpack(f"<{len(data) // 4}I", data)
+    start = min(i for i, w in enumerate(words) if w == TD_MAGIC) * 4 // 0x1000 * 0x1000
+    size = _up(view.task_size, DMA_GRANULE) + view.kernel_size
+    tiles = [0] * 32
+    nchw = [[0] * 6 for _ in range(32)]
+    tiles[0] = _up(size, TILE) // TILE
+    sizes = {kind: [s for k, s in view.buffers if k == kind] for kind in KINDS.values()}
+    for n, s in enumerate(sizes["intermediate"]):
+        tiles[3 + n] = s // TILE
+    outputs, inputs = len(sizes["output"]), len(sizes["input"])
+    for n, s in enumerate(sizes["output"]):
+        tiles[4 + n] = s // TILE
+    for n, s in enumerate(sizes["input"]):
+        tiles[4 + outputs + n] = s // TILE
+    for k, (_, (n, c, h, w)) in enumerate(view.tensors):  # inputs first, then outputs
+        row = _up(2 * w, 64)
+        slot = 4 + outputs + k if k < inputs else 4 + (k - inputs)
+        nchw[slot] = [n, c, h, w, _up(row * h, 64), row]
+    header = struct.pack(f"<QIIQQII32I{32 * 6}Q", size, TD_SIZE, view.descriptors,
+                         view.task_size, view.kernel_size, inputs, outputs, *tiles,
+                         *(v for r in nchw for v in r))  # fmt: skip
+    return header + bytes(0x1000 - len(header)) + data[start : start + size]

@@ -18,8 +18,10 @@ import anekit
 from anekit.cli import main
 from anekit.codegen.h13.program import emit_program
 from anekit.emulator import EngineProgram
+from anekit.errors import FormatError
+from anekit.formats.anec import from_hwx
 from anekit.runtime.hwx_chain import cosine, run_chain
-from tests.emulator.anecc_checks import AneccRefusal, convert
+from tests.emulator.anecc_checks import AneccRefusal, compile_anec, convert
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK = ROOT / "benchmarks" / "hwx_models.py"
@@ -199,3 +201,18 @@ def test_hwx_models_benchmark_smoke(tmp_path):
     assert set(rows) == {"digits_cnn", "every_layer_cnn"}
     assert rows["every_layer_cnn"]["cpu_layers"] == 0 and rows["digits_cnn"]["programs"] >= 1
     assert all(r["cosine_vs_onnxruntime_min"] >= 0.999 for r in rows.values())
+
+
+def test_anec_written_as_anecc_writes_it(tmp_path):
+    for path in sorted((ROOT / "tests/data/apple/hwx").glob("*.hwx")):
+        if path.stem != "h13_mul_zin9":  # anecc refuses it (above), anekit too
+            assert from_hwx(path.read_bytes()) == compile_anec(path.read_bytes()), path.stem
+    with pytest.raises(FormatError, match="compact"):
+        from_hwx((ROOT / "tests/data/apple/hwx/h13_mul_zin9.hwx").read_bytes())
+    model = _load_benchmark().every_layer_cnn(tmp_path / "every.onnx")
+    out = tmp_path / "e.hwx.d"
+    assert main(["compile", str(model), "-t", "m1", "--emit", "anec", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["part0.anec", "part0.hwx", "program.e5"]
+    anec = (out / "part0.anec").read_bytes()
+    assert anec == compile_anec((out / "part0.hwx").read_bytes())
+    assert int.from_bytes(anec[:8], "little") > 0  # libane refuses a zero size

@@ -47,10 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--emit",
-        choices=("bundle", "hwx"),
+        choices=("bundle", "hwx", "anec"),
         default="bundle",
-        help="bundle: MIL + weight.bin per segment (default); hwx: one H13 .hwx per engine "
-        "segment and the dispatch descriptor program.e5 into the directory -o (M1 targets)",
+        help="bundle: MIL + weight.bin per segment (default); hwx: the model as a chain of H13 "
+        ".hwx programs and CPU netplists with the dispatch descriptor program.e5, into the "
+        "directory -o (H13 targets: m1, m1-pro, m1-max, m1-ultra); anec: the same, plus an "
+        ".anec beside each .hwx for the Asahi Linux ANE driver",
     )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
     path = existing_model_file(args.model)
-    if args.emit == "hwx":
+    if args.emit in ("hwx", "anec"):
         return _run_hwx(args, target, path)
     output = Path(args.output) if args.output else Path(f"{path.stem}.anekit")
     if output.suffix != ".anekit":
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
-    """`--emit hwx`: the H13 programs into a new directory (written beside it, then renamed)."""
+    """`--emit hwx|anec`: the H13 programs into a new directory (written beside it, then
+    renamed)."""
     import shutil
     import tempfile
 
@@ -109,15 +112,15 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
 
     if target.engine != ENGINE:
         raise AnekitError(
-            f"--emit hwx writes programs for the H13 engine (m1, m1-pro, m1-max, m1-ultra); "
+            f"--emit {args.emit} writes programs for the H13 engine (m1, m1-pro, m1-max, m1-ultra); "
             f"the target {target.name} has the {target.engine} engine",
             hint="use -t m1",
         )
     if args.mlpackage:
-        raise AnekitError("--mlpackage goes with a bundle; drop it or drop --emit hwx")
+        raise AnekitError(f"--mlpackage goes with a bundle; drop it or drop --emit {args.emit}")
     if args.compress:
         raise AnekitError(
-            "--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit hwx"
+            f"--compress goes with a bundle (MIL constexpr ops); drop it or drop --emit {args.emit}"
         )
     output = Path(args.output) if args.output else Path(f"{path.stem}.hwx.d")
     if output.exists():
@@ -127,17 +130,24 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
         )
     compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
     program = emit_program(compiled)
+    files = dict(program.files)
+    if args.emit == "anec":
+        from anekit.formats.anec import from_hwx
+
+        for name, data in program.files.items():
+            if name.endswith(".hwx"):
+                files[name.removesuffix(".hwx") + ".anec"] = from_hwx(data, name)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        for name, data in program.files.items():
+        for name, data in files.items():
             (staging / name).write_bytes(data)
         agreement = verify_emitted(compiled, staging)
         staging.rename(output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    written = {name: len(data) for name, data in program.files.items()}
+    written = {name: len(data) for name, data in files.items()}
     if args.json:
         print_json({"directory": str(output), "target": target.name, "files": written,
                     "parts": [{"device": p.device, "program": p.program, "layers": p.layers,
