@@ -216,3 +216,22 @@ def test_anec_written_as_anecc_writes_it(tmp_path):
     anec = (out / "part0.anec").read_bytes()
     assert anec == compile_anec((out / "part0.hwx").read_bytes())
     assert int.from_bytes(anec[:8], "little") > 0  # libane refuses a zero size
+
+
+def test_a_flatten_other_layers_read_runs_on_the_cpu(tmp_path):
+    # Conv -> Relu -> Flatten -> Sigmoid -> Gemm: the sigmoid reads the flat layout, which
+    # the engine cannot lay out, so the conv layer (ending in the flatten) is a CPU part
+    bench = _load_benchmark()
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("Sigmoid", ["f"], ["s"]),
+             helper.make_node("Gemm", ["s", "g"], ["y"], transB=1)]  # fmt: skip
+    model = bench._save(
+        tmp_path / "flat.onnx", nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        [_init("w", 4, 2, 3, 3), _init("g", 5, 36)],
+    )  # fmt: skip
+    compiled, program = _emit(model, tmp_path / "f.hwx.d")
+    assert [p.device for p in program.parts] == ["cpu", "ane"]
+    assert "reshape" in program.parts[0].reasons[0]
+    _check_against_oracles(model, compiled, tmp_path / "f.hwx.d")

@@ -73,7 +73,10 @@ def run_chain(
             results = [ran[name.removesuffix("@ane")] for name in op.outputs]
         elif op.op_type == "CpuInference":
             graph = netplist.read(_member(directory, op.program))
-            ran = get("reference").run_graph(graph, args)
+            shapes = {v.name: v.shape for v in graph.inputs}
+            ran = get("reference").run_graph(graph, {  # the engine's layout, the plist's shape
+                name: a.reshape(shapes[name]) if name in shapes and a.size == np.prod(shapes[name])
+                else a for name, a in args.items()})  # fmt: skip
             results = [ran[name] for name in op.outputs]
         else:
             raise FormatError(f"program.e5 holds a {op.op_type} operation, which anekit does not "

@@ -329,7 +329,10 @@ class _Layer:
         if out in {v.name for v in self.graph.outputs}:
             return False
         consumers = self.graph.consumers(out)
-        return bool(consumers) and all(_reads_flat(self.graph, n, out) for n in consumers)
+        return bool(consumers) and all(
+            _reads_flat(self.graph, n, out) and no_h13_form(self.graph, n) is None
+            for n in consumers
+        )
 
     def same_layout(self, step, value: str) -> bool:
         """A reshape of `value` that leaves the engine layout as it is."""
@@ -373,7 +376,9 @@ class _Layer:
                 offset = self.per_channel(offset_at, "offset", cout)
                 bias = offset if bias is None else bias + offset
             steps.pop(0)
-        target = self.fresh(*self.shape(self.node.outputs[0]))
+        kh, kw = weights.shape[2:]
+        target = self.fresh(weights.shape[0], (hin + 2 * pads[0] - kh) // strides[0] + 1,
+                            (win + 2 * pads[1] - kw) // strides[1] + 1)  # fmt: skip
         return self.conv_passes(src, target, (cin, hin, win), weights, bias, groups,
                                 (strides[0], strides[1]), (pads[0], pads[1])), target  # fmt: skip
 
