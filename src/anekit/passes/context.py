@@ -31,6 +31,9 @@ class PassOptions:
     decompose_gated_softmax: bool = True
     # Canonicalization stops after this many sweeps even if rules still fire.
     max_sweeps: int = 32
+    # Original (ONNX) node names whose computation stays in fp32 on the CPU, whatever the
+    # engine could run: the remedy for a node fp16 cannot hold (`anekit check --numerics`).
+    cpu_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
