@@ -51,7 +51,11 @@ def _one_node(op: str, x_shape, consts=None, out_rank: int | None = None, opset=
         [node],
         op.lower(),
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * (out_rank or len(x_shape)))],
+        [
+            helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [None] * (out_rank or len(x_shape))
+            )
+        ],
         [numpy_helper.from_array(v, k) for k, v in consts.items()],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -68,9 +72,7 @@ FORMS = {
     "pad_reflect": lambda: _one_node("Pad", [1, 4, 8, 8], {"pads": _PADS}, mode="reflect"),
     "pad_edge": lambda: _one_node("Pad", [1, 4, 8, 8], {"pads": _PADS}, mode="edge"),
     "pad_constant": lambda: _one_node("Pad", [1, 4, 8, 8], {"pads": _PADS}, mode="constant"),
-    "einsum": lambda: _one_node(
-        "Einsum", [2, 3, 4], {"w": _w(2, 4, 5)}, equation="bij,bjk->bik"
-    ),
+    "einsum": lambda: _one_node("Einsum", [2, 3, 4], {"w": _w(2, 4, 5)}, equation="bij,bjk->bik"),
     "depth_to_space": lambda: _one_node("DepthToSpace", [1, 8, 3, 3], blocksize=2, mode="CRD"),
     "space_to_depth": lambda: _one_node("SpaceToDepth", [1, 2, 4, 4], blocksize=2),
     "tile": lambda: _one_node("Tile", [1, 3, 4, 5], {"r": np.array([1, 2, 1, 3], np.int64)}),
@@ -114,9 +116,7 @@ def _zoo_names() -> list:
     from tests import zoo
 
     fast = {"resnet_cnn", "transformer_layer"}
-    return [
-        pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in zoo.model_names()
-    ]
+    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in zoo.model_names()]
 
 
 @pytest.mark.parametrize("name", _zoo_names())

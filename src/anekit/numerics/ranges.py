@@ -210,7 +210,9 @@ def _product_sum(a: Spread, b: Spread, k: int) -> Spread:
     corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
     corners = [c for c in corners if not math.isnan(c)] or [-math.inf, math.inf]
     var = (a.std**2 + a.mean**2) * (b.std**2 + b.mean**2) - (a.mean * b.mean) ** 2
-    return Spread(k * min(corners), k * max(corners), k * a.mean * b.mean, math.sqrt(k * max(var, 0)))
+    return Spread(
+        k * min(corners), k * max(corners), k * a.mean * b.mean, math.sqrt(k * max(var, 0))
+    )
 
 
 def _elementwise(node: Any, spreads: list[Spread], same: bool, rng: np.random.Generator) -> Spread:
@@ -238,7 +240,9 @@ def _elementwise(node: Any, spreads: list[Spread], same: bool, rng: np.random.Ge
     return Spread(lo, hi, float(finite.mean()), float(finite.std()))
 
 
-def _sampled(node: Any, graph: Any, spreads: list[Spread | None], rng: np.random.Generator) -> Spread:
+def _sampled(
+    node: Any, graph: Any, spreads: list[Spread | None], rng: np.random.Generator
+) -> Spread:
     """Any other op on full-shape draws of its inputs (constants as they are)."""
     from anekit.ir.interpret import run_node
 
