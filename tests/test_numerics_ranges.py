@@ -11,6 +11,7 @@ A classifier whose tiny probabilities underflow keeps its decision: no hazard.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def test_range_analysis_finds_the_stft_overflow_without_inputs(front_end: bytes)
     assert report.input_ranges["audio"]["lo"] == -32768
     (first, *_) = _hazards(report, "ranges")
     assert first.kind == "overflow" and "/stft/Conv" in first.nodes
-    assert first.option.startswith("--cpu ") and "/stft/Conv" in first.option
+    assert "/stft/Conv" in re.search(r"--cpu (\S+)", first.remedy).group(1)
+    assert first.option.startswith("--scale-input audio=2^-")  # exact, keeps the engine
     assert first.value > 0  # log2 of the excess over 65504
     # the simulator fails on the realistic signal
     (before,) = cm.run({"audio": _speech_like()}, "sim").values()
@@ -103,7 +105,7 @@ def test_the_printed_remedy_removes_the_finding_and_gives_the_fp32_answer(
     front_end: bytes,
 ) -> None:
     first = _hazards(analyse(compile_model(front_end, "m4")), "ranges")[0]
-    names = first.option.removeprefix("--cpu ")
+    names = re.search(r"--cpu (\S+)", first.remedy).group(1)
     fixed = compile_model(front_end, "m4", cpu_nodes=names)
     report = analyse(fixed)
     assert _hazards(report) == [], [f.detail for f in report.findings]
@@ -193,12 +195,31 @@ def test_cli_exits_4_prints_the_fix_and_the_fix_exits_0(
     assert "input 'audio': -32768..32767" in out
     fixes = [line for line in out.splitlines() if line.startswith("fix: anekit compile")]
     assert fixes, out
-    option = fixes[0].split(" -t m4 ", 1)[1]
-    names = option.removeprefix("--cpu ")
-    assert main(["check", str(path), "-t", "m4", "--numerics", "--cpu", names]) == 0
+    option = fixes[0].split(" -t m4 ", 1)[1].split()
+    assert option[0] == "--scale-input"
+    assert main(["check", str(path), "-t", "m4", "--numerics", *option]) == 0
     bundle = tmp_path / "front_end.anekit"
-    assert main(["compile", str(path), "-t", "m4", "-o", str(bundle), "--cpu", names]) == 0
+    assert main(["compile", str(path), "-t", "m4", "-o", str(bundle), *option]) == 0
     assert bundle.is_dir()
+
+
+def test_the_printed_input_scale_is_exact_and_removes_the_overflow(front_end: bytes) -> None:
+    """--scale-input audio=2^-K: the program multiplies the samples by 2^-K, the convolution,
+    squares and mel sum carry the factor and the log takes it off; exact in fp32 (reference
+    backend against torch), finite and right on the fp16 simulator, all on the engine."""
+    first = _hazards(analyse(compile_model(front_end, "m4")), "ranges")[0]
+    k = int(first.option.rsplit("^-", 1)[1])
+    fixed = compile_model(front_end, "m4", input_scales={"audio": 2.0**-k})
+    assert fixed.summary["cpu_ops"] == 0
+    assert _hazards(analyse(fixed)) == []
+    x = _speech_like()
+    with torch.no_grad():
+        want = STFTFrontEnd()(torch.from_numpy(x)).numpy().astype(np.float64)
+    (ref,) = fixed.run({"audio": x}).values()
+    assert np.abs(ref - want).max() <= 1e-5 * np.abs(want).max()
+    (got,) = fixed.run({"audio": x}, "sim").values()
+    assert np.isfinite(got).all()
+    assert np.abs(got.astype(np.float64) - want).max() <= 1e-3 * np.abs(want).max()
 
 
 @pytest.mark.parametrize(
@@ -208,6 +229,8 @@ def test_cli_exits_4_prints_the_fix_and_the_fix_exits_0(
         ["--numerics", "--input-range", "nope=0:1"],
         ["--input-range", "audio=0:1"],
         ["--cpu", "no_such_node"],
+        ["--scale-input", "audio=0"],
+        ["--scale-input", "nope=2^-3"],
     ],
 )
 def test_bad_numerics_options_exit_2(front_end: bytes, tmp_path: Path, args, capsys) -> None:

@@ -221,7 +221,9 @@ def compile(  # noqa: A001 - the public name the API promises
     `anekit.codegen.compress` for the MIL ops each dialect gets). ``options`` set
     `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
     ``approximate_gelu``, ``max_sweeps``, ``cpu_nodes``: original node names kept in fp32
-    on the CPU, the remedy `anekit check --numerics` prints for a node fp16 cannot hold).
+    on the CPU, the remedy `anekit check --numerics` prints for a node fp16 cannot hold;
+    ``input_scales``: {input: factor}, the input multiplied by the factor and the factor
+    absorbed exactly by the graph, `anekit.passes.scaling`).
     """
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
@@ -239,6 +241,8 @@ def compile(  # noqa: A001 - the public name the API promises
             from anekit import lora as adapters
 
             source = adapters.apply(source, lora)
+        if options.get("input_scales"):
+            options["input_scales"] = tuple(sorted(dict(options["input_scales"]).items()))
         if options.get("cpu_nodes"):
             options["cpu_nodes"] = known_nodes(source, options["cpu_nodes"], "cpu_nodes")
         ctx = PassContext(chip, PassOptions(**options))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,40 @@ def add_remedy_options(p: argparse.ArgumentParser) -> None:
         help="keep these nodes (the model's node names, as `check` lists them) in fp32 on "
         "the CPU: the remedy for values fp16 cannot hold (repeatable)",
     )
+    p.add_argument(
+        "--scale-input",
+        action="append",
+        default=[],
+        metavar="NAME=FACTOR",
+        help="multiply an input by FACTOR (e.g. 2^-12) inside the program and absorb it "
+        "exactly in the layers after it, so large inputs fit fp16 (repeatable)",
+    )
 
 
 def remedy_options(args: argparse.Namespace) -> dict[str, Any]:
     """The compile options the remedy flags ask for."""
     names = [n for spec in args.cpu for n in spec.split(",") if n.strip()]
-    return {"cpu_nodes": tuple(names)} if names else {}
+    options: dict[str, Any] = {"cpu_nodes": tuple(names)} if names else {}
+    scales = dict(parse_scale(spec) for spec in args.scale_input)
+    if scales:
+        options["input_scales"] = scales
+    return options
+
+
+def parse_scale(spec: str) -> tuple[str, float]:
+    """``NAME=FACTOR``; the factor a number or a power of two written 2^K."""
+    name, eq, text = spec.partition("=")
+    try:
+        base, caret, power = text.partition("^")
+        factor = float(base) ** int(power) if caret else float(text)
+    except ValueError:
+        factor = math.nan
+    if not (name and eq) or not (math.isfinite(factor) and factor > 0):
+        raise InputError(
+            f"--scale-input '{spec}' is not NAME=FACTOR with a positive factor",
+            hint="e.g. --scale-input audio=2^-12",
+        )
+    return name, factor
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -65,7 +65,7 @@ class Spread:
 
     @property
     def known(self) -> bool:
-        return all(math.isfinite(v) for v in (self.mean, self.std))
+        return math.isfinite(self.mean) and not math.isnan(self.std)
 
     @property
     def peak(self) -> float:
@@ -371,16 +371,29 @@ class _Chain:
 
 
 def find_hazards(
-    cm: Any, declared: Mapping[str, tuple[float, float]] | None = None
+    cm: Any,
+    declared: Mapping[str, tuple[float, float]] | None = None,
+    *,
+    remedies: bool = True,
+    strict: frozenset[str] = frozenset(),
 ) -> tuple[list[Any], dict[str, InputRange]]:
     """Findings from value ranges alone (no data), ranked by their effect: overflows first
     (the larger the excess, the earlier), then cancellations, then underflows; and the input
-    ranges assumed."""
+    ranges assumed. Nodes from the original nodes ``strict`` are judged by their hard bounds
+    (any input in range, however coherent with the weights), as a rescaling must be.
+    ``remedies``: an overflow read from an input also gets the --scale-input that removes
+    it, when one does (verified by compiling with it)."""
     from anekit.numerics import Finding
 
     graph = engine_view(cm)
     ranges = input_ranges(graph, declared or {})
     spread = propagate(graph, {n: of_range(r.lo, r.hi) for n, r in ranges.items()})
+    if strict:
+        for node in graph.nodes:
+            if strict.intersection(node.origin):
+                for o in node.outputs:
+                    if o in spread and spread[o].known:
+                        spread[o] = _hard(spread[o])
     placed = {r.node: r.placement for r in cm.ops}
     src_ops = {n.name: n.op for n in cm.source.nodes}
     chains: list[_Chain] = []
@@ -418,7 +431,10 @@ def find_hazards(
                 f"keep it in fp32 on the CPU: {cpu_option(names)}", value, "ranges",
                 severity, cpu_option(names),
             ))  # fmt: skip
-    findings = [_overflow_finding(c, src_ops) for c in _merged(chains)]
+    findings = []
+    for chain in _merged(chains):
+        scale = _input_scale(cm, graph, chain, declared) if remedies else None
+        findings.append(_overflow_finding(chain, src_ops, scale))
     findings.sort(key=lambda f: -f.value)
     others.sort(key=lambda f: (f.severity != "hazard", f.kind != "cancellation", -f.value))
     return findings + others, ranges
@@ -441,7 +457,57 @@ def cpu_option(names: Any) -> str:
     return f"--cpu {','.join(names)}"
 
 
-def _overflow_finding(chain: _Chain, src_ops: Mapping[str, str]) -> Any:
+def _hard(s: Spread) -> Spread:
+    """A spread whose typical peak is its hard bound."""
+    return Spread(s.lo, s.hi, s.mean, math.inf)
+
+
+MAX_SCALE_TRIES = 8
+
+
+def _read_input(graph: Any, node: Any) -> str | None:
+    """The graph input ``node`` reads, directly or through data movement."""
+    for _ in range(16):
+        live = [i for i in node.inputs if i and i not in graph.constants]
+        if len(live) != 1:
+            return None
+        producer = graph.producer(live[0])
+        if producer is None:
+            return live[0]
+        if producer.op not in _MOVES:
+            return None
+        node = producer
+    return None
+
+
+def _input_scale(cm: Any, graph: Any, chain: _Chain, declared: Any) -> str | None:
+    """``--scale-input NAME=2^-K`` with the smallest K whose rescaled model has no overflow
+    left in the chain's nodes even at their hard bounds; None when the chain does not start
+    at an input or no K up to MAX_SCALE_TRIES steps helps."""
+    from anekit.compiler import compile as compile_model
+
+    name = _read_input(graph, chain.node)
+    if name is None or cm.options.input_scales:
+        return None
+    k = max(1, math.ceil(math.log2(chain.peak / FP16_MAX)))
+    options = {f.name: getattr(cm.options, f.name) for f in _fields(cm.options)}
+    for _ in range(MAX_SCALE_TRIES):
+        options["input_scales"] = {name: 2.0**-k}
+        rescaled = compile_model(cm.source, cm.target, **options)
+        found, _ = find_hazards(rescaled, declared, remedies=False, strict=frozenset(chain.origins))
+        if not any(f.kind == "overflow" and f.severity == "hazard" for f in found):
+            return f"--scale-input {name}=2^-{k}"
+        k += 2
+    return None
+
+
+def _fields(options: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.fields(options)
+
+
+def _overflow_finding(chain: _Chain, src_ops: Mapping[str, str], scale: str | None) -> Any:
     from anekit.numerics import Finding
 
     names = tuple(chain.origins)
@@ -452,10 +518,13 @@ def _overflow_finding(chain: _Chain, src_ops: Mapping[str, str]) -> Any:
            if len(names) > len(first) else "")
     )  # fmt: skip
     option = cpu_option(names)
+    remedy = f"keep these nodes in fp32 on the CPU: {option}"
+    if scale is not None:  # exact and keeps the engine: preferred
+        remedy = f"rescale the input exactly (the layers absorb it): {scale}; or {remedy}"
+        option = scale
     return Finding(
         "overflow", chain.node.name, first, tuple(src_ops.get(n, "?") for n in first), detail,
-        f"keep these nodes in fp32 on the CPU: {option}", math.log2(chain.peak / FP16_MAX),
-        "ranges", "hazard", option,
+        remedy, math.log2(chain.peak / FP16_MAX), "ranges", "hazard", option,
     )  # fmt: skip
 
 

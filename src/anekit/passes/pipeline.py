@@ -22,6 +22,7 @@ from anekit.passes.legalize_reshapes import fold_reshapes
 from anekit.passes.matmul_to_conv import matmul_to_conv
 from anekit.passes.recognize import recognize
 from anekit.passes.results import PipelineResult
+from anekit.passes.scaling import scale_inputs
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
 
@@ -48,6 +49,7 @@ class Pass:
 
 PASSES: Mapping[str, Pass] = MappingProxyType(
     {
+        "scale_inputs": Pass(scale_inputs),
         "canonicalize": Pass(canonicalize),
         "recognize": Pass(recognize),
         "decompose": Pass(decompose),
@@ -63,11 +65,13 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
     }
 )
 
-# recognize runs on the canonical graph (pow(x, 2) already x * x, duplicates merged), before
+# scale_inputs (a no-op unless the input_scales option asks) comes first: canonicalize then
+# folds what it wrote. recognize runs on the canonical graph (pow(x, 2) already x * x, duplicates merged), before
 # decompose lowers what it raised through the fp16-safe forms.
 # canonicalize runs again after the passes whose output it simplifies: decompositions
 # expose constants and neutral ops, and layout conversions between engine ops cancel.
 DEFAULT_PIPELINE: tuple[str, ...] = (
+    "scale_inputs",
     "canonicalize",
     "recognize",
     "decompose",
