@@ -399,6 +399,7 @@ def find_hazards(
     chains: list[_Chain] = []
     chain_of: dict[str, _Chain] = {}  # value beyond fp16 -> the chain it belongs to
     others: list[Finding] = []
+    tiny: set[str] = set()  # values underflowing: reported where they start
     for node in graph.nodes:
         out = spread.get(node.outputs[0])
         if out is None or not any(placed.get(o) == "ane" for o in node.origin):
@@ -422,7 +423,11 @@ def find_hazards(
             chain_of[node.outputs[0]] = chain
             continue
         operands = [spread[i] for i in node.inputs if i in spread]
-        found = _cancellation(node, out, operands) or _underflow(node, out)
+        found = _cancellation(node, out, operands)
+        if found is None and not any(i in tiny for i in live) and not _swamped(graph, spread, node):
+            found = _underflow(node, out)
+            if found is not None:
+                tiny.add(node.outputs[0])
         if found is not None:
             kind, value, detail, severity = found
             names = tuple(dict.fromkeys(node.origin))
@@ -541,14 +546,32 @@ def _cancellation(node: Any, out: Spread, ins: list[Spread]) -> tuple | None:
     return "cancellation", ratio, detail, "hazard"
 
 
+def _swamped(graph: Any, spread: Mapping[str, Spread], node: Any) -> bool:
+    """Whether ``node``'s value, through multiplies, is only ever added to terms 2^11 times
+    larger (an epsilon beside a variance): its underflow cannot show."""
+    value, size = node.outputs[0], spread[node.outputs[0]].rms
+    for _ in range(8):
+        readers = graph.consumers(value)
+        if not readers or value in graph.output_names:
+            return False
+        if all(r.op in ("add", "sub") for r in readers):
+            others = [spread.get(i) for r in readers for i in r.inputs if i != value]
+            return all(o is not None and o.known and o.rms > size * 2**11 for o in others)
+        if len(readers) != 1 or readers[0].op not in ("mul", "div"):
+            return False
+        value = readers[0].outputs[0]
+    return False
+
+
 def _underflow(node: Any, out: Spread) -> tuple | None:
-    """Values typically below fp16's normal range. Probabilities (softmax outputs, values in
-    [0, 1]) only as information: tiny probabilities rounding to zero leave the decision alone."""
+    """Values typically below fp16's normal range: information, since whether it matters
+    depends on what reads them (the simulated run judges that; tiny probabilities rounding
+    to zero leave the decision alone)."""
     if out.rms == 0 or out.rms >= FP16_NORMAL or (out.lo == out.hi == 0):
         return None
     probability = node.op == "softmax" or (out.lo >= 0 and out.hi <= 1)
     flushed = out.rms < float(np.finfo(np.float16).smallest_subnormal)
-    severity = "hazard" if flushed and not probability else "info"
+    severity = "info"
     what = "flush to zero" if flushed else "lose precision (subnormal)"
     detail = f"values of typical size {out.rms:.3g} {what} in fp16"
     if probability:
