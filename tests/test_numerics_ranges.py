@@ -66,6 +66,12 @@ def front_end() -> bytes:
     return _export(STFTFrontEnd(), torch.zeros(1, 16000), "audio")
 
 
+@pytest.fixture(scope="module")
+def front_end_report(front_end: bytes):
+    """The numerics report of the front-end compiled for m4, no data given."""
+    return analyse(compile_model(front_end, "m4"))
+
+
 def _speech_like() -> np.ndarray:
     """A loud chirp with noise at int16 scale, as a package reads a .wav."""
     t = np.arange(16000) / 16000
@@ -83,13 +89,15 @@ def _hazards(report, seen_in: str | None = None) -> list:
     ]
 
 
-def test_range_analysis_finds_the_stft_overflow_without_inputs(front_end: bytes) -> None:
+def test_range_analysis_finds_the_stft_overflow_without_inputs(
+    front_end: bytes, front_end_report
+) -> None:
     cm = compile_model(front_end, "m4")
     # the premise, from torch: this signal's STFT exceeds fp16
     with torch.no_grad():
         spec = STFTFrontEnd().stft(torch.from_numpy(_speech_like())[:, None])
     assert float(spec.abs().max()) > FP16_MAX
-    report = analyse(cm)  # no data: the input's name says int16-scale audio
+    report = front_end_report  # no data: the input's name says int16-scale audio
     assert report.input_ranges["audio"]["lo"] == -32768
     (first, *_) = _hazards(report, "ranges")
     assert first.kind == "overflow" and "/stft/Conv" in first.nodes
@@ -102,9 +110,9 @@ def test_range_analysis_finds_the_stft_overflow_without_inputs(front_end: bytes)
 
 
 def test_the_printed_remedy_removes_the_finding_and_gives_the_fp32_answer(
-    front_end: bytes,
+    front_end: bytes, front_end_report
 ) -> None:
-    first = _hazards(analyse(compile_model(front_end, "m4")), "ranges")[0]
+    first = _hazards(front_end_report, "ranges")[0]
     names = re.search(r"--cpu (\S+)", first.remedy).group(1)
     fixed = compile_model(front_end, "m4", cpu_nodes=names)
     report = analyse(fixed)
@@ -203,11 +211,13 @@ def test_cli_exits_4_prints_the_fix_and_the_fix_exits_0(
     assert bundle.is_dir()
 
 
-def test_the_printed_input_scale_is_exact_and_removes_the_overflow(front_end: bytes) -> None:
+def test_the_printed_input_scale_is_exact_and_removes_the_overflow(
+    front_end: bytes, front_end_report
+) -> None:
     """--scale-input audio=2^-K: the program multiplies the samples by 2^-K, the convolution,
     squares and mel sum carry the factor and the log takes it off; exact in fp32 (reference
     backend against torch), finite and right on the fp16 simulator, all on the engine."""
-    first = _hazards(analyse(compile_model(front_end, "m4")), "ranges")[0]
+    first = _hazards(front_end_report, "ranges")[0]
     k = int(first.option.rsplit("^-", 1)[1])
     fixed = compile_model(front_end, "m4", input_scales={"audio": 2.0**-k})
     assert fixed.summary["cpu_ops"] == 0
