@@ -12,7 +12,9 @@ from anekit.cli.common import print_table
 from anekit.errors import InputError
 
 COLUMNS = ("kind", "layer", "nodes", "finding", "remedy")
-_STYLES = {"overflow": "red", "underflow": "magenta", "precision": "yellow", "cancellation": "yellow"}
+_STYLES = {
+    "overflow": "red", "underflow": "magenta", "precision": "yellow", "cancellation": "yellow",
+}  # fmt: skip
 EXIT_NUMERICS_HAZARD = 4  # `check --numerics` found a hazard to the answer
 
 

@@ -98,18 +98,17 @@ class NumericsReport:
 def synthetic_feeds(
     graph: Any, seed: int = SYNTHETIC_SEED, ranges: Mapping[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
-    """Floats drawn from each input's range (`anekit.numerics.ranges.of_range`; standard
-    normal without one); integer inputs (token ids, masks) are ones, integer samples (int16
-    audio, uint8 pixels) drawn from their range."""
+    """Values drawn from each input's range (`anekit.numerics.ranges.of_range`; integers
+    rounded); without one, standard-normal floats and integer ones (token ids, masks)."""
     from anekit.numerics.ranges import of_range
 
     rng = np.random.default_rng(seed)
     feeds = {}
     for v in graph.inputs:
         r = (ranges or {}).get(v.name)
-        if r is not None and (v.dtype.is_float or v.dtype.name.lower() in ("int16", "uint8", "int8")):
+        if r is not None:
             drawn = of_range(r.lo, r.hi).draw(rng, v.shape)
-            feeds[v.name] = drawn.astype(v.dtype.numpy) if v.dtype.is_float else np.rint(drawn).astype(v.dtype.numpy)
+            feeds[v.name] = (drawn if v.dtype.is_float else np.rint(drawn)).astype(v.dtype.numpy)
         elif v.dtype.is_float:
             feeds[v.name] = rng.standard_normal(v.shape).astype(v.dtype.numpy)
         else:
@@ -266,7 +265,10 @@ def analyse(
 
     given = feeds is not None
     range_findings, ranges = find_hazards(cm, input_ranges)
-    feeds = dict(check_feeds(cm.graph, feeds)) if given else synthetic_feeds(cm.graph, ranges=ranges)
+    if given:
+        feeds = dict(check_feeds(cm.graph, feeds))
+    else:
+        feeds = synthetic_feeds(cm.graph, ranges=ranges)
     report = NumericsReport(cm.target.name, "given" if given else "synthetic")
     report.input_ranges = {n: {"lo": r.lo, "hi": r.hi, "why": r.why} for n, r in ranges.items()}
     report.findings.extend(range_findings)

@@ -21,6 +21,7 @@ only nodes the compiled model places on the engine are judged (the CPU computes 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -46,10 +47,10 @@ _AUDIO = re.compile(r"audio|wav|waveform|pcm|speech|samples|signal", re.IGNORECA
 _IMAGE = re.compile(r"image|img|pixel|picture|frame", re.IGNORECASE)
 INT16_RANGE = (-32768.0, 32767.0)
 _INTEGER_RANGES = {"uint8": (0.0, 255.0), "int8": (-128.0, 127.0), "int16": INT16_RANGE}
+# ops that move values without computing new ones (a max pool picks one)
 _MOVES = frozenset({
     "reshape", "transpose", "slice", "concat", "split", "gather", "identity", "cast", "expand",
-    "tile", "pad", "resize", "max_pool", "avg_pool", "depth_to_space", "space_to_depth",
-    "reverse_sequence", "trilu", "where",
+    "tile", "pad", "max_pool", "depth_to_space", "space_to_depth", "reverse_sequence", "trilu",
 })  # fmt: skip
 _ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow", "prelu"})
 
@@ -329,11 +330,12 @@ def _transfer(node: Any, graph: Any, ins: list[Spread | None], rng: np.random.Ge
     if op == "softmax":
         n = graph.values[node.inputs[0]].shape[node.attrs["axis"]]
         return Spread(0.0, 1.0, 1.0 / n, 1.0 / n)
-    if op in _MOVES and op not in ("where", "resize", "avg_pool"):
-        floats = [s for i, s in zip(node.inputs, ins, strict=True)
-                  if s is not None and i not in consts or (s is not None and op == "concat")]  # fmt: skip
-        if floats:
-            joined = _union(floats[:1] if op != "concat" else floats)
+    if op in _MOVES:
+        # the data input (every input of a concat; a constant one too); pad adds its value
+        data = [s for i, s in zip(node.inputs, ins, strict=True)
+                if s is not None and (op == "concat" or i not in consts)]  # fmt: skip
+        if data:
+            joined = _union(data if op == "concat" else data[:1])
             if op == "pad":
                 value = float(node.attrs.get("value", 0.0))
                 return Spread(min(joined.lo, value), max(joined.hi, value), joined.mean, joined.std)
@@ -495,7 +497,7 @@ def _input_scale(cm: Any, graph: Any, chain: _Chain, declared: Any) -> str | Non
     if name is None or cm.options.input_scales:
         return None
     k = max(1, math.ceil(math.log2(chain.peak / FP16_MAX)))
-    options = {f.name: getattr(cm.options, f.name) for f in _fields(cm.options)}
+    options = dataclasses.asdict(cm.options)
     for _ in range(MAX_SCALE_TRIES):
         options["input_scales"] = {name: 2.0**-k}
         rescaled = compile_model(cm.source, cm.target, **options)
@@ -504,12 +506,6 @@ def _input_scale(cm: Any, graph: Any, chain: _Chain, declared: Any) -> str | Non
             return f"--scale-input {name}=2^-{k}"
         k += 2
     return None
-
-
-def _fields(options: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.fields(options)
 
 
 def _overflow_finding(chain: _Chain, src_ops: Mapping[str, str], scale: str | None) -> Any:

@@ -209,8 +209,11 @@ def raise_layer_norm(rw: Rewriter, node: Node) -> bool:
         parts = _variance(rw, var, x, mean, axis)
         if parts is None or rw.shape(x) != rw.shape(node.output):
             return False
-        return _raise(rw, node, "layer_norm", [x, "", ""], {"axis": axis, "epsilon": eps},
-                      [*nodes, *parts, sub, rw.producer(mean)], "a written-out layer norm")  # fmt: skip
+        matched = [*nodes, *parts, sub, rw.producer(mean)]
+        attrs = {"axis": axis, "epsilon": eps}
+        return _raise(
+            rw, node, "layer_norm", [x, "", ""], attrs, matched, "a written-out layer norm"
+        )
     mean_sq = _mean_of(rw, var)
     if mean_sq is None or rw.shape(num) != rw.shape(node.output):
         return False
@@ -244,18 +247,28 @@ def _sum_of_exp(rw: Rewriter, total: str, shifted: str) -> tuple[int, list[Node]
     return axis, [s, e]
 
 
+def _raise_normalized_exp(
+    rw: Rewriter, node: Node, op: str, head: Node, total: str, shifted: str, what: str
+) -> bool:
+    """Raise ``node`` to softmax / log_softmax of x when ``total`` is sum(exp(shifted)) and
+    ``shifted`` is x - max(x) over the same axis (or x itself)."""
+    found = _sum_of_exp(rw, total, shifted)
+    parts = _exp_parts(rw, shifted)
+    if found is None or parts is None or parts[1] not in (None, found[0]):
+        return False
+    matched = [head, *found[1], *parts[2]]
+    return _raise(rw, node, op, [parts[0]], {"axis": found[0]}, matched, what)
+
+
 @rule("div")
 def raise_softmax(rw: Rewriter, node: Node) -> bool:
     """exp(x - max(x)) / sum(exp(x - max(x))) (the max optional) -> softmax."""
     e = _producer(rw, node.inputs[0], "exp")
     if e is None:
         return False
-    found = _sum_of_exp(rw, node.inputs[1], e.inputs[0])
-    parts = _exp_parts(rw, e.inputs[0])
-    if found is None or parts is None or parts[1] not in (None, found[0]):
-        return False
-    return _raise(rw, node, "softmax", [parts[0]], {"axis": found[0]},
-                  [e, *found[1], *parts[2]], "a written-out softmax")  # fmt: skip
+    return _raise_normalized_exp(
+        rw, node, "softmax", e, node.inputs[1], e.inputs[0], "a written-out softmax"
+    )
 
 
 @rule("sub", "log")
@@ -270,12 +283,9 @@ def raise_log_softmax(rw: Rewriter, node: Node) -> bool:
     log = _producer(rw, node.inputs[1], "log")
     if log is None:
         return False
-    found = _sum_of_exp(rw, log.inputs[0], node.inputs[0])
-    parts = _exp_parts(rw, node.inputs[0])
-    if found is None or parts is None or parts[1] not in (None, found[0]):
-        return False
-    return _raise(rw, node, "log_softmax", [parts[0]], {"axis": found[0]},
-                  [log, *found[1], *parts[2]], "a written-out log-softmax")  # fmt: skip
+    return _raise_normalized_exp(
+        rw, node, "log_softmax", log, log.inputs[0], node.inputs[0], "a written-out log-softmax"
+    )
 
 
 def _transposed_last(rw: Rewriter, value: str) -> str | None:

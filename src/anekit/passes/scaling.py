@@ -117,8 +117,10 @@ def scale_inputs(graph: Graph, ctx: PassContext) -> Graph:
     scale: dict[str, float] = {}
     for name, f in factors.items():
         if name not in graph.input_names:
-            raise AnekitError(f"input_scales names '{name}', which is not an input of the model",
-                              hint=f"the model's inputs: {', '.join(graph.input_names)}")  # fmt: skip
+            raise AnekitError(
+                f"input_scales names '{name}', which is not an input of the model",
+                hint=f"the model's inputs: {', '.join(graph.input_names)}",
+            )
         if not (math.isfinite(f) and f > 0):
             raise AnekitError(f"the scale of input '{name}' must be a positive number, not {f}")
         readers = rw.users(name)
