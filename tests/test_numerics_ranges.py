@@ -253,3 +253,36 @@ def test_bad_numerics_options_exit_2(front_end: bytes, tmp_path: Path, args, cap
 def test_cpu_nodes_names_an_unknown_node() -> None:
     with pytest.raises(AnekitError, match="no node named 'Conv_9'"):
         compile_model(_offset_model(), "m4", cpu_nodes=["Conv_9"])
+
+
+def _image_model(first: str | None) -> bytes:
+    """A conv over a 1x3x8x8 input named 'image', after a Div by 255 or a Sub of ImageNet
+    means when ``first`` says so."""
+    consts = [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")]
+    nodes, x = [], "image"
+    if first == "Div":
+        consts.append(numpy_helper.from_array(np.array(255.0, np.float32), "c"))
+    elif first == "Sub":
+        means = np.array([123.7, 116.3, 103.5], np.float32).reshape(1, 3, 1, 1)
+        consts.append(numpy_helper.from_array(means, "c"))
+    if first:
+        nodes.append(helper.make_node(first, ["image", "c"], ["pre"]))
+        x = "pre"
+    nodes.append(helper.make_node("Conv", [x, "w"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "image",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        consts,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("first, hi", [("Div", 255.0), ("Sub", 255.0), (None, 1.0)])
+def test_image_inputs_default_to_the_scale_the_model_expects(first: str | None, hi: float) -> None:
+    from anekit.frontend.onnx import from_onnx
+    from anekit.numerics.ranges import input_ranges
+
+    (r,) = input_ranges(from_onnx(_image_model(first)), {}).values()
+    assert (r.lo, r.hi) == (0.0, hi)

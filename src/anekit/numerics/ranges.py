@@ -388,7 +388,7 @@ def find_hazards(
     from anekit.numerics import Finding
 
     graph = engine_view(cm)
-    ranges = input_ranges(graph, declared or {})
+    ranges = input_ranges(cm.source, declared or {})  # the model's preprocessing as written
     spread = propagate(graph, {n: of_range(r.lo, r.hi) for n, r in ranges.items()})
     if strict:
         for node in graph.nodes:
