@@ -42,7 +42,7 @@ SYNTHETIC_SEED = 0
 class Finding:
     """One problem at one engine layer: what, how bad, which original nodes, what to do."""
 
-    kind: str  # "overflow" | "underflow" | "precision"
+    kind: str  # "overflow" | "underflow" | "precision" | "cancellation"
     layer: str
     nodes: tuple[str, ...]
     ops: tuple[str, ...]
