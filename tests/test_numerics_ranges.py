@@ -286,3 +286,17 @@ def test_image_inputs_default_to_the_scale_the_model_expects(first: str | None, 
 
     (r,) = input_ranges(from_onnx(_image_model(first)), {}).values()
     assert (r.lo, r.hi) == (0.0, hi)
+
+
+def test_layer_findings_the_outputs_do_not_feel_are_information() -> None:
+    """A per-layer overflow is a hazard only while the simulator's outputs on the same inputs
+    are off; when they match fp32 it is information (exit 0), and stays a hazard otherwise."""
+    from anekit.numerics import Finding, NumericsReport, _unfelt_as_info
+
+    finding = Finding("overflow", "l", ("n12",), ("conv",), "d", "r", 3.0, option="--cpu n12")
+    for rel_error, nonfinite, severity in ((4e-4, 0, "info"), (0.5, 0, "hazard"), (0, 2, "hazard")):
+        report = NumericsReport("m4", "synthetic", findings=[finding])
+        report.outputs = [{"output": "y", "rel_error": rel_error, "nonfinite": nonfinite}]
+        _unfelt_as_info(report)
+        (after,) = report.findings
+        assert after.severity == severity and report.hazards == (severity == "hazard")

@@ -20,7 +20,7 @@ times that of its inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -303,7 +303,25 @@ def analyse(
                         _remedy(kind, ops, stats), _value(kind, stats), option=_cpu(names))
             )  # fmt: skip
     _end_to_end(cm, feeds, ref, report, seen)
+    _unfelt_as_info(report)
     return report
+
+
+def _unfelt_as_info(report: NumericsReport) -> None:
+    """Per-layer findings are information when the simulator's outputs on the same inputs
+    match fp32 (no non-finite value, error within PRECISION_LIMIT): the answer is unaffected."""
+    rows = [r for r in report.outputs if "rel_error" in r]
+    if report.sim_error or not rows:
+        return
+    if any(r["nonfinite"] or r["rel_error"] > PRECISION_LIMIT for r in rows):
+        return
+    note = " (the simulator's outputs match fp32 on these inputs: not felt at the outputs)"
+    report.findings = [
+        replace(f, severity="info", detail=f.detail + note, option="")
+        if f.seen_in == "layers" and f.severity == "hazard"
+        else f
+        for f in report.findings
+    ]
 
 
 def _cpu(names: Sequence[str]) -> str:
