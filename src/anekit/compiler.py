@@ -220,7 +220,10 @@ def compile(  # noqa: A001 - the public name the API promises
     ``int8``, ``int4``, ``palettize4``, ``palettize6`` or ``sparse`` (see
     `anekit.codegen.compress` for the MIL ops each dialect gets). ``options`` set
     `PassOptions` fields (``onchip_margin``, ``fold_limit``, ``mask_value``,
-    ``approximate_gelu``, ``max_sweeps``).
+    ``approximate_gelu``, ``max_sweeps``, ``cpu_nodes``: original node names kept in fp32
+    on the CPU, the remedy `anekit check --numerics` prints for a node fp16 cannot hold;
+    ``input_scales``: {input: factor}, the input multiplied by the factor and the factor
+    absorbed exactly by the graph, `anekit.passes.scaling`).
     """
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
@@ -238,6 +241,10 @@ def compile(  # noqa: A001 - the public name the API promises
             from anekit import lora as adapters
 
             source = adapters.apply(source, lora)
+        if options.get("input_scales"):
+            options["input_scales"] = tuple(sorted(dict(options["input_scales"]).items()))
+        if options.get("cpu_nodes"):
+            options["cpu_nodes"] = known_nodes(source, options["cpu_nodes"], "cpu_nodes")
         ctx = PassContext(chip, PassOptions(**options))
         if "segment" not in passes:
             raise AnekitError(
@@ -250,6 +257,25 @@ def compile(  # noqa: A001 - the public name the API promises
         compiled = CompiledModel(source, result, chip, ctx, compress)
         _check_lowering(compiled)
         return compiled
+
+
+def known_nodes(graph: Graph, names: str | Sequence[str], option: str) -> tuple[str, ...]:
+    """``names`` (a comma-separated string or a sequence) as a tuple, each the name of a node
+    of ``graph`` (the imported model's node names, as `anekit check` lists them)."""
+    import difflib
+
+    wanted = tuple(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
+    have = {n.name for n in graph.nodes}
+    for name in wanted:
+        if name not in have:
+            close = difflib.get_close_matches(name, sorted(have), n=3)
+            raise AnekitError(
+                f"{option}: the model has no node named '{name}'",
+                hint=f"did you mean {', '.join(repr(c) for c in close)}?"
+                if close
+                else "`anekit check MODEL` lists the node names",
+            )
+    return wanted
 
 
 def _check_lowering(compiled: CompiledModel) -> None:

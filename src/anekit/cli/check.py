@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_shape_option(p)
     check_numerics.add_arguments(p)
+    check_numerics.add_remedy_options(p)
     p.set_defaults(func=run)
 
 
@@ -45,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     target = targets.get(args.target)  # an unknown target fails before the model loads
     path = existing_model_file(args.model)
-    compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
+    compiled = compile_model(
+        path, target, input_shapes=parse_shapes(args.shape) or None,
+        **check_numerics.remedy_options(args),
+    )  # fmt: skip
     report = compiled.report
     numerics = check_numerics.analyse(compiled, args)
     if args.json:
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if report.get("estimate"):  # issue 5's cost model: one line for this target
             print(report["estimate"]["summary"])
         if numerics is not None:
-            check_numerics.render(numerics)
+            check_numerics.render(numerics, model=args.model)
     errors = [d for d in compiled.diagnostics if d.severity == "error"]
     if errors:  # nodes code generation cannot emit: `anekit compile` would fail on them
         for d in errors:
@@ -63,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_SAVE
     if args.strict and report["summary"]["cpu_ops"]:
         return EXIT_CPU_FALLBACK
+    if numerics is not None and numerics["hazards"]:
+        return check_numerics.EXIT_NUMERICS_HAZARD
     return 0
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from anekit.cli.check_numerics import add_remedy_options, remedy_options
 from anekit.cli.common import (
     add_shape_option,
     compression_line,
@@ -56,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
+    add_remedy_options(p)
     p.set_defaults(func=run)
 
 
@@ -83,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
-        compiled = compile_model(path, target, input_shapes=shapes, compress=args.compress)
+        compiled = compile_model(
+            path, target, input_shapes=shapes, compress=args.compress, **remedy_options(args)
+        )
         step("emitting MIL", len(compiled.segments))
         written = save(
             compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
@@ -128,7 +132,9 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
             f"'{output}' already exists; anekit writes the programs into a new directory",
             hint="remove it or choose another -o",
         )
-    compiled = compile_model(path, target, input_shapes=parse_shapes(args.shape) or None)
+    compiled = compile_model(
+        path, target, input_shapes=parse_shapes(args.shape) or None, **remedy_options(args)
+    )
     program = emit_program(compiled)
     files = dict(program.files)
     if args.emit == "anec":

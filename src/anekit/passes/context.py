@@ -31,6 +31,12 @@ class PassOptions:
     decompose_gated_softmax: bool = True
     # Canonicalization stops after this many sweeps even if rules still fire.
     max_sweeps: int = 32
+    # Original (ONNX) node names whose computation stays in fp32 on the CPU, whatever the
+    # engine could run: the remedy for a node fp16 cannot hold (`anekit check --numerics`).
+    cpu_nodes: tuple[str, ...] = ()
+    # (input name, factor): the program multiplies the input by the factor and the graph
+    # absorbs it exactly (`anekit.passes.scaling`), so large inputs fit fp16.
+    input_scales: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

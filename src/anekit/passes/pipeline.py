@@ -20,7 +20,9 @@ from anekit.passes.legalize_forms import engine_forms
 from anekit.passes.legalize_kernels import split_kernels
 from anekit.passes.legalize_reshapes import fold_reshapes
 from anekit.passes.matmul_to_conv import matmul_to_conv
+from anekit.passes.recognize import recognize
 from anekit.passes.results import PipelineResult
+from anekit.passes.scaling import scale_inputs
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
 
@@ -47,7 +49,9 @@ class Pass:
 
 PASSES: Mapping[str, Pass] = MappingProxyType(
     {
+        "scale_inputs": Pass(scale_inputs),
         "canonicalize": Pass(canonicalize),
+        "recognize": Pass(recognize),
         "decompose": Pass(decompose),
         "engine_forms": Pass(engine_forms),
         "layout": Pass(layout),
@@ -61,10 +65,15 @@ PASSES: Mapping[str, Pass] = MappingProxyType(
     }
 )
 
+# scale_inputs (a no-op unless the input_scales option asks) comes first: canonicalize then
+# folds what it wrote. recognize runs on the canonical graph (pow(x, 2) already x * x, duplicates merged), before
+# decompose lowers what it raised through the fp16-safe forms.
 # canonicalize runs again after the passes whose output it simplifies: decompositions
 # expose constants and neutral ops, and layout conversions between engine ops cancel.
 DEFAULT_PIPELINE: tuple[str, ...] = (
+    "scale_inputs",
     "canonicalize",
+    "recognize",
     "decompose",
     "engine_forms",
     "canonicalize",

@@ -18,6 +18,7 @@ from anekit.passes.results import Diagnostic, Verdict
 from anekit.targets import Target
 
 FP16_BYTES = 2
+CPU_REQUESTED = "cpu-requested"  # the verdict of a node the cpu_nodes option names
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,7 @@ def validate(graph: Graph, ctx: PassContext) -> tuple[Graph, dict[str, Any]]:
     code generation cannot emit at all is an error: `check` must not place what `save` fails on.
     Provides ``verdicts``."""
     verdicts: dict[str, Verdict] = {}
+    on_cpu = frozenset(ctx.options.cpu_nodes)
     for node in graph.nodes:
         missing = unlowerable(node)
         if missing is not None:
@@ -293,6 +295,11 @@ def validate(graph: Graph, ctx: PassContext) -> tuple[Graph, dict[str, Any]]:
             ctx.count(f"rejected: {missing.code}")
             hint = "the model cannot be saved as a bundle for any target until the op is lowered"
             ctx.diagnose(Diagnostic("error", missing.code, node.name, missing.message, hint))
+            continue
+        asked = sorted(on_cpu.intersection(node.origin))
+        if asked:  # a layer fused from several nodes goes with them
+            verdicts[node.name] = (CPU_REQUESTED, f"kept in fp32 on the CPU as asked ({', '.join(asked)})")
+            ctx.count(f"rejected: {CPU_REQUESTED}")
             continue
         if node.op == "ane_layer":
             found = validate_layer(LayerView(node), graph, ctx.target)

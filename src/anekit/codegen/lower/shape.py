@@ -146,12 +146,14 @@ def _pad(lo: Lowering) -> str:
         "pad": lo.p("pad", interleave_pads(tuple(pads))),
         "mode": lo.p("mode", _PAD_MODES[mode], "string"),
     }
-    if mode == "constant":
-        inputs["constant_val"] = (
-            lo.f("value", lo.attrs["value"])
-            if x.dtype in ("fp16", "fp32")
-            else lo.p("value", np.int32(lo.attrs["value"]), x.dtype)
-        )
+    # constant_val is written for every mode: MIL's default for it is an fp32 zero, which
+    # coremltools' loader refuses beside an fp16 x (its type must be x's)
+    value = lo.attrs["value"] if mode == "constant" else 0
+    inputs["constant_val"] = (
+        lo.f("value", value)
+        if x.dtype in ("fp16", "fp32")
+        else lo.p("value", np.int32(value), x.dtype)
+    )
     return lo.out("pad", inputs)
 
 

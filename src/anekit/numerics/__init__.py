@@ -1,6 +1,9 @@
 """Will fp16 break it? Per-layer overflow, underflow to zero and precision loss, with remedies.
 
-Two runs on the same inputs (given, or synthetic standard-normal floats):
+First, without data (`anekit.numerics.ranges`): value ranges propagated from the weights and
+the inputs' declared (or conventional) ranges find overflow, cancellation and underflow
+before anything runs. Then two runs on the same inputs (given, or synthetic: drawn from
+those ranges; standard-normal floats for inputs with none):
 - end to end, the compiled programs on the fp16 simulator (``backend="sim"``) against the
   engine graph in fp32 (``backend="reference"``): what the user will see at the outputs;
 - per layer, the engine graph once in fp32 and once as the engine stores it: every engine
@@ -17,7 +20,7 @@ times that of its inputs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,14 +42,18 @@ SYNTHETIC_SEED = 0
 class Finding:
     """One problem at one engine layer: what, how bad, which original nodes, what to do."""
 
-    kind: str  # "overflow" | "underflow" | "precision"
+    kind: str  # "overflow" | "underflow" | "precision" | "cancellation"
     layer: str
     nodes: tuple[str, ...]
     ops: tuple[str, ...]
     detail: str
     remedy: str
     value: float  # overflowed elements / share flushed to zero / relative error
-    seen_in: str = "layers"  # "layers" (the per-layer run) or "sim" (the simulator's outputs)
+    # "ranges" (value ranges, no data), "layers" (the per-layer run) or "sim" (its outputs)
+    seen_in: str = "layers"
+    # "hazard" (the answer is at risk: `check --numerics` exits 4) or "info"
+    severity: str = "hazard"
+    option: str = ""  # the compile option that carries out the remedy, if one does
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -61,14 +68,23 @@ class NumericsReport:
     target: str
     inputs: str  # "given" | "synthetic"
     findings: list[Finding] = field(default_factory=list)
+    # each input's assumed range: {"lo", "hi", "why"} (declared or from conventions)
+    input_ranges: dict[str, dict[str, Any]] = field(default_factory=dict)
     layers: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     sim_error: str | None = None
+
+    @property
+    def hazards(self) -> int:
+        """Findings that put the answer at risk (information excluded)."""
+        return sum(f.severity == "hazard" for f in self.findings)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "inputs": self.inputs,
+            "input_ranges": self.input_ranges,
+            "hazards": self.hazards,
             "findings": [f.as_dict() for f in self.findings],
             "layers": self.layers,
             "outputs": self.outputs,
@@ -79,12 +95,21 @@ class NumericsReport:
 # --- inputs -------------------------------------------------------------------------------
 
 
-def synthetic_feeds(graph: Any, seed: int = SYNTHETIC_SEED) -> dict[str, np.ndarray]:
-    """Standard-normal floats; integer inputs (token ids, masks) are ones."""
+def synthetic_feeds(
+    graph: Any, seed: int = SYNTHETIC_SEED, ranges: Mapping[str, Any] | None = None
+) -> dict[str, np.ndarray]:
+    """Values drawn from each input's range (`anekit.numerics.ranges.of_range`; integers
+    rounded); without one, standard-normal floats and integer ones (token ids, masks)."""
+    from anekit.numerics.ranges import of_range
+
     rng = np.random.default_rng(seed)
     feeds = {}
     for v in graph.inputs:
-        if v.dtype.is_float:
+        r = (ranges or {}).get(v.name)
+        if r is not None:
+            drawn = of_range(r.lo, r.hi).draw(rng, v.shape)
+            feeds[v.name] = (drawn if v.dtype.is_float else np.rint(drawn)).astype(v.dtype.numpy)
+        elif v.dtype.is_float:
             feeds[v.name] = rng.standard_normal(v.shape).astype(v.dtype.numpy)
         else:
             feeds[v.name] = np.ones(v.shape, v.dtype.numpy)
@@ -228,11 +253,26 @@ def _origins(node: Any, cm: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return names, tuple(dict.fromkeys(src.get(n, "?") for n in names))
 
 
-def analyse(cm: Any, feeds: Mapping[str, Any] | None = None) -> NumericsReport:
-    """The numerics report of compiled model ``cm`` on ``feeds`` (synthetic when None)."""
+def analyse(
+    cm: Any,
+    feeds: Mapping[str, Any] | None = None,
+    input_ranges: Mapping[str, tuple[float, float]] | None = None,
+) -> NumericsReport:
+    """The numerics report of compiled model ``cm``: findings from value ranges (the inputs'
+    ``input_ranges`` {name: (lo, hi)}, else conventions), then from runs on ``feeds``
+    (synthetic, drawn from those ranges, when None)."""
+    from anekit.numerics.ranges import find_hazards
+
     given = feeds is not None
-    feeds = dict(check_feeds(cm.graph, feeds)) if given else synthetic_feeds(cm.graph)
+    range_findings, ranges = find_hazards(cm, input_ranges)
+    if given:
+        feeds = dict(check_feeds(cm.graph, feeds))
+    else:
+        feeds = synthetic_feeds(cm.graph, ranges=ranges)
     report = NumericsReport(cm.target.name, "given" if given else "synthetic")
+    report.input_ranges = {n: {"lo": r.lo, "hi": r.hi, "why": r.why} for n, r in ranges.items()}
+    report.findings.extend(range_findings)
+    flagged = {n for f in range_findings if f.severity == "hazard" for n in f.nodes}
     ref, emu = _trace(cm, feeds, False), _trace(cm, feeds, True)
     err_of: dict[str, float] = {v: 0.0 for v in feeds}
     # the kinds of problem already reported upstream of a value: reported once, where it starts
@@ -256,12 +296,38 @@ def analyse(cm: Any, feeds: Mapping[str, Any] | None = None) -> NumericsReport:
         if kind is not None:
             seen[out] = upstream | {kind}
             names, ops = _origins(node, cm)
+            if flagged.intersection(names):
+                continue  # the range analysis reported it already, with its remedy
             report.findings.append(
                 Finding(kind, node.name, names, ops, _describe(kind, stats),
-                        _remedy(kind, ops, stats), _value(kind, stats))
+                        _remedy(kind, ops, stats), _value(kind, stats), option=_cpu(names))
             )  # fmt: skip
     _end_to_end(cm, feeds, ref, report, seen)
+    _unfelt_as_info(report)
     return report
+
+
+def _unfelt_as_info(report: NumericsReport) -> None:
+    """Per-layer findings are information when the simulator's outputs on the same inputs
+    match fp32 (no non-finite value, error within PRECISION_LIMIT): the answer is unaffected."""
+    rows = [r for r in report.outputs if "rel_error" in r]
+    if report.sim_error or not rows:
+        return
+    if any(r["nonfinite"] or r["rel_error"] > PRECISION_LIMIT for r in rows):
+        return
+    note = " (the simulator's outputs match fp32 on these inputs: not felt at the outputs)"
+    report.findings = [
+        replace(f, severity="info", detail=f.detail + note, option="")
+        if f.seen_in == "layers" and f.severity == "hazard"
+        else f
+        for f in report.findings
+    ]
+
+
+def _cpu(names: Sequence[str]) -> str:
+    from anekit.numerics.ranges import cpu_option
+
+    return cpu_option(names) if names else ""
 
 
 def _felt_downstream(cm: Any, value: str, ref: Mapping[str, Any], emu: Mapping[str, Any]) -> bool:
@@ -338,12 +404,14 @@ def _end_to_end(
             }
         report.outputs.append(row)
         if want.dtype.kind == "f":
-            _output_finding(cm, name, row, report, seen.get(name, frozenset()))
+            same = bool(want.ndim and np.array_equal(want.argmax(-1), got.argmax(-1)))
+            _output_finding(cm, name, row, report, seen.get(name, frozenset()), same)
 
 
 def _output_finding(
-    cm: Any, name: str, row: Mapping[str, Any], report: NumericsReport, upstream: frozenset[str]
-) -> None:
+    cm: Any, name: str, row: Mapping[str, Any], report: NumericsReport, upstream: frozenset[str],
+    decision: bool | None = None,
+) -> None:  # fmt: skip
     """What the simulator's output shows, at the layer that produces it."""
     stats = {
         "overflow": row["nonfinite"], "max_abs": row["max_abs_fp32"], "rel_error": row["rel_error"],
@@ -355,10 +423,14 @@ def _output_finding(
         return
     names, ops = _origins(producer, cm)
     detail = f"output '{name}' on the fp16 simulator: {_describe(kind, stats)}"
-    remedy = _remedy(kind, ops, stats)
+    remedy, severity, option = _remedy(kind, ops, stats), "hazard", _cpu(names)
+    if kind == "underflow" and decision is not None and decision:
+        severity = "info"
+        detail += " (the largest value along the last axis, the decision, is the same as in fp32)"
     if upstream:
         detail += f" (follows from the {' and '.join(sorted(upstream))} found above)"
-        remedy = "fix the finding(s) above first"
+        remedy, option = "fix the finding(s) above first", ""
     report.findings.append(
-        Finding(kind, producer.name, names, ops, detail, remedy, _value(kind, stats), "sim")
-    )
+        Finding(kind, producer.name, names, ops, detail, remedy, _value(kind, stats), "sim",
+                severity, option)
+    )  # fmt: skip
