@@ -98,10 +98,14 @@ class Trainer:
                              hint="check the freeze= patterns")  # fmt: skip
         self.max_grad_norm = max_grad_norm
         self.flat_update = flat_update  # one update chain per parameter group (train/flat.py)
-        self.fp16 = backend == "sim"
-        self.dynamic_scale = loss_scale is None and self.fp16
+        # sim-fp32 runs the sim program widened: its constants were stored as fp16 (Adam's
+        # eps of 1e-8 is 0 there), so it takes the fp16-safe update; only sim, whose
+        # arithmetic is fp16, needs the loss scaled
+        self.fp16 = backend in ("sim", "sim-fp32")
+        scaled = backend == "sim"
+        self.dynamic_scale = loss_scale is None and scaled
         self.loss_scale = float(
-            loss_scale if loss_scale is not None else 2.0**10 if self.fp16 else 1.0
+            loss_scale if loss_scale is not None else 2.0**10 if scaled else 1.0
         )
         self.good_steps = 0
         self.rng = np.random.Generator(np.random.PCG64(seed))
