@@ -78,6 +78,7 @@ class Program:
         # (st_dev, st_ino) of the bundle folder it was loaded from: an update checks that the
         # folder was not replaced since
         self.folder_id: tuple[int, int] | None = None
+        self.lora_alpha: float | None = None  # the LoRA alpha compiled in, when known
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 

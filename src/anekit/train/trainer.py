@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import InputError, ModelError
+from anekit.errors import FormatError, InputError, ModelError, path_argument
 from anekit.ir.graph import Graph, Value
 from anekit.ir.ops.scatter import one_hot
 from anekit.train import checkpoint, graphio
@@ -51,8 +51,14 @@ def _as_graph(model: Any) -> tuple[Graph, Any]:
     import onnx
 
     from anekit.frontend.onnx import from_onnx
+    from anekit.frontend.onnx.loader import load_model
 
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        path = path_argument(model, "the model to train")
+        load_model(path)  # sniffed and size-checked first: a file that is not ONNX is refused
+        proto = onnx.load(os.fspath(path))
     return from_onnx(proto), proto
 
 
@@ -96,13 +102,16 @@ class Trainer:
         if not self.params:
             raise ModelError("the model has no trainable parameters",
                              hint="check the freeze= patterns")  # fmt: skip
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = _positive(max_grad_norm, "max_grad_norm")
         self.flat_update = flat_update  # one update chain per parameter group (train/flat.py)
         # sim-fp32 runs the sim program widened: its constants were stored as fp16 (Adam's
         # eps of 1e-8 is 0 there), so it takes the fp16-safe update; only sim, whose
         # arithmetic is fp16, needs the loss scaled
         self.fp16 = backend in ("sim", "sim-fp32")
         scaled = backend == "sim"
+        _positive(loss_scale, "loss_scale")
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise InputError(f"seed must be an integer of at least 0, not {seed!r}")
         self.dynamic_scale = loss_scale is None and scaled
         self.loss_scale = float(
             loss_scale if loss_scale is not None else 2.0**10 if scaled else 1.0
@@ -153,6 +162,37 @@ class Trainer:
             session.seed(self._state)
             self._active = sig
         return sg, session
+
+    def _check_batch(self, batch: Any) -> None:
+        """A batch maps every model input and 'target' to an array; class labels lie in
+        [0, classes) (a label outside would train on an all-zero or wrapped target)."""
+        if not isinstance(batch, Mapping):
+            raise InputError(f"a batch is a mapping of input name to array, not {type(batch).__name__}")
+        wanted = [v.name for v in self.model.inputs if dropout_rate(v.name) is None] + [TARGET]
+        missing = [n for n in wanted if n not in batch]
+        if missing:
+            raise InputError(f"the batch has no {missing}",
+                             hint=f"a batch maps {', '.join(wanted)} to arrays")  # fmt: skip
+        self._check_labels(np.asarray(batch[TARGET]), "the batch's target")
+
+    def _check_labels(self, labels: np.ndarray, what: str) -> None:
+        if labels.dtype.kind not in "iub":
+            if labels.dtype.kind != "f":
+                raise InputError(f"{what} holds {labels.dtype}, not numbers")
+            return
+        if labels.size and (int(labels.min()) < -(2**31) or int(labels.max()) >= 2**31):
+            raise InputError(f"{what} holds labels beyond int32 (from {labels.min()} to "
+                             f"{labels.max()}); they would wrap")  # fmt: skip
+        logits = self.model.values[self.model.output_names[0]].shape
+        if self.loss != "cross_entropy" or labels.shape != logits[:-1] or labels.size == 0:
+            return
+        classes = logits[-1]
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= classes:
+            bad = low if low < 0 else high
+            raise InputError(f"{what} holds the class label {bad}; the model has {classes} "
+                             f"classes (labels 0 to {classes - 1})",
+                             hint="check the labels, or the model's output size")  # fmt: skip
 
     def _target_value(self, t: np.ndarray) -> Value:
         """The step's target input. Class labels for the built-in cross entropy are fed as
@@ -228,6 +268,7 @@ class Trainer:
 
     def step(self, batch: Mapping[str, np.ndarray]) -> float:
         """One training step on ``batch``; returns its loss (before the update)."""
+        self._check_batch(batch)
         sg, session = self._program(batch)
         feeds = self._feeds(sg, batch)
         out = session.run(feeds)
@@ -278,7 +319,18 @@ class Trainer:
         resumed trainer continues where it stopped), or for at most ``steps`` steps.
         Each epoch visits the rows in an order drawn from the trainer's generator; a last
         partial batch is dropped (one program per batch shape). Returns the step losses."""
+        for name, value, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1),
+                                 ("steps", steps, 1)):  # fmt: skip
+            if value is None and name == "steps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+                raise InputError(f"fit's {name} must be an integer of at least {low}, not {value!r}")
+        if plot is not None:
+            check_plotting()  # before training, not after it
+        if not isinstance(data, Mapping):
+            raise InputError(f"fit's data is a mapping of input name to array, not {type(data).__name__}")
         n = _rows(data)
+        self._check_labels(np.asarray(data[TARGET]), "the data's target")
         per_epoch = n // batch_size
         if per_epoch == 0:
             raise InputError(f"{n} rows make no batch of {batch_size}")
@@ -354,7 +406,21 @@ class Trainer:
              optimizer: Optimizer | None = None, backend: str | None = None) -> Trainer:  # fmt: skip
         """A trainer exactly where ``save`` left it (model, state, optimizer, step, generator,
         data order). A callable loss or schedule is not stored: pass it again."""
-        manifest, doc, arrays = checkpoint.read(path)
+        from google.protobuf.message import DecodeError
+
+        manifest, doc, arrays = checkpoint.read(path_argument(path, "the checkpoint to load"))
+        where = str(path)
+        try:
+            return cls._restore(manifest, doc, arrays, loss, optimizer, backend)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, RecursionError,
+                DecodeError) as exc:  # fmt: skip
+            raise FormatError(f"the checkpoint's contents do not fit together ({type(exc).__name__}: "
+                              f"{exc})", where=where,
+                              hint="it was edited or damaged; use another checkpoint") from None
+
+    @classmethod
+    def _restore(cls, manifest: dict, doc: dict, arrays: dict, loss: Any, optimizer: Any,
+                 backend: str | None) -> Trainer:  # fmt: skip
         model = graphio.from_json(doc, arrays)
         if manifest["loss"] is None and loss is None:
             raise ModelError("the checkpoint was trained with a callable loss; pass loss=")
@@ -376,6 +442,7 @@ class Trainer:
         t.dynamic_scale, t.good_steps = manifest["dynamic_scale"], manifest["good_steps"]
         t.rng.bit_generator.state = manifest["rng"]
         t.order = arrays.get("data/order")
+        checkpoint.check_position(t, len(t.order) if t.order is not None else None)
         t.history = list(manifest["history"])
         t.overflows = list(manifest.get("overflows", []))  # absent from older checkpoints
         return t
@@ -411,8 +478,29 @@ def _progress(enabled: bool, total: int) -> Callable[[float | None], None]:
     return advance
 
 
+def check_plotting() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from anekit.errors import MissingDependencyError
+
+        raise MissingDependencyError("matplotlib", "plot", "plotting the loss curve") from None
+
+
+def _positive(value: Any, what: str) -> float | None:
+    """None, or ``value`` as a finite float above 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InputError(f"{what} must be a number, not {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise InputError(f"{what} must be a finite number above 0, not {value!r}")
+    return float(value)
+
+
 def plot_losses(losses: Iterable[float], path: str | os.PathLike[str]) -> Path:
     """The loss curve as an image (needs matplotlib: the plot extra)."""
+    check_plotting()
     import matplotlib
 
     matplotlib.use("Agg")
