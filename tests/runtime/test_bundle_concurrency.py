@@ -138,16 +138,15 @@ def test_update_weights_on_a_full_or_read_only_disk_is_a_user_error(tmp_path: Pa
     path = anekit.compile(_graph(w1, w2), "m4").save(tmp_path / "m.anekit")
     before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
     program = load(path)
+    real = weight_update.write_synced
     for code in (errno.ENOSPC, errno.EROFS, errno.EACCES):
-        calls = []
 
-        def failing(target, chunks, *, exclusive=False, code=code):  # noqa: ANN001, ANN202
+        def failing(target, chunks, *, exclusive=False, code=code, calls=[]):  # noqa: ANN001, ANN202, B006
             calls.append(target)
             if len(calls) > 1:  # the weight file was written: the journal fails
                 raise OSError(code, os.strerror(code), str(target))
             return real(target, chunks, exclusive=exclusive)
 
-        real = weight_update.write_synced
         monkeypatch.setattr(weight_update, "write_synced", failing)
         with pytest.raises(AnekitError, match="the bundle is unchanged"):
             program.update_weights({"w1": _value(19)})

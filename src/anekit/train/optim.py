@@ -92,7 +92,7 @@ class Adam(Optimizer):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.betas, tuple | list) or len(self.betas) != 2:
-            raise InputError(f"Adam's betas are two numbers, not {self.betas!r}")
+            raise InputError(f"Adam's betas must be two numbers, not {self.betas!r}")
         self.betas = tuple(schedules.rate(b, "an Adam beta", high=1.0, open_high=True)
                            for b in self.betas)  # fmt: skip
         self.eps = schedules.rate(self.eps, "Adam's eps", open_low=True)

@@ -18,7 +18,7 @@ from anekit.train import checkpoint, graphio
 from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
 from anekit.train.optim import Adam, Optimizer, from_config
-from anekit.train.runner import open_session
+from anekit.train.runner import BACKENDS, open_session
 from anekit.train.step import (
     LOSS,
     NONFINITE_PREFIX,
@@ -85,6 +85,11 @@ class Trainer:
         seed: int = 0,
         flat_update: bool = True,
     ):
+        if not isinstance(target, str):
+            raise InputError(f"target must be a chip name such as 'm4', not {target!r}")
+        if backend not in BACKENDS:
+            raise InputError(f"unknown training backend {backend!r}",
+                             hint=f"choose one of {', '.join(BACKENDS)}")  # fmt: skip
         self.model, self._onnx = _as_graph(model)
         self.loss = loss
         self._loss_fn = resolve(loss)
@@ -184,7 +189,8 @@ class Trainer:
             raise InputError(f"{what} holds labels beyond int32 (from {labels.min()} to "
                              f"{labels.max()}); they would wrap")  # fmt: skip
         logits = self.model.values[self.model.output_names[0]].shape
-        if self.loss != "cross_entropy" or labels.shape != logits[:-1] or labels.size == 0:
+        rows = labels.shape[1:] == tuple(logits[1:-1]) and labels.ndim == len(logits) - 1
+        if self.loss != "cross_entropy" or not rows or labels.size == 0:
             return
         classes = logits[-1]
         low, high = int(labels.min()), int(labels.max())
@@ -442,9 +448,9 @@ class Trainer:
         t.dynamic_scale, t.good_steps = manifest["dynamic_scale"], manifest["good_steps"]
         t.rng.bit_generator.state = manifest["rng"]
         t.order = arrays.get("data/order")
-        checkpoint.check_position(t, len(t.order) if t.order is not None else None)
         t.history = list(manifest["history"])
         t.overflows = list(manifest.get("overflows", []))  # absent from older checkpoints
+        checkpoint.check_position(t, len(t.order) if t.order is not None else None)
         return t
 
 
