@@ -64,7 +64,7 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
     then swap it in. An existing ``target`` is replaced only when ``check`` finds nothing
     wrong with it (or it is an empty folder); otherwise AnekitError, and nothing is touched.
     """
-    path, existed = check_target(target, check, what)
+    path, _ = check_target(target, check, what)
     parent = path.parent
     tmp = parent / temp_name(path.name, "tmp")
     try:
@@ -73,11 +73,13 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
         write(tmp)
         _fsync_dir(tmp)
         checkpoint("wrote the new folder")
-        if existed:
-            with locked_folder(path, exclusive=True):  # no update or load is half-way in it
+        # under the folder's lock, so that no update or load is half-way in it; proven
+        # replaceable again there (a writer may have changed it since the first check)
+        with locked_folder(path, exclusive=True):
+            if _replaceable(path, check, what):
                 _swap(tmp, path, check, what)
-        else:
-            _move_new(tmp, path)
+            else:
+                _move_new(tmp, path)
         _fsync_dir(parent)
     except OSError as exc:
         raise os_error(exc, f"write {what} '{target}'") from None
@@ -104,7 +106,8 @@ def check_target(target: str | os.PathLike[str], check: Check, what: str) -> tup
         raise PathError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
                           hint="choose an output path in a folder you can write to")  # fmt: skip
     recover_stale(parent, path.name)
-    return path, _replaceable(path, check, what)
+    with locked_folder(path, exclusive=False):  # a live writer's files are not seen
+        return path, _replaceable(path, check, what)
 
 
 def _replaceable(path: Path, check: Check, what: str) -> bool:
