@@ -101,11 +101,12 @@ def apply(graph: Any, lora: LoRA) -> Any:
         names = (node.name, weight, *node.origin)
         if not any(fnmatch.fnmatchcase(n, p) for n in names for p in lora.targets):
             continue
-        x, w = node.inputs
-        d_in, d_out = graph.value(w).shape
+        # the editor's node: an adapted layer before it may have rewired its input
+        x, w = ed.node(node.name).inputs
+        d_in, d_out = ed.value(w).shape
         key = layer_name(weight, node.name)
         a_name, b_name = key + SUFFIX_A, key + SUFFIX_B
-        dtype = graph.value(x).dtype
+        dtype = ed.value(x).dtype
         for name, shape in ((a_name, (d_in, lora.rank)), (b_name, (lora.rank, d_out))):
             ed.declare_value(name, shape, DType.FP32 if dtype.is_float else dtype)
             ed.inputs.append(ed.value(name))
@@ -116,7 +117,7 @@ def apply(graph: Any, lora: LoRA) -> Any:
         (scaled,) = ed.add("mul", [xab, scale], name=f"{node.name}/lora_scaled", origin=node.origin)
         (base,) = ed.add("matmul", [x, w], name=f"{node.name}/base", origin=node.origin)
         (out,) = ed.add("add", [base, scaled], name=f"{node.name}/lora", origin=node.origin)
-        ed.remove(node)
+        ed.remove(node.name)
         ed.replace_uses(y, out)
         found.append(key)
     if not found:
@@ -252,7 +253,12 @@ def bind(adapter: Adapter, ports: Mapping[str, Any],
         if not (np.isfinite(a).all() and np.isfinite(b).all()):
             raise InputError(f"{adapter.source}: layer '{key}' holds NaN or infinite values")
         if adapter.alpha is not None and program_alpha is not None and adapter.alpha != program_alpha:
-            b = b * np.float32(adapter.alpha / program_alpha)
+            with np.errstate(over="ignore"):
+                b = b * np.float32(adapter.alpha / program_alpha)
+            if not np.isfinite(b).all():
+                raise InputError(f"{adapter.source}: lora_alpha {adapter.alpha:g} scales layer "
+                                 f"'{key}' past float32 (the program was compiled for alpha "
+                                 f"{program_alpha:g})")  # fmt: skip
         feeds[a_name], feeds[b_name] = a, b
     return feeds
 

@@ -133,3 +133,25 @@ def test_session_arguments_of_the_wrong_kind(compiled) -> None:  # noqa: ANN001,
     assert time.perf_counter() - start < 5  # refused before the first step
     out = sess.run_steps(3, {"x": X})  # and the session still runs
     assert next(iter(out.values())).shape[0] == 3
+
+
+def test_chained_adapted_layers_compile_and_compute_the_merged_model() -> None:
+    """Two adapted layers in a row (the second reads the first's output): each takes its
+    own adapter, as the merged weights W + (alpha / r) A B compute (numpy oracle)."""
+    rng = np.random.default_rng(6)
+    d, r, alpha = 16, 4, 8.0
+    w1, w2 = (rng.standard_normal((d, d)).astype(np.float32) * 0.3 for _ in range(2))
+    x = anekit.input("x", (1, d))
+    h = anekit.ops.matmul(x, anekit.constant(w1, name="l0.q_proj.weight"), name="q")
+    y = anekit.ops.matmul(h, anekit.constant(w2, name="l0.v_proj.weight"), name="v")
+    chained = anekit.compile(anekit.graph([y]), "m4", lora=anekit.LoRA(rank=r, alpha=alpha))
+    mats = {layer: (rng.standard_normal((d, r)).astype(np.float32) * 0.2,
+                    rng.standard_normal((r, d)).astype(np.float32) * 0.2)
+            for layer in ("l0.q_proj", "l0.v_proj")}  # fmt: skip
+    sess = chained.session("sim-fp32")
+    sess.set_adapter(mats)
+    feed = rng.standard_normal((1, d)).astype(np.float32)
+    out = next(iter(sess.run({"x": feed}).values()))
+    (a1, b1), (a2, b2) = mats["l0.q_proj"], mats["l0.v_proj"]
+    want = feed @ (w1 + alpha / r * a1 @ b1) @ (w2 + alpha / r * a2 @ b2)
+    np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

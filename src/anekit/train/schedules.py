@@ -47,7 +47,7 @@ def as_schedule(lr) -> object:
     return lr if callable(lr) else Constant(rate(lr, "the learning rate"))
 
 
-def rate(value, what: str, *, low: float = 0.0, high: float = math.inf,
+def rate(value, what: str, *, low: float = 0.0, high: float = float(np.finfo(np.float32).max),
          open_low: bool = False, open_high: bool = False) -> float:  # fmt: skip
     """``value`` as a finite float in [low, high] (or open at an end): hyperparameters a
     NaN or a sign error would silently ruin."""

@@ -91,6 +91,8 @@ class Trainer:
             raise InputError(f"unknown training backend {backend!r}",
                              hint=f"choose one of {', '.join(BACKENDS)}")  # fmt: skip
         self.model, self._onnx = _as_graph(model)
+        if not self.model.output_names:
+            raise ModelError("the model has no outputs to train", hint="its first output is the loss's input")
         self.loss = loss
         self._loss_fn = resolve(loss)
         self.optimizer = optimizer or Adam()
@@ -419,7 +421,7 @@ class Trainer:
         try:
             return cls._restore(manifest, doc, arrays, loss, optimizer, backend)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, RecursionError,
-                DecodeError) as exc:  # fmt: skip
+                OverflowError, DecodeError) as exc:  # fmt: skip
             raise FormatError(f"the checkpoint's contents do not fit together ({type(exc).__name__}: "
                               f"{exc})", where=where,
                               hint="it was edited or damaged; use another checkpoint") from None
@@ -441,8 +443,18 @@ class Trainer:
 
             t._onnx = onnx.load_from_string(bytes.fromhex(manifest["onnx"]))
             t._sources = onnx_sources(t._onnx, model)
-        t.params = list(manifest["params"])
+        params = manifest["params"]
+        if not isinstance(params, list) or not params or not all(
+            isinstance(p, str) and p in model.constants for p in params
+        ):
+            raise FormatError("the checkpoint's params do not name constants of its model")
+        t.params = list(params)
         t._state = {k[len("state/") :]: v for k, v in arrays.items() if k.startswith("state/")}
+        want = {k: v.shape for k, v in t._initial_state().items()}
+        have = {k: v.shape for k, v in t._state.items()}
+        if want != have or any(v.dtype != np.float32 for v in t._state.values()):
+            raise FormatError("the checkpoint's state does not match its parameters and "
+                              "optimizer (a value missing, extra, or of another shape)")  # fmt: skip
         t.step_count, t.skipped, t.epoch = manifest["step"], manifest["skipped"], manifest["epoch"]
         t.position, t.loss_scale = manifest["position"], manifest["loss_scale"]
         t.dynamic_scale, t.good_steps = manifest["dynamic_scale"], manifest["good_steps"]
