@@ -190,8 +190,11 @@ def locked_folder(path: str | os.PathLike[str], *, exclusive: bool) -> Iterator[
     file system has no locks: a local writer then runs alone). The lock is re-taken when the
     folder was swapped for another while waiting, so it always covers the folder now at
     ``path``. Opening never blocks (a named pipe there is not a folder)."""
-    import fcntl  # POSIX: the platforms whose runtime writes bundles
-
+    try:
+        import fcntl  # POSIX: the platforms whose runtime writes bundles
+    except ImportError:  # pragma: no cover - Windows: no advisory locks to take
+        yield False
+        return
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NONBLOCK | os.O_CLOEXEC
     while True:
         try:
