@@ -33,6 +33,7 @@ import argparse
 import multiprocessing
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -188,6 +189,7 @@ def run(processes: int, seconds: float) -> dict[str, Any]:
     for p in procs:
         p.join(timeout=60)
     final = _final_check(bundle, cache_dir, expected)
+    shutil.rmtree(root, ignore_errors=True)  # the run's own folder: the bundle and the cache
     by_role: dict[str, dict[str, int]] = {}
     for t in tallies:
         row = by_role.setdefault(t["role"], {"processes": 0, "operations": 0, "refused": 0,
