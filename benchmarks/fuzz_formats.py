@@ -13,6 +13,9 @@ than the time limit) is a finding, recorded with its case seed so it can be repl
                                                        # mutated .hwx run on the engine emulator
     python benchmarks/fuzz_formats.py --targets netplist netplist.weights
     python benchmarks/fuzz_formats.py --replay hwx:h13_relu:6:417
+    python benchmarks/fuzz_formats.py --targets hf.config hf.safetensors hf.tokenizer peft \
+        checkpoint cache --out benchmarks/results/fuzz_runtime.json
+    python benchmarks/fuzz_formats.py --smoke          # 30 cases per target
 
 Results go to benchmarks/results/fuzz_formats.json (written atomically).
 """
@@ -23,6 +26,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +52,14 @@ from format_fuzzer.engine import (  # noqa: E402
 from format_fuzzer.feed_targets import bundle_target, npy_target, npz_target  # noqa: E402
 from format_fuzzer.model_targets import mil_target, onnx_target  # noqa: E402
 from format_fuzzer.netplist_targets import netplist_target, netplist_weights_target  # noqa: E402
+from format_fuzzer.runtime_targets import (  # noqa: E402
+    cache_target,
+    checkpoint_target,
+    hf_config_target,
+    hf_safetensors_target,
+    hf_tokenizer_target,
+    peft_target,
+)
 
 from anekit import budget  # noqa: E402
 
@@ -69,6 +81,12 @@ TARGET_FACTORIES: dict[str, Callable[[], FuzzTarget]] = {
     "npy": npy_target,
     "npz": npz_target,
     "bundle": bundle_target,
+    "hf.config": hf_config_target,
+    "hf.safetensors": hf_safetensors_target,
+    "hf.tokenizer": hf_tokenizer_target,
+    "peft": peft_target,
+    "checkpoint": checkpoint_target,
+    "cache": cache_target,
 }
 
 
@@ -169,16 +187,21 @@ def main(argv: list[str] | None = None) -> int:
         help="cases per target, spread evenly over its fixtures",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
+    parser.add_argument("--smoke", action="store_true",
+                        help="30 cases per target, results to a temporary file")  # fmt: skip
     parser.add_argument(
         "--replay", metavar="TARGET:FIXTURE:SEED:CASE", help="rerun one case with its traceback"
     )
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay)
+    if args.smoke:
+        args.cases = 30
+    out = args.out or (Path(tempfile.mkdtemp()) / "fuzz_smoke.json" if args.smoke else RESULTS)
     run, seconds = fuzz(args.targets, args.cases, args.seed)
     doc = report(run, seconds)
-    write_json(args.out, doc)
+    write_json(out, doc)
     print(
         f"{doc['cases']} cases in {doc['seconds']} s ({doc['cases_per_second']} cases/s), {doc['findings']} findings"
     )

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +100,53 @@ def test_cli_refuses_to_overwrite_a_file_it_did_not_write(tmp_path: Path, capsys
     assert main(["report", model, "-o", str(out), "--chips", "m9"]) == 2
     assert "m9" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+PAYLOADS = [
+    "<script>alert(1)</script>", "</style><script>alert(2)</script>", '" onmouseover="alert(3)',
+    "' onload='alert(4)", "<img src=x onerror=alert(5)>", "<svg onload=alert(6)>",
+    "</title><script>alert(7)</script>", "javascript:alert(8)", "<iframe src=javascript:1>",
+    "]]><script>alert(9)</script>", "<!--", "<style>@import url(x)</style>",
+    "&lt;script&gt;", "<a href=x>click</a>",
+]  # fmt: skip
+INVISIBLE = ["\u202e", "\u202d", "\u2066", "\u2067", "\u2068", "\u2069", "\u200b", "\u200d",
+             "\u200e", "\u200f", "\u061c", "\x1b", "\x00", "\u2028", "\ufeff"]  # fmt: skip
+
+
+def _named_model(path: Path, names: list[str]) -> Path:
+    """A chain of Relu nodes, each called by one of ``names`` (the file author's text)."""
+    nodes, prev = [], "x"
+    for i, name in enumerate(names):
+        out = f"v{i}" if i < len(names) - 1 else "y"
+        nodes.append(helper.make_node("Relu", [prev], [out], name=name))
+        prev = out
+    g = helper.make_graph(
+        nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )  # fmt: skip
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_names_cannot_inject_markup_or_hide_behind_invisible_characters(tmp_path: Path) -> None:
+    names = [*PAYLOADS, *(f"gpj{ch}exe.{i}" for i, ch in enumerate(INVISIBLE))]
+    page = build_report(str(_named_model(tmp_path / "m.onnx", names)), "m4", chips=("m4",))
+    # as a browser parses it: no element or attribute came from a name
+    tags, attrs, styles = set(), set(), []
+
+    class Collect(HTMLParser):
+        def handle_starttag(self, tag, attributes):  # noqa: ANN001, ANN202
+            tags.add(tag)
+            attrs.update(a for a, _ in attributes)
+            styles.extend([tag] if tag == "style" else [])
+
+    Collect().feed(page)
+    assert tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "span",
+                    "div", "table", "tr", "th", "td", "svg", "g", "rect", "text", "line",
+                    "path", "defs", "marker", "polygon"}, tags  # fmt: skip
+    assert not [a for a in attrs if a.startswith("on") or a in ("href", "src")], attrs
+    assert styles == ["style"] and "<!--" not in page  # the page's own stylesheet only
+    for ch in INVISIBLE:  # each shown as its code point, never interpreted
+        assert ch not in page
+        assert f"gpj&lt;U+{ord(ch):04X}&gt;exe" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the names are still shown

@@ -233,7 +233,11 @@ def run_case(
         outcome, problem = "ok", None
     except target.refusal:
         outcome, problem = "format_error", None
-    except (Exception, Hang) as exc:  # noqa: BLE001 - the point of the fuzzer
+    except BaseException as exc:  # noqa: BLE001 - the point of the fuzzer
+        # a Rust panic in an extension (pyo3's PanicException) is a BaseException: a finding,
+        # like any other exception; only an interrupt stops the run
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
         frames = traceback.extract_tb(exc.__traceback__)
         frame = frames[-2] if isinstance(exc, Hang) and len(frames) > 1 else frames[-1]
         outcome = "finding"

@@ -13,6 +13,12 @@ temporary name (``.NAME.anekit-PID-TOKEN.tmp``), then swaps it in:
 
 A write that dies (SIGKILL, power loss) leaves at most its temporary folders; the next write
 to the same place removes those of processes that no longer run, and nothing else.
+
+Every writer of an existing folder (a replace, a weight update, the recovery of a killed
+update) holds :func:`locked_folder` on it exclusively while it changes it, and a reader that
+must see one whole state (loading a bundle) holds it shared: an advisory ``flock`` on the
+folder itself, so nothing is added to the folder and a folder swapped in place gets a lock
+of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -57,7 +64,7 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
     then swap it in. An existing ``target`` is replaced only when ``check`` finds nothing
     wrong with it (or it is an empty folder); otherwise AnekitError, and nothing is touched.
     """
-    path, existed = check_target(target, check, what)
+    path, _ = check_target(target, check, what)
     parent = path.parent
     tmp = parent / temp_name(path.name, "tmp")
     try:
@@ -66,10 +73,13 @@ def replace_folder(target: str | os.PathLike[str], write: Callable[[Path], None]
         write(tmp)
         _fsync_dir(tmp)
         checkpoint("wrote the new folder")
-        if existed:
-            _swap(tmp, path, check, what)
-        else:
-            _move_new(tmp, path)
+        # under the folder's lock, so that no update or load is half-way in it; proven
+        # replaceable again there (a writer may have changed it since the first check)
+        with locked_folder(path, exclusive=True):
+            if _replaceable(path, check, what):
+                _swap(tmp, path, check, what)
+            else:
+                _move_new(tmp, path)
         _fsync_dir(parent)
     except OSError as exc:
         raise os_error(exc, f"write {what} '{target}'") from None
@@ -96,7 +106,8 @@ def check_target(target: str | os.PathLike[str], check: Check, what: str) -> tup
         raise PathError(f"cannot write {what} '{target}': the folder '{parent}' is not writable",
                           hint="choose an output path in a folder you can write to")  # fmt: skip
     recover_stale(parent, path.name)
-    return path, _replaceable(path, check, what)
+    with locked_folder(path, exclusive=False):  # a live writer's files are not seen
+        return path, _replaceable(path, check, what)
 
 
 def _replaceable(path: Path, check: Check, what: str) -> bool:
@@ -161,7 +172,7 @@ def recover_stale(parent: Path, name: str) -> None:
         return
     for entry in entries:
         match = pattern.match(entry)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or alive(int(match.group(1))):
             continue
         stale = parent / entry
         if not stat.S_ISDIR(os.lstat(stale).st_mode):
@@ -172,7 +183,49 @@ def recover_stale(parent: Path, name: str) -> None:
             _remove(stale)
 
 
-def _alive(pid: int) -> bool:
+@contextmanager
+def locked_folder(path: str | os.PathLike[str], *, exclusive: bool) -> Iterator[bool]:
+    """Hold an advisory lock on the folder ``path`` (exclusive for a writer, shared for a
+    reader) for the block; yields whether it is held (False when nothing stands there or the
+    file system has no locks: a local writer then runs alone). The lock is re-taken when the
+    folder was swapped for another while waiting, so it always covers the folder now at
+    ``path``. Opening never blocks (a named pipe there is not a folder)."""
+    try:
+        import fcntl  # POSIX: the platforms whose runtime writes bundles
+    except ImportError:  # pragma: no cover - Windows: no advisory locks to take
+        yield False
+        return
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NONBLOCK | os.O_CLOEXEC
+    while True:
+        try:
+            fd = os.open(path, flags)
+        except (FileNotFoundError, NotADirectoryError):
+            yield False
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            yield False
+            return
+        try:
+            now = os.stat(path)
+        except OSError:
+            now = None
+        held = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # replaced while waiting: lock the folder that stands there now
+    try:
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def alive(pid: int) -> bool:
+    """Whether the process ``pid`` may still be writing (this process always may)."""
     if pid == os.getpid():
         return True  # this process: another write here may be under way
     try:
@@ -214,6 +267,7 @@ def replace_file(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
     it, then rename it over ``path``: readers see the old file or the whole new one, and a
     failed write leaves nothing behind."""
     target = Path(path)
+    remove_stale_files(target.parent, target.name)
     tmp = target.parent / temp_name(target.name, "tmp")
     # 0o666 less the umask, as for any file a program creates (mkstemp's 0o600 would leave
     # a checkpoint or exported model unreadable to the user's other accounts and tools)
@@ -228,6 +282,25 @@ def replace_file(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def remove_stale_files(parent: Path, name: str) -> None:
+    """Remove the temporary files a killed :func:`replace_file` of ``parent/name`` left
+    (its writer no longer runs); nothing else."""
+    pattern = _temp_pattern(name)
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.match(entry)
+        if match is None or match.group(2) != "tmp" or alive(int(match.group(1))):
+            continue
+        try:
+            if stat.S_ISREG(os.lstat(parent / entry).st_mode):
+                os.unlink(parent / entry)
+        except OSError:
+            pass  # gone already, or not ours to remove
 
 
 def _fsync_dir(folder: Path) -> None:

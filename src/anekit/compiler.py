@@ -135,7 +135,9 @@ class CompiledModel:
         """The bundle as a runnable `anekit.runtime.Program` (what `load` gives back)."""
         from anekit.runtime.program import from_contents
 
-        return from_contents(self.bundle, where=f"compiled model '{self.graph.name}'")
+        program = from_contents(self.bundle, where=f"compiled model '{self.graph.name}'")
+        program.lora_alpha = self.source.metadata.get("lora_alpha")
+        return program
 
     def save(self, path: str | os.PathLike[str], **options: Any) -> Any:
         """Write the bundle directory ``path`` (e.g. ``model.anekit``); returns its Path."""

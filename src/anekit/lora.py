@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from anekit.errors import AnekitError, FormatError, InputError, ModelError
 SUFFIX_A, SUFFIX_B = ".lora_A", ".lora_B"
 _PEFT_PREFIX = "base_model.model."
 _MAX_ADAPTER_BYTES = 1 << 34
+_MAX_CONFIG_BYTES = 1 << 20  # PEFT's adapter_config.json is a page of settings
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,30 @@ class LoRA:
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise AnekitError(f"LoRA rank must be a positive integer, not {self.rank!r}")
-        if isinstance(self.targets, str) or not self.targets:
-            raise AnekitError("LoRA targets are a list of name patterns, e.g. ['*q_proj*']")
+        check_alpha(self.alpha, "LoRA alpha")
+        if (
+            isinstance(self.targets, str | bytes)
+            or not isinstance(self.targets, Sequence)
+            or not self.targets
+            or not all(isinstance(t, str) and t for t in self.targets)
+        ):
+            raise AnekitError(
+                f"LoRA targets are a list of name patterns (strings), not {self.targets!r}",
+                hint="e.g. anekit.LoRA(targets=['*q_proj*', '*v_proj*'])",
+            )
 
     @property
     def scale(self) -> float:
         return float(self.alpha) / self.rank
+
+
+def check_alpha(alpha: Any, what: str) -> float:
+    """``alpha`` as a float: a finite number above 0 (PEFT's lora_alpha)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.integer | np.floating):
+        raise AnekitError(f"{what} must be a number, not {alpha!r}", hint="e.g. alpha=16")
+    if not math.isfinite(alpha) or alpha <= 0:
+        raise AnekitError(f"{what} must be a finite number above 0, not {alpha!r}")
+    return float(alpha)
 
 
 @dataclass(frozen=True)
@@ -81,11 +101,12 @@ def apply(graph: Any, lora: LoRA) -> Any:
         names = (node.name, weight, *node.origin)
         if not any(fnmatch.fnmatchcase(n, p) for n in names for p in lora.targets):
             continue
-        x, w = node.inputs
-        d_in, d_out = graph.value(w).shape
+        # the editor's node: an adapted layer before it may have rewired its input
+        x, w = ed.node(node.name).inputs
+        d_in, d_out = ed.value(w).shape
         key = layer_name(weight, node.name)
         a_name, b_name = key + SUFFIX_A, key + SUFFIX_B
-        dtype = graph.value(x).dtype
+        dtype = ed.value(x).dtype
         for name, shape in ((a_name, (d_in, lora.rank)), (b_name, (lora.rank, d_out))):
             ed.declare_value(name, shape, DType.FP32 if dtype.is_float else dtype)
             ed.inputs.append(ed.value(name))
@@ -96,7 +117,7 @@ def apply(graph: Any, lora: LoRA) -> Any:
         (scaled,) = ed.add("mul", [xab, scale], name=f"{node.name}/lora_scaled", origin=node.origin)
         (base,) = ed.add("matmul", [x, w], name=f"{node.name}/base", origin=node.origin)
         (out,) = ed.add("add", [base, scaled], name=f"{node.name}/lora", origin=node.origin)
-        ed.remove(node)
+        ed.remove(node.name)
         ed.replace_uses(y, out)
         found.append(key)
     if not found:
@@ -105,6 +126,7 @@ def apply(graph: Any, lora: LoRA) -> Any:
             hint="targets are glob patterns matched against node and weight names, "
             "e.g. '*q_proj*'; `anekit check` lists the nodes",
         )
+    ed.metadata["lora_alpha"] = float(lora.alpha)  # what set_adapter compares an adapter's with
     return ed.build()
 
 
@@ -151,9 +173,41 @@ def adapter_inputs(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     return layers
 
 
-def bind(adapter: Adapter, ports: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def as_adapter(value: Any) -> Adapter:
+    """An `Adapter`, or a mapping of layer -> (A, B) made into one (each matrix a numeric
+    array; InputError otherwise)."""
+    if isinstance(value, Adapter):
+        return value
+    if not isinstance(value, Mapping):
+        raise InputError(
+            f"an adapter is anekit.lora.load(...)'s Adapter or a mapping of layer name to "
+            f"(A, B), not {type(value).__name__}"
+        )
+    layers = {}
+    for key, pair in value.items():
+        if not isinstance(key, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise InputError(f"adapter layer {key!r} must map a name to a pair (A, B)")
+        mats = []
+        for part, m in zip("AB", pair, strict=True):
+            try:
+                array = np.asarray(m)
+            except ValueError as exc:  # a ragged nesting of lists
+                raise InputError(f"adapter layer '{key}': {part} is not an array ({exc})") from None
+            if array.dtype.kind not in "fiu":
+                raise InputError(f"adapter layer '{key}': {part} holds {array.dtype}, not numbers")
+            mats.append(array)
+        layers[key] = (mats[0], mats[1])
+    return Adapter(layers, None, "the adapter")
+
+
+def bind(adapter: Adapter, ports: Mapping[str, Any],
+         program_alpha: float | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """The program inputs an adapter sets (``ports``: input name -> Port), every layer's
-    shape checked; an adapter that misses a layer or names an unknown one is refused."""
+    shape checked; an adapter that misses a layer or names an unknown one is refused. An
+    adapter whose ``lora_alpha`` differs from the one the program was compiled for
+    (``program_alpha``) has its B matrices scaled by their ratio, so the program computes
+    the adapter's own ``alpha / rank``."""
+    adapter = as_adapter(adapter)
     layers = adapter_inputs(list(ports))
     if not layers:
         raise InputError(
@@ -196,6 +250,15 @@ def bind(adapter: Adapter, ports: Mapping[str, Any]) -> dict[str, np.ndarray]:
                 f"{adapter.source}: layer '{key}' has A {list(a.shape)} and B {list(b.shape)}; "
                 f"the layer takes A {list(want_a)} and B {list(want_b)}"
             )
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            raise InputError(f"{adapter.source}: layer '{key}' holds NaN or infinite values")
+        if adapter.alpha is not None and program_alpha is not None and adapter.alpha != program_alpha:
+            with np.errstate(over="ignore"):
+                b = b * np.float32(adapter.alpha / program_alpha)
+            if not np.isfinite(b).all():
+                raise InputError(f"{adapter.source}: lora_alpha {adapter.alpha:g} scales layer "
+                                 f"'{key}' past float32 (the program was compiled for alpha "
+                                 f"{program_alpha:g})")  # fmt: skip
         feeds[a_name], feeds[b_name] = a, b
     return feeds
 
@@ -209,24 +272,31 @@ def _by_suffix(key: str, layers: Mapping[str, Any]) -> str | None:
 
 def load(path: str | os.PathLike[str]) -> Adapter:
     """A PEFT adapter: ``adapter_model.safetensors`` (a file, or a directory holding it and
-    ``adapter_config.json``) with keys ``base_model.model.<layer>.lora_{A,B}.weight``."""
+    ``adapter_config.json``) with keys ``base_model.model.<layer>.lora_{A,B}.weight``.
+    Every read is within the memory budget; ``lora_alpha`` comes from the config."""
     from safetensors.numpy import load as load_bytes
 
-    p = Path(path)
+    from anekit import budget
+    from anekit.errors import path_argument
+    from anekit.files import read_file
+
+    p = path_argument(path, "the adapter to load")
     config = None
     if p.is_dir():
         config_path = p / "adapter_config.json"
-        if config_path.is_file():
+        if os.path.lexists(config_path):
             config = config_path
         p = p / "adapter_model.safetensors"
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise AnekitError(f"no adapter file at '{p}'", hint="pass a PEFT adapter_model.safetensors")
-    if p.stat().st_size > _MAX_ADAPTER_BYTES:
-        raise FormatError("the adapter file is larger than 16 GiB", where=str(p))
+    raw = read_file(p, "the adapter file", max_bytes=_MAX_ADAPTER_BYTES, error=FormatError)
+    # safetensors copies every tensor out of the bytes: the file twice, at the peak
+    budget.check(2 * len(raw), "decoding the adapter's tensors", where=str(p))
     try:
-        tensors = load_bytes(p.read_bytes())
+        tensors = load_bytes(raw)
     except Exception as exc:  # safetensors raises its own error types
         raise FormatError(f"not a readable safetensors file: {exc}", where=str(p)) from None
+    del raw
     pairs: dict[str, dict[str, np.ndarray]] = {}
     for key, array in tensors.items():
         body = key[len(_PEFT_PREFIX) :] if key.startswith(_PEFT_PREFIX) else key
@@ -245,17 +315,23 @@ def load(path: str | os.PathLike[str]) -> Adapter:
     for layer, mats in sorted(pairs.items()):
         if set(mats) != {"A", "B"}:
             raise FormatError(f"layer '{layer}' has lora_{''.join(mats)} only", where=str(p))
+        a, b = mats["A"], mats["B"]
+        if a.ndim != 2 or b.ndim != 2 or a.dtype.kind != "f" or b.dtype.kind != "f":
+            raise FormatError(f"layer '{layer}' has lora_A {a.dtype}{list(a.shape)} and lora_B "
+                              f"{b.dtype}{list(b.shape)}; PEFT stores two float matrices",
+                              where=str(p))  # fmt: skip
         # PEFT stores torch Linear weights: A [r, d_in], B [d_out, r]
-        layers[layer] = (
-            np.ascontiguousarray(mats["A"].T, np.float32),
-            np.ascontiguousarray(mats["B"].T, np.float32),
-        )
+        layers[layer] = (np.ascontiguousarray(a.T, np.float32), np.ascontiguousarray(b.T, np.float32))
     alpha = None
     if config is not None:
+        text = read_file(config, "adapter_config.json", max_bytes=_MAX_CONFIG_BYTES,
+                         error=FormatError)  # fmt: skip
         try:
-            alpha = float(json.loads(config.read_text())["lora_alpha"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FormatError(f"adapter_config.json has no usable lora_alpha: {exc}",
+            data = json.loads(text.decode("utf-8"))
+            alpha = check_alpha(data["lora_alpha"], "lora_alpha")
+        except (ValueError, KeyError, TypeError, RecursionError, AnekitError) as exc:
+            reason = exc.message if isinstance(exc, AnekitError) else exc
+            raise FormatError(f"adapter_config.json has no usable lora_alpha: {reason}",
                               where=str(config)) from None  # fmt: skip
     return Adapter(layers, alpha, str(p))
 

@@ -65,6 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from anekit.formats.npy import read_arrays
 
+    if args.epochs < 1 or args.batch_size < 1:
+        raise InputError("--epochs and --batch-size must be at least 1")
+    if args.plot:
+        from anekit.train.trainer import check_plotting
+
+        check_plotting()  # before training, not after it
     output = _new_output(args.output) if args.output else None
     if args.checkpoint:
         _checkpoint_target(Path(args.checkpoint))
@@ -123,8 +129,6 @@ def _trainer(args: argparse.Namespace, data: dict[str, np.ndarray]) -> Any:
         return Trainer.load(regular_file(args.resume, "checkpoint"), backend=args.backend)
     if not args.model:
         raise InputError("no model to train", hint="anekit train MODEL.onnx --data TRAIN.npz")
-    if args.epochs < 1 or args.batch_size < 1:
-        raise InputError("--epochs and --batch-size must be at least 1")
     steps = args.epochs * (_rows(data) // args.batch_size)
     return Trainer(
         str(existing_model_file(args.model)),

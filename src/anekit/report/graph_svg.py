@@ -8,8 +8,9 @@ are side by side. No JavaScript and nothing fetched: the page stays one self-con
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
+
+from anekit.report.text import escape
 
 # placement -> fill colour; the report's legend and the browser test read these
 PLACEMENT_COLOURS: Mapping[str, str] = {

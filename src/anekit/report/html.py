@@ -6,11 +6,11 @@ no script, no font, nothing fetched, so the file opens offline and can be mailed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from anekit import targets
 from anekit.report.graph_svg import PLACEMENT_COLOURS, graph_svg
+from anekit.report.text import escape
 
 GENERATOR = "anekit report"  # the page's <meta name="generator">: marks a file anekit wrote
 DEFAULT_CHIPS = ("m1", "m2", "m3", "m4", "m5")

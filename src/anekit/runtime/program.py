@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit.atomic import locked_folder
 from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
 from anekit.files import regular_file
 from anekit.formats import mil
@@ -74,6 +75,10 @@ class Program:
         self._weight_map_source = weight_map
         self._weight_map: Any = None
         self._retired: list[Any] = []  # runners replaced by a weight update, not yet released
+        # (st_dev, st_ino) of the bundle folder it was loaded from: an update checks that the
+        # folder was not replaced since
+        self.folder_id: tuple[int, int] | None = None
+        self.lora_alpha: float | None = None  # the LoRA alpha compiled in, when known
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -238,12 +243,17 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
 
         if (p / "manifest.json").is_file():
             recover(p)  # finish (or clear away) a weight update a killed process left
-        return _load_bundle(read_bundle(p, verify=verify))
+        # read under the bundle's shared lock: never half-way through a writer's update
+        with locked_folder(p, exclusive=False):
+            folder = os.stat(p)
+            program = from_bundle(read_bundle(p, verify=verify))
+        program.folder_id = (folder.st_dev, folder.st_ino)  # a recompile replaces the folder
+        return program
     regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
     return _load_mil_file(p)
 
 
-def _load_bundle(bundle: Bundle) -> Program:
+def from_bundle(bundle: Bundle) -> Program:
     """A Program over the bundle's verified bytes: nothing is read from disk again."""
     programs, weights = [], []
     for segment in bundle.manifest.segments:

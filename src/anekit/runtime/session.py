@@ -18,12 +18,13 @@ its next value to a second surface, which becomes the input's only when the step
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anekit import lora
+from anekit import budget, lora
 from anekit.errors import AnekitError, InputError
 from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 # a value between segments: an array in its producer's storage form with that producer's
 # port, or a caller's array (port None)
 Held = tuple[np.ndarray, SegmentIO | None]
+_STEP_OVERHEAD = 512  # bytes a kept step costs besides its arrays (the dict, array headers)
 
 
 class Session:
@@ -180,6 +182,9 @@ class Session:
 
     def seed(self, values: Mapping[str, Any]) -> None:
         """Set the value of some states (a new session's states start at zero)."""
+        if not isinstance(values, Mapping):
+            raise InputError(f"seed takes a mapping of state name to array, not "
+                             f"{type(values).__name__}", hint=f"states: {', '.join(self.state) or 'none'}")  # fmt: skip
         unknown = sorted(set(values) - set(self.state))
         if unknown:
             raise InputError(
@@ -217,9 +222,10 @@ class Session:
 
     # --- adapters ------------------------------------------------------------------------
 
-    def set_adapter(self, adapter: lora.Adapter | None) -> None:
-        """Bind a LoRA adapter's matrices (None: all zero, the base model); they stay bound
-        for every step until the next call, written once to their engine surfaces."""
+    def set_adapter(self, adapter: lora.Adapter | Mapping[str, Any] | None) -> None:
+        """Bind a LoRA adapter's matrices (an `anekit.lora.Adapter`, a mapping of layer to
+        (A, B), or None: all zero, the base model); they stay bound for every step until
+        the next call, written once to their engine surfaces."""
         if not self._adapter_ports:
             if adapter is None:
                 return
@@ -229,7 +235,7 @@ class Session:
         if adapter is None:
             feeds = {n: np.zeros(p.shape, np.float32) for n, p in self._adapter_ports.items()}
         else:
-            feeds = lora.bind(adapter, self._adapter_ports)
+            feeds = lora.bind(adapter, self._adapter_ports, self.program.lora_alpha)
         for name, value in feeds.items():
             p = self._adapter_ports[name]
             array = coerce_feed(Value(name, p.shape, to_dtype(p.dtype)), value)
@@ -254,20 +260,33 @@ class Session:
         ``k``. Returns each non-state output stacked over the steps (shape ``(k, ...)``)."""
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise InputError(f"run_steps needs a step count of at least 1, not {k!r}")
+        k = int(k)
+        # the outputs of every step are kept, then stacked: checked before the first step
+        per_step = sum(
+            int(np.prod(p.shape, dtype=np.int64)) * to_dtype(p.dtype).numpy.itemsize + _STEP_OVERHEAD
+            for p in self._outputs
+        )
+        budget.check(2 * k * per_step, f"run_steps({k}) keeping and stacking its outputs")
+        steps: Iterable[Mapping[str, np.ndarray]]
         if feeds is None or isinstance(feeds, Mapping):
-            once = self._coerce(feeds or {})
-            per_step: Sequence[Mapping[str, np.ndarray]] = [once] * int(k)
-        else:
+            steps = itertools.repeat(self._coerce(feeds or {}), k)
+        elif isinstance(feeds, list | tuple):
             if len(feeds) != k:
                 raise InputError(
                     f"run_steps({k}) was given {len(feeds)} feed mappings",
                     hint="pass one mapping for every step, or a sequence of exactly k",
                 )
-            per_step = [self._coerce(f) for f in feeds]
-        results = [self._step(f) for f in per_step]
+            steps = [self._coerce(_mapping(f, i)) for i, f in enumerate(feeds)]
+        else:
+            raise InputError(
+                f"run_steps takes one feed mapping or a list of k, not {type(feeds).__name__}",
+                hint="a generator of feeds: pass list(feeds)",
+            )
+        results = [self._step(f) for f in steps]
         return {p.name: np.stack([r[p.name] for r in results]) for p in self._outputs}
 
     def _coerce(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        _mapping(feeds, None)
         return check_feeds(
             self._feed_ports, feeds, "each step takes", "; state comes from the session"
         )
@@ -363,6 +382,14 @@ class Session:
             f"Session({self.program.manifest.model!r}, backend={self.backend!r}, "
             f"state={self.state}, resident={list(self._resident)})"
         )
+
+
+def _mapping(feeds: Any, step: int | None) -> Mapping[str, Any]:
+    if not isinstance(feeds, Mapping):
+        which = "" if step is None else f" for step {step}"
+        raise InputError(f"the feeds{which} are a {type(feeds).__name__}, not a mapping of "
+                         "input name to array")  # fmt: skip
+    return feeds
 
 
 def _same_form(a: SegmentIO, b: SegmentIO) -> bool:

@@ -19,9 +19,11 @@ delta reload is disputed on M5) is reported instead of trusted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,19 +34,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anekit.atomic import write_synced
+from anekit.atomic import alive, locked_folder, write_synced
 from anekit.codegen.builder import cast_array
 from anekit.codegen.weight_map import WeightMap
-from anekit.errors import AnekitError, FormatError, InputError, ModelError
+from anekit.errors import AnekitError, FormatError, InputError, ModelError, os_error
+from anekit.files import read_file
 from anekit.formats.blob import BlobReader
-from anekit.formats.bundle import MANIFEST, FileEntry, check_relative, resolve_inside
+from anekit.formats.bundle import MANIFEST, FileEntry, Manifest, check_relative, resolve_inside
 
 if TYPE_CHECKING:
     from anekit.runtime.program import Program
 
 JOURNAL = ".anekit-update.json"
 _NEW = ".anekit-new"  # suffix of a file written by an update that has not committed yet
+_MAX_JOURNAL = 1 << 24  # a journal is the manifest and a few names
+_TOKEN = re.compile(r"\d+-[0-9a-f]{12}\Z")  # an update's writer pid and random token
 _FLOAT = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
+
+
+class StaleProgramError(AnekitError):
+    """The bundle on disk is no longer the one the program loaded (it was recompiled)."""
 
 
 class WeightUpdateError(AnekitError):
@@ -78,38 +87,27 @@ def update_weights(
             if key not in converted:
                 converted[key] = cast_array(flat, p.dtype)
             by_segment.setdefault(p.segment, []).append((p, converted[key]))
-    root = program.root
-    if root is not None:
-        recover(root)
     probes = _probe_before(program, by_segment) if verify else {}
-
-    def rebuild(index: int) -> tuple[int, list[bytes | memoryview], str, int]:
-        old = program.weights[index]
-        if old is None:
-            raise FormatError(f"segment {index} has no weight file", where=program.where)
-        data = old.read_bytes() if isinstance(old, Path) else old
-        chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
-        digest = hashlib.sha256()
-        for c in chunks:
-            digest.update(c)
-        return index, chunks, digest.hexdigest(), sum(len(memoryview(c).cast("B")) for c in chunks)
-
+    root = program.root
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
-        rebuilt = list(pool.map(rebuild, sorted(by_segment)))
-        files = dict(program.manifest.files)
-        for index, _, digest, size in rebuilt:
-            rel = program.segments[index].weights
-            assert rel is not None
-            if rel in files:
-                files[rel] = FileEntry(digest, size)
-        manifest = replace(program.manifest, files=files)
-        if root is not None:
-            _commit(root, program, rebuilt, manifest, pool)
-        # the program runs on the bytes it wrote (never on a file re-read after the write)
-        weights = list(program.weights)
-        for index, chunks, _, _ in rebuilt:
-            weights[index] = b"".join(chunks)
-    program.replace_weights(manifest, weights, [i for i, *_ in rebuilt])
+        if root is None:
+            base = (program.manifest, program.weights)
+            manifest, rebuilt = _rebuild(program, *base, by_segment, pool)
+        else:
+            with locked_folder(root, exclusive=True) as held:
+                _recover_locked(root, held)
+                base = _current(program, root)
+                manifest, rebuilt = _rebuild(program, *base, by_segment, pool)
+                _commit(root, program, rebuilt, manifest, pool)
+    # the program runs on the bytes it wrote (never on a file re-read after the write)
+    weights = list(base[1])
+    for index, chunks, _, _ in rebuilt:
+        weights[index] = b"".join(chunks)
+    # a segment another process updated since this program loaded it is reloaded too
+    changed = {i for i, *_ in rebuilt} | {
+        i for i, (a, b) in enumerate(zip(base[1], program.weights, strict=True)) if a is not b
+    }
+    program.replace_weights(manifest, weights, sorted(changed))
     report = UpdateReport(
         tuple(arrays),
         tuple(sorted(by_segment)),
@@ -130,6 +128,68 @@ def update_weights(
     return report
 
 
+def _rebuild(program: Program, manifest: Manifest, weights: Sequence[Any],
+             by_segment: Mapping[int, Any], pool: ThreadPoolExecutor) -> tuple[Manifest, list]:  # fmt: skip
+    """The new manifest and, per changed segment, (index, chunks, sha256, size) of its
+    weight file rebuilt from ``weights`` (the bundle's current bytes)."""
+
+    def rebuild(index: int) -> tuple[int, list[bytes | memoryview], str, int]:
+        old = weights[index]
+        if old is None:
+            raise FormatError(f"segment {index} has no weight file", where=program.where)
+        data = old.read_bytes() if isinstance(old, Path) else old
+        chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
+        digest = hashlib.sha256()
+        for c in chunks:
+            digest.update(c)
+        return index, chunks, digest.hexdigest(), sum(len(memoryview(c).cast("B")) for c in chunks)
+
+    rebuilt = list(pool.map(rebuild, sorted(by_segment)))
+    files = dict(manifest.files)
+    for index, _, digest, size in rebuilt:
+        rel = program.segments[index].weights
+        assert rel is not None
+        if rel in files:
+            files[rel] = FileEntry(digest, size)
+    return replace(manifest, files=files), rebuilt
+
+
+def _current(program: Program, root: Path) -> tuple[Manifest, Sequence[Any]]:
+    """The manifest and weight bytes the bundle on disk holds now (under its lock): the
+    program's own when nothing changed since it loaded them; another process's update of
+    the same program (same folder, MIL and weight map) read and verified; refused when the
+    folder was replaced (recompiled) or its program changed, which an update would undo."""
+    from anekit.codegen.weight_map import WEIGHT_MAP
+    from anekit.formats.bundle import read_bundle
+
+    where = str(root)
+    try:
+        now = os.stat(root)
+    except OSError as exc:
+        raise os_error(exc, f"update the weights of '{root}'") from None
+    loaded_id = getattr(program, "folder_id", None)
+    disk = read_bundle(root, verify=False, contents=False).manifest
+    if disk.to_bytes() == program.manifest.to_bytes() and loaded_id in (None, (now.st_dev, now.st_ino)):
+        return program.manifest, program.weights
+    mine, theirs = program.manifest.files, disk.files
+    same_program = (
+        [s.to_json() for s in disk.segments] == [s.to_json() for s in program.segments]
+        and all(theirs.get(s.program) == mine.get(s.program) for s in program.segments)
+        and theirs.get(WEIGHT_MAP) == mine.get(WEIGHT_MAP)
+    )
+    if loaded_id not in (None, (now.st_dev, now.st_ino)) or not same_program:
+        raise StaleProgramError(
+            "the bundle was replaced (recompiled) since this program loaded it; an update "
+            "from the old program would overwrite the new one",
+            hint="load the bundle again and update that program",
+            where=where,
+        )
+    from anekit.runtime.program import from_bundle
+
+    fresh = from_bundle(read_bundle(root, verify=True))  # another process's update: build on it
+    return fresh.manifest, fresh.weights
+
+
 def update_many(
     items: Sequence[tuple[Program, Mapping[str, Any]]], *, verify: bool = True
 ) -> list[UpdateReport]:
@@ -142,6 +202,11 @@ def update_many(
 
 def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Each update as a flat array of its source weight's dtype, shape checked."""
+    if not isinstance(updates, Mapping):
+        raise InputError(
+            f"update_weights takes a mapping of weight name to array, not {type(updates).__name__}",
+            hint="e.g. program.update_weights({'fc1.weight': new_array})",
+        )
     out = {}
     for name, value in updates.items():
         weight = wmap.weights.get(name)
@@ -208,36 +273,68 @@ def _patched(
 def _commit(
     root: Path, program: Program, rebuilt: list, manifest: Any, pool: ThreadPoolExecutor
 ) -> None:
-    token = secrets.token_hex(6)
+    """Write the new files beside their targets, put the journal in place (the commit
+    point), then do the renames; a failure before the commit point (a full or read-only
+    disk) removes what this update wrote and leaves the bundle as it was."""
+    token = f"{os.getpid()}-{secrets.token_hex(6)}"
     renames: list[tuple[str, str]] = []
 
     def write(rel: str, chunks: Sequence[bytes | memoryview]) -> None:
         write_synced(root / _temp_name(rel, token), chunks, exclusive=True)
 
-    jobs = []
-    for index, chunks, _, _ in rebuilt:
+    for index, _, _, _ in rebuilt:
         rel = program.segments[index].weights
         assert rel is not None
         renames.append((_temp_name(rel, token), rel))
-        jobs.append(pool.submit(write, rel, chunks))
-    for job in jobs:
-        job.result()
-    # the journal carries the new manifest: one fsync'd file besides the weights
+    staged = root / _temp_name(JOURNAL, token)
     text = manifest.to_bytes().decode("utf-8")
-    journal = json.dumps({"token": token, "renames": renames, "manifest": text}).encode()
-    write_synced(root / _temp_name(JOURNAL, token), [journal], exclusive=True)
-    os.replace(root / _temp_name(JOURNAL, token), root / JOURNAL)  # the commit point
-    _finish(root, renames, text, token)
+    try:
+        jobs = [pool.submit(write, final, chunks)
+                for (_, final), (_, chunks, _, _) in zip(renames, rebuilt, strict=True)]  # fmt: skip
+        for job in jobs:
+            job.result()
+        # the journal carries the new manifest: one fsync'd file besides the weights
+        journal = json.dumps({"token": token, "renames": renames, "manifest": text}).encode()
+        write_synced(staged, [journal], exclusive=True)
+        os.replace(staged, root / JOURNAL)  # the commit point
+    except OSError as exc:
+        for temp in [staged, *(root / t for t, _ in renames)]:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+        raise os_error(exc, f"update the weights of '{root}' (the bundle is unchanged)") from None
+    try:
+        _finish(root, renames, text, token)
+    except OSError as exc:
+        raise os_error(exc, f"finish the weight update of '{root}' (it is committed: the next "
+                            "load of the bundle completes it)") from None  # fmt: skip
 
 
 def recover(root: Path) -> None:
     """Finish an update that committed (its journal is in place) and remove the files of
-    one that did not; a bundle without either is left as it is."""
+    one that did not, under the bundle's lock, taken only when something is left: a bundle
+    without either is left as it is (and may be read-only)."""
+    journal = root / JOURNAL
+    if not os.path.lexists(journal) and next(_leftovers(root), None) is None:
+        return
+    try:
+        with locked_folder(root, exclusive=True) as held:
+            _recover_locked(root, held)
+    except OSError as exc:
+        raise os_error(exc, f"recover the interrupted weight update of '{root}'") from None
+
+
+def _recover_locked(root: Path, held: bool) -> None:
+    """:func:`recover` for a caller holding the bundle's exclusive lock (``held``; False
+    where the file system has no locks): what a writer left is touched only when that
+    writer is proven gone: it would hold the lock, or its process no longer runs."""
     journal = root / JOURNAL
     if journal.is_file() and not journal.is_symlink():
-        _finish(root, *_read_journal(root, journal))
-    for stale in _leftovers(root):
-        stale.unlink(missing_ok=True)
+        renames, manifest, token = _read_journal(root, journal)
+        if held or not alive(int(token.partition("-")[0])):
+            _finish(root, renames, manifest, token)
+    for stale, pid in list(_leftovers(root)):
+        if (held and pid == os.getpid()) or not alive(pid):
+            stale.unlink(missing_ok=True)
 
 
 def _finish(root: Path, renames: Sequence[tuple[str, str]], manifest: str, token: str) -> None:
@@ -256,12 +353,13 @@ def _finish(root: Path, renames: Sequence[tuple[str, str]], manifest: str, token
 def _read_journal(root: Path, journal: Path) -> tuple[list[tuple[str, str]], str, str]:
     where = str(journal)
     try:
-        data = json.loads(journal.read_bytes()[: 1 << 24].decode("utf-8"))
+        raw = read_file(journal, "update journal", max_bytes=_MAX_JOURNAL, error=FormatError)
+        data = json.loads(raw.decode("utf-8"))
         token, pairs, manifest = str(data["token"]), data["renames"], data["manifest"]
         renames = [(str(a), str(b)) for a, b in pairs]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise FormatError(f"an unreadable update journal: {exc}", where=where) from None
-    if not isinstance(manifest, str) or len(token) != 12:
+    if not isinstance(manifest, str) or not _TOKEN.match(token):
         raise FormatError("an update journal without a manifest or token", where=where)
     for temp, final in renames:
         check_relative(final, where)
@@ -279,15 +377,15 @@ def _temp_name(rel: str, token: str) -> str:
     return f"{head}/{name}" if head else name
 
 
-def _leftovers(root: Path) -> Iterator[Path]:
-    """Files an uncommitted update wrote: ``.NAME.<12 hex>.anekit-new`` beside the manifest
-    and weight files."""
+def _leftovers(root: Path) -> Iterator[tuple[Path, int]]:
+    """Files an uncommitted update wrote, with the writer's process id:
+    ``.NAME.<pid>-<12 hex>.anekit-new`` beside the manifest and weight files."""
     dirs = [root, *(p.parent for p in root.glob("segments/*/weights/weight.bin"))]
     for d in dirs:
         for p in d.glob(f".*{_NEW}"):
             token = p.name[: -len(_NEW)].rpartition(".")[2]
-            if len(token) == 12 and all(c in "0123456789abcdef" for c in token) and p.is_file():
-                yield p
+            if _TOKEN.match(token) and p.is_file() and not p.is_symlink():
+                yield p, int(token.partition("-")[0])
 
 
 # --- verifying that loaded backends took the update ------------------------------------------

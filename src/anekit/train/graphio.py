@@ -76,6 +76,9 @@ def from_json(doc: Mapping, arrays: Mapping[str, np.ndarray], prefix: str = "mod
             opdef = get_op(spec["op"])
             attrs = opdef.normalize_attrs({k: _decode(v, arrays) for k, v in spec["attrs"].items()})
             nodes.append(Node(spec["op"], spec["name"], spec["inputs"], spec["outputs"], attrs))
+        names = [n.name for n in nodes] + list(values)
+        if not all(isinstance(n, str) and n for n in names) or len({n.name for n in nodes}) < len(nodes):
+            raise ValueError("node and value names must be distinct, non-empty strings")
         graph = Graph(
             inputs=[Value(n, tuple(s), d) for n, s, d in doc["inputs"]],
             outputs=[values[o] for o in doc["outputs"]],

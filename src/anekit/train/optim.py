@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from anekit.errors import InputError
 from anekit.train import schedules
 from anekit.train.emit import Emitter
 
@@ -37,6 +38,7 @@ class Optimizer:
 
     def __post_init__(self) -> None:
         self.schedule = schedules.as_schedule(self.lr)
+        self.weight_decay = schedules.rate(self.weight_decay, "weight_decay")
 
     def scalars(self, step: int) -> dict[str, float]:
         """Host-computed scalar inputs for (1-based) step ``step``."""
@@ -63,6 +65,8 @@ class SGD(Optimizer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.momentum = schedules.rate(self.momentum, "momentum")
+        self.dampening = schedules.rate(self.dampening, "dampening", high=1.0)
         self.kind = "sgd"
 
     def slots_for(self, fp16: bool) -> tuple[str, ...]:
@@ -87,7 +91,11 @@ class Adam(Optimizer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.betas = tuple(self.betas)
+        if not isinstance(self.betas, tuple | list) or len(self.betas) != 2:
+            raise InputError(f"Adam's betas must be two numbers, not {self.betas!r}")
+        self.betas = tuple(schedules.rate(b, "an Adam beta", high=1.0, open_high=True)
+                           for b in self.betas)  # fmt: skip
+        self.eps = schedules.rate(self.eps, "Adam's eps", open_low=True)
         self.kind = "adamw" if self.decoupled else "adam"
 
     def slots_for(self, fp16: bool) -> tuple[str, ...]:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from anekit.errors import InputError
+
 
 @dataclass(frozen=True)
 class Constant:
@@ -33,11 +37,29 @@ class WarmupCosine:
 
 
 def warmup_cosine(lr: float, total: int, warmup: int = 0, min_lr: float = 0.0) -> WarmupCosine:
-    return WarmupCosine(lr, total, warmup, min_lr)
+    for name, count in (("total", total), ("warmup", warmup)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InputError(f"warmup_cosine's {name} must be a count of steps, not {count!r}")
+    return WarmupCosine(rate(lr, "the learning rate"), total, warmup, rate(min_lr, "min_lr"))
 
 
 def as_schedule(lr) -> object:
-    return lr if callable(lr) else Constant(float(lr))
+    return lr if callable(lr) else Constant(rate(lr, "the learning rate"))
+
+
+def rate(value, what: str, *, low: float = 0.0, high: float = float(np.finfo(np.float32).max),
+         open_low: bool = False, open_high: bool = False) -> float:  # fmt: skip
+    """``value`` as a finite float in [low, high] (or open at an end): hyperparameters a
+    NaN or a sign error would silently ruin."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InputError(f"{what} must be a number, not {value!r}")
+    v = float(value)
+    below = v <= low if open_low else v < low
+    above = v >= high if open_high else v > high
+    if not math.isfinite(v) or below or above:
+        lo, hi = "(" if open_low else "[", ")" if open_high else "]"
+        raise InputError(f"{what} must be a finite number in {lo}{low:g}, {high:g}{hi}, not {value!r}")
+    return v
 
 
 def describe(schedule) -> dict:

@@ -8,8 +8,8 @@ next value ``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (
 2.5.1), so the state stays resident and the host feeds only the batch and the scalars.
 
 Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale before
-differentiation and the gradients divided by it after. A NaN or infinite gradient element
-makes ``overflow`` NaN, and the session, guarded by it, commits none of the step's next
+differentiation and the gradients divided by it after. A NaN or infinite element of a
+gradient, or of a parameter or optimizer slot the update would keep, makes ``overflow`` NaN, and the session, guarded by it, commits none of the step's next
 values: every state value stays as it was (the host then halves the loss scale), as
 torch's GradScaler skips such a step. The test is arithmetic on the engine (the peak
 magnitude of each gradient times 0; when clipping, the global norm's own peak), so no
@@ -138,7 +138,6 @@ def build_step(
     # 0 when every element is finite, else NaN (NaN * 0 and inf * 0 are NaN): one number
     # guards the step; the engine has no booleans, and needs none here
     zeros = [e.mul(_peak(e, g), e.scalar(0.0, g)) for g in clean.values()]
-    overflow = e.reshape(e.accumulate(zeros), (1,))
     factor = norm = None
     if max_grad_norm is not None:
         norm = _global_norm(e, list(clean.values()))
@@ -161,11 +160,15 @@ def build_step(
         old = _join(e, members, group)
         new_p, new_slots = optimizer.update(e, old, g, state, here, fp16)
         results = {None: new_p, **new_slots}  # None: the parameters themselves
+        # the guard covers what the step would keep, not only the gradients: finite
+        # gradients can still make a non-finite update (an epsilon that rounds to 0)
+        zeros += [e.mul(_peak(e, v), e.scalar(0.0, v)) for v in results.values()]
         for s, v in results.items():
             for p, part in zip(members, _split(e, v, group), strict=True):
                 next_values[p if s is None else slot_name(p, s)] = e.reshape(part, e.shape(p))
     for stat, update in buffer_updates.items():
         next_values[stat] = update
+    overflow = e.reshape(e.accumulate(zeros), (1,))
 
     outs = {LOSS: loss, OVERFLOW: overflow}
     if norm is not None:  # computed for the clipping; not worth its passes otherwise

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import InputError, ModelError
+from anekit.errors import FormatError, InputError, ModelError, path_argument
 from anekit.ir.graph import Graph, Value
 from anekit.ir.ops.scatter import one_hot
 from anekit.train import checkpoint, graphio
 from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
 from anekit.train.optim import Adam, Optimizer, from_config
-from anekit.train.runner import open_session
+from anekit.train.runner import BACKENDS, open_session
 from anekit.train.step import (
     LOSS,
     NONFINITE_PREFIX,
@@ -51,8 +51,14 @@ def _as_graph(model: Any) -> tuple[Graph, Any]:
     import onnx
 
     from anekit.frontend.onnx import from_onnx
+    from anekit.frontend.onnx.loader import load_model
 
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        path = path_argument(model, "the model to train")
+        load_model(path)  # sniffed and size-checked first: a file that is not ONNX is refused
+        proto = onnx.load(os.fspath(path))
     return from_onnx(proto), proto
 
 
@@ -79,7 +85,14 @@ class Trainer:
         seed: int = 0,
         flat_update: bool = True,
     ):
+        if not isinstance(target, str):
+            raise InputError(f"target must be a chip name such as 'm4', not {target!r}")
+        if backend not in BACKENDS:
+            raise InputError(f"unknown training backend {backend!r}",
+                             hint=f"choose one of {', '.join(BACKENDS)}")  # fmt: skip
         self.model, self._onnx = _as_graph(model)
+        if not self.model.output_names:
+            raise ModelError("the model has no outputs to train", hint="its first output is the loss's input")
         self.loss = loss
         self._loss_fn = resolve(loss)
         self.optimizer = optimizer or Adam()
@@ -96,12 +109,19 @@ class Trainer:
         if not self.params:
             raise ModelError("the model has no trainable parameters",
                              hint="check the freeze= patterns")  # fmt: skip
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = _positive(max_grad_norm, "max_grad_norm")
         self.flat_update = flat_update  # one update chain per parameter group (train/flat.py)
-        self.fp16 = backend == "sim"
-        self.dynamic_scale = loss_scale is None and self.fp16
+        # sim-fp32 runs the sim program widened: its constants were stored as fp16 (Adam's
+        # eps of 1e-8 is 0 there), so it takes the fp16-safe update; only sim, whose
+        # arithmetic is fp16, needs the loss scaled
+        self.fp16 = backend in ("sim", "sim-fp32")
+        scaled = backend == "sim"
+        _positive(loss_scale, "loss_scale")
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise InputError(f"seed must be an integer of at least 0, not {seed!r}")
+        self.dynamic_scale = loss_scale is None and scaled
         self.loss_scale = float(
-            loss_scale if loss_scale is not None else 2.0**10 if self.fp16 else 1.0
+            loss_scale if loss_scale is not None else 2.0**10 if scaled else 1.0
         )
         self.good_steps = 0
         self.rng = np.random.Generator(np.random.PCG64(seed))
@@ -149,6 +169,38 @@ class Trainer:
             session.seed(self._state)
             self._active = sig
         return sg, session
+
+    def _check_batch(self, batch: Any) -> None:
+        """A batch maps every model input and 'target' to an array; class labels lie in
+        [0, classes) (a label outside would train on an all-zero or wrapped target)."""
+        if not isinstance(batch, Mapping):
+            raise InputError(f"a batch is a mapping of input name to array, not {type(batch).__name__}")
+        wanted = [v.name for v in self.model.inputs if dropout_rate(v.name) is None] + [TARGET]
+        missing = [n for n in wanted if n not in batch]
+        if missing:
+            raise InputError(f"the batch has no {missing}",
+                             hint=f"a batch maps {', '.join(wanted)} to arrays")  # fmt: skip
+        self._check_labels(np.asarray(batch[TARGET]), "the batch's target")
+
+    def _check_labels(self, labels: np.ndarray, what: str) -> None:
+        if labels.dtype.kind not in "iub":
+            if labels.dtype.kind != "f":
+                raise InputError(f"{what} holds {labels.dtype}, not numbers")
+            return
+        if labels.size and (int(labels.min()) < -(2**31) or int(labels.max()) >= 2**31):
+            raise InputError(f"{what} holds labels beyond int32 (from {labels.min()} to "
+                             f"{labels.max()}); they would wrap")  # fmt: skip
+        logits = self.model.values[self.model.output_names[0]].shape
+        rows = labels.shape[1:] == tuple(logits[1:-1]) and labels.ndim == len(logits) - 1
+        if self.loss != "cross_entropy" or not rows or labels.size == 0:
+            return
+        classes = logits[-1]
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= classes:
+            bad = low if low < 0 else high
+            raise InputError(f"{what} holds the class label {bad}; the model has {classes} "
+                             f"classes (labels 0 to {classes - 1})",
+                             hint="check the labels, or the model's output size")  # fmt: skip
 
     def _target_value(self, t: np.ndarray) -> Value:
         """The step's target input. Class labels for the built-in cross entropy are fed as
@@ -224,6 +276,7 @@ class Trainer:
 
     def step(self, batch: Mapping[str, np.ndarray]) -> float:
         """One training step on ``batch``; returns its loss (before the update)."""
+        self._check_batch(batch)
         sg, session = self._program(batch)
         feeds = self._feeds(sg, batch)
         out = session.run(feeds)
@@ -274,7 +327,18 @@ class Trainer:
         resumed trainer continues where it stopped), or for at most ``steps`` steps.
         Each epoch visits the rows in an order drawn from the trainer's generator; a last
         partial batch is dropped (one program per batch shape). Returns the step losses."""
+        for name, value, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1),
+                                 ("steps", steps, 1)):  # fmt: skip
+            if value is None and name == "steps":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+                raise InputError(f"fit's {name} must be an integer of at least {low}, not {value!r}")
+        if plot is not None:
+            check_plotting()  # before training, not after it
+        if not isinstance(data, Mapping):
+            raise InputError(f"fit's data is a mapping of input name to array, not {type(data).__name__}")
         n = _rows(data)
+        self._check_labels(np.asarray(data[TARGET]), "the data's target")
         per_epoch = n // batch_size
         if per_epoch == 0:
             raise InputError(f"{n} rows make no batch of {batch_size}")
@@ -350,7 +414,21 @@ class Trainer:
              optimizer: Optimizer | None = None, backend: str | None = None) -> Trainer:  # fmt: skip
         """A trainer exactly where ``save`` left it (model, state, optimizer, step, generator,
         data order). A callable loss or schedule is not stored: pass it again."""
-        manifest, doc, arrays = checkpoint.read(path)
+        from google.protobuf.message import DecodeError
+
+        manifest, doc, arrays = checkpoint.read(path_argument(path, "the checkpoint to load"))
+        where = str(path)
+        try:
+            return cls._restore(manifest, doc, arrays, loss, optimizer, backend)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, RecursionError,
+                OverflowError, DecodeError) as exc:  # fmt: skip
+            raise FormatError(f"the checkpoint's contents do not fit together ({type(exc).__name__}: "
+                              f"{exc})", where=where,
+                              hint="it was edited or damaged; use another checkpoint") from None
+
+    @classmethod
+    def _restore(cls, manifest: dict, doc: dict, arrays: dict, loss: Any, optimizer: Any,
+                 backend: str | None) -> Trainer:  # fmt: skip
         model = graphio.from_json(doc, arrays)
         if manifest["loss"] is None and loss is None:
             raise ModelError("the checkpoint was trained with a callable loss; pass loss=")
@@ -365,8 +443,18 @@ class Trainer:
 
             t._onnx = onnx.load_from_string(bytes.fromhex(manifest["onnx"]))
             t._sources = onnx_sources(t._onnx, model)
-        t.params = list(manifest["params"])
+        params = manifest["params"]
+        if not isinstance(params, list) or not params or not all(
+            isinstance(p, str) and p in model.constants for p in params
+        ):
+            raise FormatError("the checkpoint's params do not name constants of its model")
+        t.params = list(params)
         t._state = {k[len("state/") :]: v for k, v in arrays.items() if k.startswith("state/")}
+        want = {k: v.shape for k, v in t._initial_state().items()}
+        have = {k: v.shape for k, v in t._state.items()}
+        if want != have or any(v.dtype != np.float32 for v in t._state.values()):
+            raise FormatError("the checkpoint's state does not match its parameters and "
+                              "optimizer (a value missing, extra, or of another shape)")  # fmt: skip
         t.step_count, t.skipped, t.epoch = manifest["step"], manifest["skipped"], manifest["epoch"]
         t.position, t.loss_scale = manifest["position"], manifest["loss_scale"]
         t.dynamic_scale, t.good_steps = manifest["dynamic_scale"], manifest["good_steps"]
@@ -374,6 +462,7 @@ class Trainer:
         t.order = arrays.get("data/order")
         t.history = list(manifest["history"])
         t.overflows = list(manifest.get("overflows", []))  # absent from older checkpoints
+        checkpoint.check_position(t, len(t.order) if t.order is not None else None)
         return t
 
 
@@ -407,8 +496,29 @@ def _progress(enabled: bool, total: int) -> Callable[[float | None], None]:
     return advance
 
 
+def check_plotting() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from anekit.errors import MissingDependencyError
+
+        raise MissingDependencyError("matplotlib", "plot", "plotting the loss curve") from None
+
+
+def _positive(value: Any, what: str) -> float | None:
+    """None, or ``value`` as a finite float above 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InputError(f"{what} must be a number, not {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise InputError(f"{what} must be a finite number above 0, not {value!r}")
+    return float(value)
+
+
 def plot_losses(losses: Iterable[float], path: str | os.PathLike[str]) -> Path:
     """The loss curve as an image (needs matplotlib: the plot extra)."""
+    check_plotting()
     import matplotlib
 
     matplotlib.use("Agg")
