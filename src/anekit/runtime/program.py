@@ -73,7 +73,8 @@ class Program:
         self.root = root  # the bundle directory, for a bundle on disk
         self._weight_map_source = weight_map
         self._weight_map: Any = None
-        self._retired: list[Any] = []  # runners replaced by a weight update, not yet released
+        # runners replaced by a weight update, not yet released: (backend, runner)
+        self._retired: list[tuple[str, SegmentRunner]] = []
         for segment, program in zip(manifest.segments, self.programs, strict=True):
             _check_signature(segment, program, where)
 
@@ -152,6 +153,7 @@ class Program:
             self._base_dirs[i],
             self.segments[i],
             f"{self.where}: segment {i}",
+            self.target.name,
         )
 
     def loaded_runners(self) -> dict[str, list[SegmentRunner]]:
@@ -188,6 +190,17 @@ class Program:
 
         return update_weights(self, updates, verify=verify)
 
+    def check_reloadable(self) -> None:
+        """Refuse, before anything is written, a weight update that a backend this program
+        is loaded on cannot reload (it does not declare ``weight_reload``)."""
+        for name in self._loaded:
+            if not backends.get(name).capabilities.weight_reload:
+                raise AnekitError(
+                    f"the program is loaded on backend '{name}', which cannot reload weights",
+                    where=self.where,
+                    hint=f"release it first (program.release({name!r})), then update",
+                )
+
     def replace_weights(
         self, manifest: Manifest, weights: Sequence[Path | bytes | None], changed: Sequence[int]
     ) -> None:
@@ -200,15 +213,16 @@ class Program:
             for i in changed:
                 fresh = chosen.prepare(self.segment_source(i))
                 # the old one's state is read from it before release: see Session._rebind
-                self._retired.append(runners[i])
+                self._retired.append((name, runners[i]))
                 runners[i] = fresh
 
     def release(self, backend: str) -> None:
         """Unload every segment from ``backend`` (an engine program frees its slot)."""
-        for runner in (*self._loaded.pop(backend, ()), *self._retired):
-            close = getattr(runner, "release", None)
-            if close is not None:
-                close()
+        chosen = backends.get(backend)
+        for runner in self._loaded.pop(backend, ()):
+            chosen.release(runner)
+        for name, runner in self._retired:
+            backends.get(name).release(runner)
         self._retired.clear()
 
     # --- export --------------------------------------------------------------------------

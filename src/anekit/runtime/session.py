@@ -2,8 +2,11 @@
 
 ``state`` binds model inputs to the model outputs that feed them back (seed 004 section
 2.5.1, output-to-input aliasing): after every step the output's value becomes the input's.
-On ``sim`` an engine segment's I/O lives in surfaces modelled byte for byte on the engine's
-binding rules (:mod:`anekit.runtime.binding`); a state whose input and output are ports of
+What a session does on a backend follows what the backend declares
+(`anekit.runtime.backends.Capabilities`). On a backend with ``resident_state`` (``sim``) an
+engine segment's I/O lives in surfaces modelled byte for byte on the engine's binding rules
+(:mod:`anekit.runtime.binding`); on one with ``aliasing`` (``ane``) the runner is the
+engine's own surfaces. A state whose input and output are ports of
 the same engine segment has its input bound to the output's surface, so it stays there in
 the engine's fp16 form from step to step and is read back only when asked. Other state
 (crossing segments, or on a CPU segment) is handed from step to step in the producing
@@ -29,6 +32,7 @@ from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
+from anekit.runtime import backends
 from anekit.runtime.binding import (
     Surfaces,
     check_engine_segment,
@@ -63,9 +67,17 @@ class Session:
         self.guard = guard
         self.kept = True  # whether the last step's state was kept (see guard)
         self._check_state()
+        self._caps = caps = backends.get(backend).capabilities
+        if self.state and not caps.state:
+            raise AnekitError(
+                f"backend '{backend}' does not declare session state (Capabilities.state), "
+                f"so it cannot carry {sorted(self.state)} from step to step",
+                hint="run this backend without state (program.run, or a session without "
+                "state=), or choose one of: " + ", ".join(backends.stateful_backends()),
+            )
         runners = program.runners(backend)  # loaded now: errors surface here
-        # an engine segment's surfaces: the engine's own buffers (a runner that can alias
-        # ports, as `anekit.runtime.e5rt.E5Program` does) or, on sim, modelled ones
+        # an engine segment's surfaces: the engine's own buffers (a backend declaring
+        # aliasing, whose runners are `EngineBuffers`) or modelled ones (resident_state)
         self._surfaces: list[Any] = [None] * len(program.segments)
         self._aliases: dict[int, list[tuple[str, str]]] = {}  # segment -> (input, output)
         self._pinned: dict[int, set[str]] = {}  # segment -> inputs written once
@@ -73,9 +85,9 @@ class Session:
         for seg, mil_program in zip(program.segments, program.programs, strict=True):
             if seg.device != "ane":
                 continue
-            if hasattr(runners[seg.index], "alias"):
+            if caps.aliasing:
                 self._surfaces[seg.index] = runners[seg.index]
-            elif backend == "sim":
+            elif caps.resident_state:
                 size = check_engine_segment(seg, mil_program, min_bytes, program.where)
                 self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
         # an engine segment's output port (by identity; the port is kept, so its id is not
@@ -166,7 +178,7 @@ class Session:
                 if self.guard is None:
                     surfaces.alias(*ports)
                     self._aliases.setdefault(src.segment, []).append(ports)
-                elif hasattr(surfaces, "pair"):
+                elif isinstance(surfaces, Surfaces) or self._caps.paired_surfaces:
                     surfaces.pair(*ports)
                     self._paired.setdefault(src.segment, []).append(ports)
                 else:  # buffers that can only alias in place: a step could not be undone
@@ -282,7 +294,7 @@ class Session:
             self.program.segments, runners, self._surfaces, strict=True
         ):
             # a runner that takes storage-form inputs as they are skips a rounding pass
-            run = getattr(runner, "run_stored", runner.run)
+            run = runner.run_stored if self._caps.stored_runs else runner.run
             i = seg.index
             if isinstance(surfaces, Surfaces):
                 self._fill(seg, surfaces, env)

@@ -66,6 +66,7 @@ def update_weights(
     program: Program, updates: Mapping[str, Any], *, verify: bool = True
 ) -> UpdateReport:
     start = time.perf_counter()
+    program.check_reloadable()
     wmap = program.weight_map()
     arrays = _checked(wmap, updates)
     by_segment: dict[int, list[tuple[Any, np.ndarray]]] = {}
