@@ -39,6 +39,7 @@ from anekit.formats.bundle import (
     not_a_bundle,
 )
 from anekit.formats.mil import MilProgram
+from anekit.formats.mil.values import WEIGHT_FILE
 from anekit.ir.graph import Graph, Node, Value
 from anekit.naming import fresh_name
 
@@ -142,7 +143,7 @@ def program_path(index: int) -> str:
 
 
 def weights_path(index: int) -> str:
-    return f"segments/{index}/weights/weight.bin"
+    return f"segments/{index}/{WEIGHT_FILE}"
 
 
 def build_bundle(

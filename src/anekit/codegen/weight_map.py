@@ -32,12 +32,12 @@ import numpy as np
 
 from anekit.errors import AnekitError, FormatError
 from anekit.formats.bundle import canonical_json
-from anekit.formats.mil import BlobFile, print_program
+from anekit.formats.mil import BlobFile, dtype_info, print_program
 
 WEIGHT_MAP = "weights.json"
 FORMAT = "anekit-weight-map"
 VERSION = 1
-_FLOATS = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4")}
+_FLOATS = {n: dtype_info(n).little_endian for n in ("fp16", "fp32")}  # stored weight dtypes
 MAX_RANK = 8
 
 

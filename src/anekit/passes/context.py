@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from anekit.ir.dtypes import MASK_VALUE
 from anekit.passes.results import Diagnostic, PassRecord
 from anekit.targets import Target
 
@@ -23,7 +24,7 @@ class PassOptions:
     # the node's inputs (an expand or gather must not blow a small constant up).
     fold_limit: int = 1 << 20
     # Attention decomposition: the additive value of a masked position (fp16-safe; never -inf).
-    mask_value: float = -1e4
+    mask_value: float = MASK_VALUE
     # Replace exact (erf) GELU by its tanh form when the target lacks the MIL gelu op.
     approximate_gelu: bool = True
     # Decompose a softmax the target gates off (else it runs on the CPU, as Apple's own

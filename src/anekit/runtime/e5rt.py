@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.runtime.binding import SURFACE_DTYPE, PinnedInputs, port_bytes
+from anekit.formats.mil import dtype_info
+from anekit.formats.mil.values import WEIGHT_FILE
+from anekit.runtime.binding import PinnedInputs, port_bytes
 
 ESPRESSO = "/System/Library/PrivateFrameworks/Espresso.framework/Espresso"
 DEVICE_ANE = 0x4
@@ -312,7 +314,7 @@ class E5Program(PinnedInputs):
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         io = self.inputs[name]
-        data = np.ascontiguousarray(array, dtype=SURFACE_DTYPE[io.mil_dtype])
+        data = np.ascontiguousarray(array, dtype=dtype_info(io.mil_dtype).little_endian)
         if data.shape != io.mil_shape:
             raise AnekitError(
                 f"port '{name}' takes {list(io.mil_shape)}, was given {list(data.shape)}"
@@ -326,7 +328,7 @@ class E5Program(PinnedInputs):
         return self._read(self._out_ptr[name], self.outputs[name])
 
     def _read(self, pointer: int, io: Any) -> np.ndarray:
-        dtype = SURFACE_DTYPE[io.mil_dtype]
+        dtype = dtype_info(io.mil_dtype).little_endian
         out = np.empty(io.mil_shape, dtype)
         ctypes.memmove(out.ctypes.data, pointer, port_bytes(io))
         return out
@@ -400,8 +402,8 @@ def stage(program_text: str, weights: bytes | None) -> Path:
     try:
         (root / "model.mil").write_text(program_text, encoding="utf-8")
         if weights is not None:
-            (root / "weights").mkdir()
-            (root / "weights" / "weight.bin").write_bytes(weights)
+            (root / WEIGHT_FILE).parent.mkdir()
+            (root / WEIGHT_FILE).write_bytes(weights)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -38,13 +38,14 @@ from anekit.codegen.weight_map import WeightMap
 from anekit.errors import AnekitError, FormatError, InputError, ModelError
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import MANIFEST, FileEntry, check_relative, resolve_inside
+from anekit.formats.mil import dtype_info
+from anekit.formats.mil.values import WEIGHT_FILE
 
 if TYPE_CHECKING:
     from anekit.runtime.program import Program
 
 JOURNAL = ".anekit-update.json"
 _NEW = ".anekit-new"  # suffix of a file written by an update that has not committed yet
-_FLOAT = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
 
 
 class WeightUpdateError(AnekitError):
@@ -168,7 +169,9 @@ def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarra
                 f"{list(weight.shape)}",
                 hint="an update keeps every weight's shape (a new shape needs a recompile)",
             )
-        out[name] = np.ascontiguousarray(array, dtype=_FLOAT[weight.dtype]).reshape(-1)
+        out[name] = np.ascontiguousarray(array, dtype=dtype_info(weight.dtype).numpy_dtype).reshape(
+            -1
+        )
     return out
 
 
@@ -283,7 +286,7 @@ def _temp_name(rel: str, token: str) -> str:
 def _leftovers(root: Path) -> Iterator[Path]:
     """Files an uncommitted update wrote: ``.NAME.<12 hex>.anekit-new`` beside the manifest
     and weight files."""
-    dirs = [root, *(p.parent for p in root.glob("segments/*/weights/weight.bin"))]
+    dirs = [root, *(p.parent for p in root.glob(f"segments/*/{WEIGHT_FILE}"))]
     for d in dirs:
         for p in d.glob(f".*{_NEW}"):
             token = p.name[: -len(_NEW)].rpartition(".")[2]

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.ir.dtypes import FP16_MAX
 from anekit.train.emit import Emitter
 
-FP16_MAX = 65504.0
 LossFn = Callable[[Emitter, str, str], str]
 
 

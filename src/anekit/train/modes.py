@@ -20,9 +20,9 @@ import numpy as np
 
 import anekit
 from anekit.frontend.builder.tensor import Tensor
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.graph import Graph
 from anekit.train.emit import Emitter
-from anekit.train.losses import FP16_MAX
 
 _MASK = re.compile(r"^(?P<name>.+)\.dropout_p(?P<permille>\d{1,3})$")
 CLAMPED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm",

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.graph import Graph, Value
 from anekit.train import flat
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
-from anekit.train.losses import FP16_MAX
 from anekit.train.modes import (
     batch_statistics,
     clamp_for_fp16,
