@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))  # the zoo lives in tests/
 from tests import zoo  # noqa: E402
 
 from anekit import targets  # noqa: E402
-from anekit.cli.estimate import estimate_model  # noqa: E402
+from anekit.compiler import estimate_model  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "estimate_zoo.json"
 

@@ -41,18 +41,17 @@ ALLOWED: dict[str, set[str]] = {
             "passes"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
-# (regular files only, sniffed first) and replacing folders atomically (issue 10), fresh
-# names (issue 11), and float16 conversion with the compiled kernels (`_native`) that the
-# compiler, weight updates and the simulator share. `from anekit import __version__` reads a
-# constant of the top-level module, which loads nothing but errors (everything else it
-# offers loads on first use).
-LEAVES = {"errors", "budget", "files", "atomic", "naming", "float16", "_native", "__version__"}
+# (regular files only, sniffed first) and replacing folders atomically, fresh names, the
+# version (`anekit.version`, which bundles and caches record), and float16 conversion with
+# the compiled kernels (`_native`) that the compiler, weight updates and the simulator share.
+LEAVES = {"errors", "budget", "files", "atomic", "naming", "float16", "_native", "version"}
 ALLOWED = {
     **{package: allowed | LEAVES for package, allowed in ALLOWED.items()},
     "budget": {"errors"},
     "files": {"errors", "budget"},
     "atomic": {"errors"},
     "naming": set(),
+    "version": set(),
     "float16": {"_native"},
     "_native": set(),
 }
@@ -102,6 +101,18 @@ def test_packages_import_only_what_the_design_allows() -> None:
         if bad:
             violations.append(f"{rel} imports {sorted(bad)}")
     assert not violations, "\n".join(violations)
+
+
+def test_only_the_entry_points_import_the_cli() -> None:
+    """The CLI is a driver of library code, never a library: the report, the compiler and
+    every package call library functions, not a command's module."""
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] not in {"cli", "__main__.py"}
+        and "cli" in _runtime_imports(path)
+    ]
+    assert not offenders, offenders
 
 
 def test_every_package_is_in_the_table() -> None:

@@ -15,6 +15,7 @@ from anekit.cli.common import (
     parse_shapes,
     print_json,
 )
+from anekit.targets import DEFAULT_TARGET
 
 EXIT_CPU_FALLBACK = 3
 EXIT_CANNOT_SAVE = 2  # bad input: the model uses an op anekit cannot emit
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
+                   help=f"chip name or engine code (default: {DEFAULT_TARGET})")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--strict",

@@ -19,6 +19,7 @@ from anekit.cli.common import (
 )
 from anekit.codegen.compress import SCHEMES
 from anekit.errors import AnekitError
+from anekit.targets import DEFAULT_TARGET
 
 MAX_CPU_ROWS = 10
 
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
+                   help=f"chip name or engine code (default: {DEFAULT_TARGET})")
     p.add_argument(
         "--output", "-o", metavar="OUT.anekit", help="bundle directory (default: MODEL.anekit)"
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from anekit import __version__, atomic
+from anekit import atomic
 from anekit.codegen.builder import cast_array
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
 from anekit.codegen.weights import Conversions, WeightFile
@@ -42,6 +42,7 @@ from anekit.formats.mil import MilProgram
 from anekit.formats.mil.values import WEIGHT_FILE
 from anekit.ir.graph import Graph, Node, Value
 from anekit.naming import fresh_name
+from anekit.version import __version__
 
 if TYPE_CHECKING:
     from anekit.targets import Target

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from anekit import __version__
 from anekit.codegen.builder import Arg, FunctionBuilder, mil_type
 from anekit.codegen.compress import Compressed
 from anekit.codegen.lower import Call, lower_call
@@ -38,6 +37,7 @@ from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
 from anekit.formats.mil import Binding, Function, MilProgram, dtype_info, print_program
 from anekit.ir.graph import Graph
+from anekit.version import __version__
 
 if TYPE_CHECKING:  # codegen reads targets and segments by their attributes only
     from anekit.targets import Target

@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from anekit import __version__
 from anekit.errors import AnekitError
 from anekit.formats.bundle import MANIFEST, read_bundle
+from anekit.version import __version__
 
 DEFAULT_MAX_BYTES = 2 << 30
 _KEY = re.compile(r"^[0-9a-f]{64}$")

@@ -14,6 +14,7 @@ import numpy as np
 from anekit.errors import InputError, ModelError
 from anekit.ir.graph import Graph, Value
 from anekit.ir.ops.scatter import one_hot
+from anekit.targets import DEFAULT_TARGET
 from anekit.train import checkpoint, graphio
 from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
@@ -70,7 +71,7 @@ class Trainer:
         loss: str | Callable = "cross_entropy",
         optimizer: Optimizer | None = None,
         *,
-        target: str = "m4",
+        target: str = DEFAULT_TARGET,
         backend: str = "sim",
         resident_state: bool = True,
         freeze: Sequence[str] = (),
