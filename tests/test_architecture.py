@@ -140,3 +140,39 @@ def test_the_formats_load_without_the_builder_the_ir_or_the_compiler() -> None:
     ).stdout
     loaded = {m.split(".")[1] for m in ast.literal_eval(out) if m.startswith("anekit.")}
     assert not loaded & {"frontend", "ir", "passes", "codegen", "compiler", "runtime"}, loaded
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from anekit.x import _name` (absolute: another module's private name), and relative
+    imports of a private name from outside the module's own directory."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        absolute = node.level == 0 and (node.module or "").startswith("anekit")
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and alias.name != "_native" and (absolute or node.level > 1):
+                found.append(f"{'.' * node.level}{node.module or ''}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A leading underscore means "this module's own": another module that needs the name
+    gets a public one. Siblings of one package may share internals through relative
+    imports; `_native` is the C extension module, not a name."""
+    offenders = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        for name in _private_imports(path)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_private_imports_are_seen(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from anekit.runtime.program import _key, run\nfrom .model import _NAME\n"
+        "from ..ops import _helper\nfrom anekit import _native\n"
+    )
+    assert _private_imports(source) == ["anekit.runtime.program._key", "..ops._helper"]

@@ -29,7 +29,7 @@ from anekit.errors import AnekitError, InternalError, MissingDependencyError
 from anekit.files import read_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
-from anekit.formats.bundle import Manifest, Source
+from anekit.formats.bundle import Manifest
 
 _IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
@@ -191,7 +191,7 @@ def _build(
             bypass = _padding_ops(function, segment)
             local: dict[str, Any] = {}
             for io in segment.inputs:
-                var = replay.cast(values[_key(io.source)], io.mil_dtype)
+                var = replay.cast(values[io.source.key], io.mil_dtype)
                 if io.padded and io.mil_name not in bypass.values():
                     widths = [
                         w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
@@ -213,7 +213,7 @@ def _build(
                 values[(segment.index, io.value)] = var
         outputs = []
         for port in manifest.outputs:
-            var = replay.cast(values[_key(port.source)], _IO_DTYPE[port.dtype])
+            var = replay.cast(values[port.source.key], _IO_DTYPE[port.dtype])
             outputs.append(mb.identity(x=var, name=namer.fresh(port.name)))
         func.set_outputs(outputs)
         prog.add_function("main", func)
@@ -299,8 +299,3 @@ def _check_type(replay: _Replay, binding: mil.Binding, var: Any, op: str) -> Non
             f"'{binding.name}' ({op}): our MIL declares {t}, coremltools infers "
             f"{replay.dtype_of(var)}{list(shape)}"
         )
-
-
-def _key(source: Source | None) -> tuple:
-    assert source is not None
-    return ("input", source.input) if source.input is not None else (source.segment, source.value)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -152,7 +152,3 @@ def run_pipeline(
 def stamp_origins(graph: Graph) -> Graph:
     """A copy of ``graph`` whose every node's origin is its own name (the report's rows)."""
     return graph.replace(nodes=[n.with_(origin=(n.name,)) for n in graph.nodes])
-
-
-def pass_names() -> Iterable[str]:
-    return tuple(PASSES)

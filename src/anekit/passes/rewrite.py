@@ -17,7 +17,6 @@ import numpy as np
 from anekit.errors import ShapeError
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph, Node, Value
-from anekit.ir.registry import infer_types
 from anekit.passes.context import PassContext
 
 
@@ -313,9 +312,3 @@ def scalar_value(array: np.ndarray | None) -> float | None:
 
 def is_close(value: float | None, target: float, rtol: float = 1e-5) -> bool:
     return value is not None and bool(np.isclose(value, target, rtol=rtol, atol=0.0))
-
-
-def infer_one(op: str, types: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
-    """The single output type of ``op`` (raises ShapeError with the reason)."""
-    _, outs = infer_types(op, types, attrs)
-    return outs[0]

@@ -112,11 +112,11 @@ class Program:
             ("input", n): a for n, a in self._check_feeds(feeds).items()
         }
         for segment, runner in zip(self.segments, programs, strict=True):
-            args = {io.mil_name: _to_program(env[_key(io.source)], io) for io in segment.inputs}
+            args = {io.mil_name: to_program(env[io.source.key], io) for io in segment.inputs}
             results = runner.run(args)
             for io in segment.outputs:
-                env[(segment.index, io.value)] = _from_program(results[io.mil_name], io)
-        return {p.name: env[_key(p.source)] for p in self.outputs}
+                env[(segment.index, io.value)] = from_program(results[io.mil_name], io)
+        return {p.name: env[p.source.key] for p in self.outputs}
 
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
@@ -358,12 +358,8 @@ def check_feeds(
     }
 
 
-def _key(source: Source | None) -> tuple:
-    assert source is not None
-    return ("input", source.input) if source.input is not None else (source.segment, source.value)
 
-
-def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+def to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     """A value as the program takes it: its MIL dtype's storage, padded to ``mil_shape``."""
     if io.mil_dtype in ("fp16", "fp32"):
         array = np.asarray(array, dtype=np.float32)
@@ -377,7 +373,7 @@ def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     return array
 
 
-def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+def from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     """A program result as the model's value: padding stripped, the value's own dtype."""
     array = np.asarray(array)
     if io.padded:

@@ -39,7 +39,7 @@ from anekit.runtime.binding import (
     from_surface,
     min_surface_bytes,
 )
-from anekit.runtime.program import _from_program, _key, _to_program, check_feeds
+from anekit.runtime.program import check_feeds, from_program, to_program
 from anekit.simulator.fp16 import round_to_fp16
 from anekit.simulator.values import STORAGE
 
@@ -223,7 +223,7 @@ class Session:
             index, io = found
             surfaces = self._surfaces[index]
             assert surfaces is not None
-            return _from_program(from_surface(surfaces.read_input(io.mil_name), io), io)
+            return from_program(from_surface(surfaces.read_input(io.mil_name), io), io)
         array, io = self._held[name]
         return _held_to_caller((array, io))
 
@@ -303,7 +303,7 @@ class Session:
                     surfaces.write_output(io.mil_name, results[io.mil_name])
             else:
                 args = {
-                    io.mil_name: _feed(io, env[_key(io.source)])
+                    io.mil_name: _feed(io, env[io.source.key])
                     for io in seg.inputs
                     if surfaces is None or not surfaces.fixed(io.mil_name)
                 }
@@ -316,21 +316,21 @@ class Session:
             for io in seg.outputs:
                 env[(i, io.value)] = (results[io.mil_name], io)
         outs = {p.name: p.source for p in self.program.outputs}
-        self.kept = self.guard is None or bool(np.isfinite(env[_key(outs[self.guard])][0]).all())
+        self.kept = self.guard is None or bool(np.isfinite(env[outs[self.guard].key][0]).all())
         if self.kept:
             for index, pairs in self._paired.items():
                 for in_name, _ in pairs:
                     self._surfaces[index].swap(in_name)
             for name, target in self.state.items():
                 if name not in self._resident:
-                    self._held[name] = env[_key(outs[target])]
+                    self._held[name] = env[outs[target].key]
         else:
             # the held values stand; the surfaces that produced them hold the discarded
             # step's now, so they are no longer handed over from there
             for name, (array, src) in list(self._held.items()):
                 if src is not None:
-                    self._held[name] = (_from_program(array, src), None)
-        return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
+                    self._held[name] = (from_program(array, src), None)
+        return {p.name: _held_to_caller(env[p.source.key]) for p in self._outputs}
 
     def _fill(self, seg: Any, surfaces: Surfaces, env: Mapping[tuple, Held]) -> None:
         """Write a modelled engine segment's inputs (those not aliased or pinned). A value
@@ -342,7 +342,7 @@ class Session:
         for io in seg.inputs:
             if surfaces.fixed(io.mil_name):
                 continue
-            key = _key(io.source)
+            key = io.source.key
             held = env[key]
             src = held[1]
             found = None if src is None else self._producers.get(id(src))
@@ -387,12 +387,12 @@ def _feed(io: SegmentIO, held: Held) -> np.ndarray:
     array, src = held
     if src is not None and _same_form(src, io):
         return array  # already in this port's form: no conversion
-    return _store(io, array if src is None else _from_program(array, src))
+    return _store(io, array if src is None else from_program(array, src))
 
 
 def _store(io: SegmentIO, caller: np.ndarray) -> np.ndarray:
     """A caller's value (checked by coerce_feed) in the port's storage form, fp16 rounded."""
-    array = _to_program(caller, io)
+    array = to_program(caller, io)
     if io.mil_dtype == "fp16":
         return round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
     return np.ascontiguousarray(array, dtype=STORAGE[io.mil_dtype])
@@ -404,5 +404,5 @@ def _held_to_caller(held: Held) -> np.ndarray:
     array, io = held
     if io is None:
         return array.copy()
-    out = _from_program(array, io)
+    out = from_program(array, io)
     return out if out is not array and out.flags.writeable else out.copy()
