@@ -20,7 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the architectures live in tests/arch_zoo
@@ -343,13 +343,17 @@ def error(value: float, low: float, high: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    # smoke: one layer-level figure and one two-program figure, the same estimate path
+    smoke = ("layer-norm-vit-m1", "attention-vit-m1")
+    figures = [f for f in FIGURES if f[0] in smoke] if args.smoke else FIGURES
     torch.manual_seed(0)
     rows = []
     print("| figure | level | chip | published | estimate | error | role | bound |")
     print("|---|---|---|---|---|---|---|---|")
-    for fid, level, build, chip, (low, high), role, source, note in FIGURES:
+    for fid, level, build, chip, (low, high), role, source, note in figures:
         built = build()
         programs = built if isinstance(built, list) else [built]  # run one after another
         compiled = [compile_model(from_torch(*p), chip) for p in programs]
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     checks = [r for r in rows if r["role"] == "check" and r["level"] == "model"]
     write_json(
-        args.output,
+        results_path(args.output, args.smoke),
         {
             "benchmark": "estimate_whole_models",
             "goal": f"every whole-model check within {GOAL:.0%}",

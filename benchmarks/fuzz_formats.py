@@ -32,7 +32,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # the helpers beside this script, also when a test loads it by path
     sys.path.insert(0, _HERE)
 
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 from format_fuzzer import engine  # noqa: E402
 from format_fuzzer.binary_targets import hwx_target, weight_bin_target  # noqa: E402
 from format_fuzzer.emulator_targets import engine_target  # noqa: E402
@@ -173,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--replay", metavar="TARGET:FIXTURE:SEED:CASE", help="rerun one case with its traceback"
     )
+    add_smoke(parser)
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay)
+    if args.smoke:  # every target, a few cases each
+        args.cases = min(args.cases, 3)
     run, seconds = fuzz(args.targets, args.cases, args.seed)
     doc = report(run, seconds)
-    write_json(args.out, doc)
+    write_json(results_path(args.out, args.smoke), doc)
     print(
         f"{doc['cases']} cases in {doc['seconds']} s ({doc['cases_per_second']} cases/s), {doc['findings']} findings"
     )

@@ -12,6 +12,7 @@ The table also goes into the README (the markdown file is the snippet).
 
 from __future__ import annotations
 
+import argparse
 import platform
 import re
 import sys
@@ -25,7 +26,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 from anekit.codegen.h13 import emit  # noqa: E402
 from anekit.formats import hwx, netplist  # noqa: E402
@@ -155,7 +156,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> int:
-    rows = [compare(program) for program in CASES]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_smoke(parser)
+    args = parser.parse_args()
+    rows = [compare(program) for program in (list(CASES)[:1] if args.smoke else CASES)]
     unexplained = [
         (row["program"], d["field"]) for row in rows for d in row["differences"] if not d["why"]
     ]
@@ -167,8 +171,9 @@ def main() -> int:
         "unexplained": unexplained,
         "python": platform.python_version(),
     }
-    write_json(RESULTS, doc)
-    RESULTS.with_suffix(".md").write_text(markdown(rows))
+    out = results_path(RESULTS, args.smoke)
+    write_json(out, doc)
+    out.with_suffix(".md").write_text(markdown(rows))
     print(markdown(rows))
     if unexplained:
         print(f"unexplained differences: {unexplained}")

@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "train_stability.json"
 BATCH, SEQ, D, LAYERS = 8, 32, 32, 1
@@ -121,7 +121,10 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--pretrain-steps", type=int, default=20)
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:  # one chain of two steps after two pretraining steps
+        args.chains, args.steps, args.pretrain_steps = 1, 2, 2
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         result = run(args.chains, args.steps, args.pretrain_steps, Path(tmp))
@@ -132,7 +135,7 @@ def main() -> None:
                "step1_loss": "13.975 +- 0.003", "step5_loss": "13.913 +- 0.007",
                "step_ms": "913 +- 30 (M4 Max, Stories110M)"},
            "load_average_start": load, "load_average_end": os.getloadavg(), **result}  # fmt: skip
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     print(json.dumps(doc, indent=1))
 
 

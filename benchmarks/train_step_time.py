@@ -18,12 +18,13 @@ import os
 import sys
 import time
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.frontend.builder import ops  # noqa: E402
@@ -255,7 +256,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-stories", action="store_true")
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:  # the first workload, two steps a side, no Stories110M estimate
+        args.repeats, args.rounds, args.skip_stories = 2, 1, True
     from anekit.simulator import gemm
 
     # torch runs on one thread; the simulator's own GEMM splits a large product's rows over
@@ -263,7 +267,7 @@ def main() -> None:
     doc = {"benchmark": "training step: anekit sim (fp16) vs torch CPU fp32 (1 thread)",
            "load_average_start": os.getloadavg(), "repeats": args.repeats,
            "sim_gemm_threads": gemm.THREADS if gemm.ACCELERATED else 0, "workloads": {}}  # fmt: skip
-    for kind, what, graph, w, batch in workloads():
+    for kind, what, graph, w, batch in islice(workloads(), 1 if args.smoke else None):
         trainer = Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim")
         # alternating rounds: a slow spell of the shared host lands on both sides alike
         step = torch_step(kind, w, batch)
@@ -287,7 +291,7 @@ def main() -> None:
     if not args.skip_stories:
         doc["published_orion_stories110m"] = stories110m()
     doc["load_average_end"] = os.getloadavg()
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     print(doc)
 
 
