@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,20 +105,28 @@ def check_contracts(passes: Sequence[str]) -> None:
         provided.update(spec.provides)
 
 
+# the environment variable that turns on validation after every pass (see run_pipeline)
+VERIFY_PASSES_ENV = "ANEKIT_VERIFY_PASSES"
+
+
 def run_pipeline(
     graph: Graph,
     ctx: PassContext,
     passes: Sequence[str] = DEFAULT_PIPELINE,
     *,
     observe: Observer | None = None,
-    check: bool = False,
+    check: bool | None = None,
 ) -> PipelineResult:
     """Run ``passes`` in order, logging a PassRecord and per-node events for each, and return
     the final graph with the facts the passes provided. The contracts are checked first: a
     pipeline lacking a pass another one needs is an error before any pass runs.
 
-    ``check`` validates the graph after every pass (a failure is a bug in that pass).
+    ``check`` validates the graph after every pass (a failure is a bug in that pass); by
+    default it is on when the environment sets ``ANEKIT_VERIFY_PASSES=1`` (the test suite
+    does), off otherwise (validation costs time on every compile).
     """
+    if check is None:
+        check = os.environ.get(VERIFY_PASSES_ENV) == "1"
     check_contracts(passes)
     facts: dict[str, Any] = {}
     for name in passes:
