@@ -1,5 +1,5 @@
 """Benchmark: GPT-2 124M, anekit (ONNX -> bundle on disk) against coremltools (traced torch
-model -> saved .mlpackage). Goal (issue 4): anekit at least 10x faster.
+model -> saved .mlpackage). Goal: anekit at least 10x faster.
 
 Writes ``benchmarks/results/compile_vs_coremltools.json``.
 

@@ -1,5 +1,5 @@
-"""Benchmark: CPU ops and dispatches per architecture on m1 and m4, before and after issue 16's
-legalisations (the default pipeline without and with `pipeline.LEGALISING_PASSES`).
+"""Benchmark: CPU ops and dispatches per architecture on m1 and m4, before and after the
+legalising passes (the default pipeline without and with `pipeline.LEGALISING_PASSES`).
 
 Writes ``benchmarks/results/cpu_fallback_zoo.json`` and prints a Markdown table for the
 README. The architectures are tests/arch_zoo (torchvision-style models written in torch,

@@ -321,7 +321,7 @@ NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
      "why": "not rebuilt: Orion runs one program per layer and spends ~2.3 ms of the 5.76 ms in "
             "IOSurface round trips ([seed001] section 8.1), a runtime's dispatch pattern anekit's "
-            "single-segment compile does not reproduce. (Until issue 16 chips.json derived the M4 "
+            "single-segment compile does not reproduce. (chips.json once derived the M4 "
             "ane_bandwidth_gbps from this figure; it now comes from ANEMLL-Bench's M4 run.)"},
     {"figure": "[aneforge] bench/mlperf README: Qwen3-0.6B decode, fp16, TPOT ~18.7 ms/token",
      "why": "a decode step with a resident KV cache (share_buffer) on ANEForge's own LLM "

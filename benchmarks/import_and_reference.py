@@ -1,6 +1,6 @@
 """Benchmark: import GPT-2 124M from ONNX (external data) and run it on the reference backend.
 
-Writes ``benchmarks/results/import_and_reference.json``. Goals (issue 2): import within
+Writes ``benchmarks/results/import_and_reference.json``. Goals: import within
 3 s, with peak memory under twice the weights' size; the reference backend's time for
 64 tokens is recorded next to onnxruntime's.
 

@@ -1,6 +1,6 @@
 """Benchmark: GPT-2 124M (its real configuration, seeded random weights) generating on the
 simulator against transformers (torch, fp32, KV cache) on this machine, and the cost
-model's decode time per token on an M4 Max beside Orion's measured 5.76 ms (seed 001
+model's decode time per token on an M4 Max beside Orion's measured 5.76 ms (Orion
 table 9). With ``--compress`` also each weight compression: bundle size, cosine of the
 logits against the uncompressed model, tokens/s.
 
@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks._common import add_smoke, results_path, write_json  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "llm_gpt2.json"
-ORION_DECODE_MS = 5.76  # seed 001 table 9: ANE full forward (decode), M4 Max
+ORION_DECODE_MS = 5.76  # Orion table 9: ANE full forward (decode), M4 Max
 
 
 def checkpoint(folder: Path, tiny: bool = False) -> None:

@@ -2,7 +2,7 @@
 
 Writes ``benchmarks/results/runtime_weight_update.json``.
 
-The model is Orion's training layout (seed 001 section 4.5): 12 layers of dim 768 (FFN
+The model is Orion's training layout (section 4.5): 12 layers of dim 768 (FFN
 hidden 2048), five weight-bearing programs per layer, 60 in all, each its own bundle on
 disk: ``fwd_attn`` (Wq, Wk, Wv, Wo), ``fwd_ffn`` (W1, W2, W3, SwiGLU), ``ffn_bwd`` (the
 transposes of W2, W1, W3), ``qkv_bwd`` (of Wq, Wk, Wv) and ``wo_bwd`` (of Wo): 85M

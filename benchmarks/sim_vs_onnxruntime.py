@@ -1,5 +1,5 @@
 """Benchmark: GPT-2 124M on 64 tokens, the fp16 simulator running the compiled bundle against
-onnxruntime running the ONNX model. Goal (issue 4): sim time at most 1.5x onnxruntime's.
+onnxruntime running the ONNX model. Goal: sim time at most 1.5x onnxruntime's.
 
 Writes ``benchmarks/results/sim_vs_onnxruntime.json``.
 

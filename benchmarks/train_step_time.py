@@ -1,8 +1,8 @@
 """Training step time: anekit's sim (fp16, one compiled step program, state resident in a
 session) against torch on the CPU in fp32 (forward, backward, Adam), for the same MLP, CNN
 and transformer block; and the cost model's estimate of the step per chip, beside the
-published figures (seed 004: a 784-256-10 GELU MLP with Adam, ~2340 steps in ~1.0 s;
-Orion, seed 001 Table 7: Stories110M, 913 +- 30 ms per step on an M4 Max).
+published figures (e5rt-reference: a 784-256-10 GELU MLP with Adam, ~2340 steps in ~1.0 s;
+Orion Table 7: Stories110M, 913 +- 30 ms per step on an M4 Max).
 
 The machine is shared: every timing is the median of repeated steps after a warm-up, sim
 and torch alternate in rounds (the medians of the rounds are reported, each round kept),
@@ -200,7 +200,7 @@ def estimate_program(cm) -> dict:
 
 
 def seed004_mlp() -> dict:
-    """Seed 004's MNIST MLP: 784-256-10 GELU, Adam; 60000 images in ~2340 steps -> batch 26."""
+    """e5rt-reference's MNIST MLP: 784-256-10 GELU, Adam; 60000 images in ~2340 steps -> batch 26."""
     from anekit.train.models import _uniform  # noqa: PLC2701 - same initialisation
 
     rng = np.random.default_rng(0)
@@ -211,7 +211,7 @@ def seed004_mlp() -> dict:
         _uniform(rng, (10,), 256), name="b1"
     )
     est = estimate(anekit.graph([y]), Value("target", (26, 10), "fp32"), Adam(lr=1e-3))
-    return {"published": "2340 steps in ~1.0 s on the engine, ~0.43 ms per step (seed 004 2.5.1)",
+    return {"published": "2340 steps in ~1.0 s on the engine, ~0.43 ms per step (e5rt-reference 2.5.1)",
             "estimate_ms_per_step": est}  # fmt: skip
 
 
@@ -243,7 +243,7 @@ def stories110m() -> dict:
     logits = ops.rms_norm(h, param("nf", (d,))) @ param("head", (d, vocab))
     t0 = time.perf_counter()
     est = estimate(anekit.graph([logits]), Value("target", (1, seq, vocab), "fp32"), AdamW(lr=1e-5))
-    return {"published": "Orion (seed 001 Table 7): 913 +- 30 ms per step on an M4 Max "
+    return {"published": "Orion (Table 7): 913 +- 30 ms per step on an M4 Max "
                          "(849-908 ms of compute), grad_accum=4",
             "estimate_ms_per_micro_batch": est,
             "estimate_ms_per_step_grad_accum_4": {k: round(4 * v, 1) for k, v in est.items()

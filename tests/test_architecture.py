@@ -28,14 +28,14 @@ ALLOWED: dict[str, set[str]] = {
     # the H13 engine emulator: runs .hwx task descriptors
     "emulator": {"errors", "formats"},
     # runtime runs programs on the simulator and the emulator; it reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
-    # its minimum surface) and binds LoRA adapter inputs (issue 12)
+    # its minimum surface) and binds LoRA adapter inputs
     "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora", "simulator", "emulator"},
-    # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
+    # LoRA rewrites IR graphs (adapter inputs on linear layers)
     "lora": {"errors", "ir"},
     # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
     "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
               "formats", "runtime", "compiler"},
-    # issue 14: language models drive the whole toolchain (build graphs, compile, run,
+    # language models drive the whole toolchain (build graphs, compile, run,
     # estimate); their channel-axis norms share the compiler's fp16-safe scale floor (passes)
     "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost", "codegen",
             "passes"},
@@ -55,11 +55,11 @@ ALLOWED = {
     "float16": {"_native"},
     "_native": set(),
 }
-# numerics (issue 16) drives the compiler and the simulator over one model, like the CLI
+# numerics drives the compiler and the simulator over one model, like the CLI
 DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report", "numerics"}
-# Exceptions, each with its reason (also in the issue notes):
+# Exceptions, each with its reason:
 EXCEPTIONS: dict[str, set[str]] = {
-    # issue 6: netplist.read() returns an ir.Graph, so the netplist reader builds one
+    # netplist.read() returns an ir.Graph, so the netplist reader builds one
     "formats/netplist": {"ir"},
 }
 

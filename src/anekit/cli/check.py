@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(report if numerics is None else {**report, "numerics": numerics})
     else:
         render(report, compiled.summary_line())
-        if report.get("estimate"):  # issue 5's cost model: one line for this target
+        if report.get("estimate"):  # the cost model: one line for this target
             print(report["estimate"]["summary"])
         if numerics is not None:
             check_numerics.render(numerics)

@@ -4,7 +4,7 @@ with the simulator?
 With the ``ane`` backend available it compiles a small program (a 1x1 convolution layer
 with a bias and ReLU), runs it on ``ane`` and ``sim``, and reports their agreement, the
 median time of a step on each, and whether a weight update takes effect on the engine
-(seed 001's delta reload is disputed on M5). Elsewhere it says what is missing and exits
+(Orion's delta reload is disputed on M5). Elsewhere it says what is missing and exits
 with status 2.
 """
 

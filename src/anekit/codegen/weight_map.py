@@ -327,7 +327,7 @@ def read(source: Path | bytes | None, where: str, segments: int) -> WeightMap:
 
 
 def identity(program: Any) -> str:
-    """sha256 over every segment's MIL text digest and the weight keys it reads (seed 001
+    """sha256 over every segment's MIL text digest and the weight keys it reads (Orion
     section 5.1: the engine keeps a program's identity while text and keys are unchanged)."""
     digest = hashlib.sha256()
     for seg, mil_program in zip(program.segments, program.programs, strict=True):

@@ -21,7 +21,7 @@ from anekit.ir.graph import Graph
 
 # The additive mask value of a hidden position: fp16-safe (never -inf, which turns an
 # all-masked softmax row into NaN) and far below any real attention score.
-# Prefill sequence buckets (seed 001 section 4.4 uses 32 to 1024; 16 keeps short prompts cheap).
+# Prefill sequence buckets (Orion section 4.4 uses 32 to 1024; 16 keeps short prompts cheap).
 BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 

@@ -17,7 +17,7 @@ DEAD_CODE = "dead code: nothing reads its result"
 class PassOptions:
     """Knobs of the pipeline; every default is documented where it is used."""
 
-    # ReplaceMatmulWithConv (seed 000): a constant weight becomes a resident 1x1 conv when
+    # ReplaceMatmulWithConv (ane-compiler): a constant weight becomes a resident 1x1 conv when
     # its fp16 bytes fit this fraction of the target's on-chip budget; else a tiled matmul.
     onchip_margin: float = 1.0
     # Constant folding never creates a constant larger than both this many elements and

@@ -25,7 +25,7 @@ from anekit.passes.results import PipelineResult
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
 
-# The passes issue 16 added to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
+# The passes that rewrite ops into engine forms to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
 # "before" of benchmarks/cpu_fallback_zoo.py.
 LEGALISING_PASSES = ("engine_forms", "split_kernels", "fold_reshapes")
 

@@ -1,4 +1,4 @@
-"""The engine's binding rules for a program's I/O surfaces (seed 001, Orion constraints #2-#4
+"""The engine's binding rules for a program's I/O surfaces (Orion constraints #2-#4
 and #18-#20), checked on a bundle and modelled byte for byte by :class:`Surfaces`.
 
 - all input surfaces of a program have one allocation size, and so do all output surfaces
@@ -118,7 +118,7 @@ class Surfaces(PinnedInputs):
     bound in alphabetical order of the ports' MIL names.
 
     Values are written packed from byte 0 and read back the same way. ``alias`` binds an
-    input port to an output port's surface (seed 004's output-to-input aliasing): what a
+    input port to an output port's surface (e5rt-reference's output-to-input aliasing): what a
     step writes there, the next step reads, without leaving the surface.
 
     The rules are checked once, when the session binds the program

@@ -164,7 +164,7 @@ class Program:
 
     @property
     def identity(self) -> str:
-        """A digest of every segment's MIL text and weight keys (seed 001 section 5.1): a
+        """A digest of every segment's MIL text and weight keys (Orion section 5.1): a
         weight update leaves it unchanged."""
         from anekit.codegen.weight_map import identity
 

@@ -1,6 +1,6 @@
 """`Session`: a program loaded once on a backend, with state that stays between steps.
 
-``state`` binds model inputs to the model outputs that feed them back (seed 004 section
+``state`` binds model inputs to the model outputs that feed them back (e5rt-reference section
 2.5.1, output-to-input aliasing): after every step the output's value becomes the input's.
 What a session does on a backend follows what the backend declares
 (`anekit.runtime.backends.Capabilities`). On a backend with ``resident_state`` (``sim``) an

@@ -1,5 +1,5 @@
 """Weight updates without recompiling: new values for source weights written into a program's
-weight files, the MIL text untouched (seed 001 section 5, delta compilation).
+weight files, the MIL text untouched (Orion section 5, delta compilation).
 
 Each changed weight file is rebuilt from the old one's bytes with the changed blobs
 replaced (their records checked first), hashed, and, for a bundle on disk, committed
@@ -13,7 +13,7 @@ orders renames after the data they name). Leftovers of an update that
 never committed are removed by name (only files this module names).
 
 Loaded backends re-load the changed segments; with ``verify`` each reloaded segment is run
-on a probe input before and after, and an update the backend did not take up (seed 001's
+on a probe input before and after, and an update the backend did not take up (Orion's
 delta reload is disputed on M5) is reported instead of trusted.
 """
 
@@ -125,7 +125,7 @@ def update_weights(
     if stale:
         raise WeightUpdateError(
             f"the weight files were updated, but the program loaded on {stale} still computes "
-            "with the old weights (seed 001's delta reload is not reliable on every chip)",
+            "with the old weights (Orion's delta reload is not reliable on every chip)",
             hint="open a new session (or recompile) to load the new weights",
             where=program.where,
         )

@@ -7,7 +7,7 @@
   (the engine has no random numbers); the builder's `dropout` names that input
   ``<name>.dropout_p<per-mille>``, so the trainer knows the rate. In evaluation and
   export the mask is all ones.
-- Activations are clamped to +-65504 before every softmax and norm (seed 001 section
+- Activations are clamped to +-65504 before every softmax and norm (Orion section
   7.2): an fp16 overflow there turns the loss into NaN.
 """
 

@@ -145,7 +145,7 @@ class Trainer:
         sg, session, _ = self._programs[sig]
         if self._active != sig:
             # the state moves to this program's session (deferred: seeded from the current
-            # values, never from the model the program was compiled with; seed 001 7.1)
+            # values, never from the model the program was compiled with; Orion 7.1)
             self._state = self.state_values()
             session.seed(self._state)
             self._active = sig

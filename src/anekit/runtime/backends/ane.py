@@ -1,6 +1,6 @@
 """``ane``: engine segments on the Apple Neural Engine through e5rt (`anekit.runtime.e5rt`).
 
-Written to seed 004's documented interface and not yet run on Apple hardware. CPU segments
+Written to e5rt-reference's documented interface and not yet run on Apple hardware. CPU segments
 run on the simulator (they are fp32 CPU programs). Each engine segment is compiled in this
 process (a compiled program cannot move to another process) and holds one of the process's
 128 program slots until released (`Program.release`).
