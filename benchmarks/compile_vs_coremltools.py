@@ -291,7 +291,9 @@ def main() -> None:
     }
     out = results_path(RESULTS, args.smoke)
     write_json(out, result)
-    print(f"anekit {a:.2f} s, coremltools {c:.2f} s: {c / a:.1f}x (goal {GOAL_SPEEDUP:.0f}x) -> {out}")
+    print(
+        f"anekit {a:.2f} s, coremltools {c:.2f} s: {c / a:.1f}x (goal {GOAL_SPEEDUP:.0f}x) -> {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                 "source": a.source,
             }
         )
-    write_json(results_path(args.output, args.smoke), {"benchmark": "estimate_anchors", "anchors": rows}, sort_keys=True)
+    write_json(
+        results_path(args.output, args.smoke),
+        {"benchmark": "estimate_anchors", "anchors": rows},
+        sort_keys=True,
+    )
     return 0
 
 

@@ -28,8 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
-                   help=f"chip name or engine code (default: {DEFAULT_TARGET})")
+    p.add_argument(
+        "--target",
+        "-t",
+        default=DEFAULT_TARGET,
+        help=f"chip name or engine code (default: {DEFAULT_TARGET})",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--strict",

@@ -18,8 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write one HTML page: graph placement, CPU fallbacks, estimates per chip, fp16 numerics",
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
-                   help=f"chip name or engine code (default: {DEFAULT_TARGET})")
+    p.add_argument(
+        "--target",
+        "-t",
+        default=DEFAULT_TARGET,
+        help=f"chip name or engine code (default: {DEFAULT_TARGET})",
+    )
     p.add_argument("--output", "-o", required=True, help="the HTML file to write")
     p.add_argument(
         "--chips",

@@ -358,7 +358,6 @@ def check_feeds(
     }
 
 
-
 def to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     """A value as the program takes it: its MIL dtype's storage, padded to ``mil_shape``."""
     if io.mil_dtype in ("fp16", "fp32"):
