@@ -10,12 +10,12 @@ from typing import Any
 from anekit.cli import check_numerics
 from anekit.cli.common import (
     add_shape_option,
+    add_target_option,
     aligned_lines,
     existing_model_file,
     parse_shapes,
     print_json,
 )
-from anekit.targets import DEFAULT_TARGET
 
 EXIT_CPU_FALLBACK = 3
 EXIT_CANNOT_SAVE = 2  # bad input: the model uses an op anekit cannot emit
@@ -28,12 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument(
-        "--target",
-        "-t",
-        default=DEFAULT_TARGET,
-        help=f"chip name or engine code (default: {DEFAULT_TARGET})",
-    )
+    add_target_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--strict",

@@ -11,6 +11,7 @@ from typing import Any
 
 from anekit.cli.common import (
     add_shape_option,
+    add_target_option,
     compression_line,
     compression_summary,
     existing_model_file,
@@ -19,7 +20,6 @@ from anekit.cli.common import (
 )
 from anekit.codegen.compress import SCHEMES
 from anekit.errors import AnekitError
-from anekit.targets import DEFAULT_TARGET
 
 MAX_CPU_ROWS = 10
 
@@ -29,8 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
-                   help=f"chip name or engine code (default: {DEFAULT_TARGET})")
+    add_target_option(p)
     p.add_argument(
         "--output", "-o", metavar="OUT.anekit", help="bundle directory (default: MODEL.anekit)"
     )
