@@ -33,3 +33,23 @@ def machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "note": "a shared 2-core machine; wall-clock times are noisy",
     }
+
+
+SMOKE_HELP = (
+    "a quick run (seconds, tiny sizes, the same code paths) that checks the script still "
+    "works; its JSON goes to NAME.smoke.json (git-ignored) or into $ANEKIT_SMOKE_DIR, never "
+    "over the real results"
+)
+
+
+def add_smoke(parser: Any) -> None:
+    """The ``--smoke`` option every benchmark has."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def results_path(path: Path, smoke: bool) -> Path:
+    """Where a run writes ``path``: itself, or for a smoke run its ``.smoke`` twin."""
+    if not smoke:
+        return path
+    folder = os.environ.get("ANEKIT_SMOKE_DIR")
+    return (Path(folder) if folder else path.parent) / f"{path.stem}.smoke{path.suffix}"

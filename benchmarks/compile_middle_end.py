@@ -27,7 +27,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "compile_middle_end.json"
@@ -38,7 +38,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--chips", default="", help="comma-separated chips (default: all)")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:  # a small ONNX model of the zoo, one chip, one compile
+        args.repeat, args.chips = 1, args.chips or "m4"
 
     sys.path.insert(0, str(REPO))
     import numpy as np
@@ -47,7 +50,7 @@ def main() -> int:
     import anekit
     from anekit import targets
 
-    case = zoo.load("gpt2_124m")
+    case = zoo.load("light_squeezenet" if args.smoke else "gpt2_124m")
     start = time.perf_counter()
     graph = anekit.from_onnx(case.path)
     import_seconds = time.perf_counter() - start
@@ -112,10 +115,9 @@ def main() -> int:
             "load_average": [round(x, 2) for x in os.getloadavg()],
         },
     }
-    write_json(RESULTS, result)
-    print(
-        f"worst median {max(medians):.3f} s (goal {GOAL_SECONDS} s) -> {RESULTS.relative_to(REPO)}"
-    )
+    out = results_path(RESULTS, args.smoke)
+    write_json(out, result)
+    print(f"worst median {max(medians):.3f} s (goal {GOAL_SECONDS} s) -> {out}")
     return 0
 
 

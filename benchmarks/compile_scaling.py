@@ -36,7 +36,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "compile_scaling.json"
@@ -113,7 +113,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,5000,20000,50000")
     parser.add_argument("--child", nargs=2, metavar=("FAMILY", "NODES"), help=argparse.SUPPRESS)
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes = "30,60"  # two sizes: a growth exponent still fits
     if args.child:
         print(json.dumps(measure(args.child[0], int(args.child[1]))))
         return 0
@@ -157,8 +160,9 @@ def main() -> int:
         },
         "versions": {p: metadata.version(p) for p in ("anekit", "numpy", "onnx")},
     }
-    write_json(RESULTS, doc)
-    print(f"growth exponents {fits}; wrote {RESULTS}")
+    out = results_path(RESULTS, args.smoke)
+    write_json(out, doc)
+    print(f"growth exponents {fits}; wrote {out}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """Benchmark: GPT-2 124M, anekit (ONNX -> bundle on disk) against coremltools (traced torch
-model -> saved .mlpackage). Goal (issue 4): anekit at least 10x faster.
+model -> saved .mlpackage). Goal: anekit at least 10x faster.
 
 Writes ``benchmarks/results/compile_vs_coremltools.json``.
 
@@ -40,6 +40,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from _common import add_smoke, results_path, write_json
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "compile_vs_coremltools.json"
 GOAL_SPEEDUP = 10.0
@@ -78,7 +80,7 @@ def child_anekit(model: Path, out: Path, target: str) -> None:
     }))  # fmt: skip
 
 
-def child_coremltools(out: Path, tokens: int) -> None:
+def child_coremltools(out: Path, tokens: int, spec_name: str) -> None:
     """Trace the torch model, convert it, save the .mlpackage; print the times as JSON."""
     sys.path.insert(0, str(REPO))
     import coremltools as ct
@@ -87,7 +89,7 @@ def child_coremltools(out: Path, tokens: int) -> None:
     import transformers
     from tests import zoo_builders
 
-    spec = zoo_builders.GPT2_124M
+    spec = getattr(zoo_builders, spec_name)
     torch.manual_seed(zoo_builders.SEED)
     config = transformers.GPT2Config(
         n_layer=spec.n_layer,
@@ -215,12 +217,16 @@ def main() -> None:
     parser.add_argument("--target", default="m4")
     parser.add_argument("--max-load", type=float, default=1.5, help="start runs below this load")
     parser.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait for it")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:  # the 2-layer GPT-2 of the zoo, once, without waiting for a quiet machine
+        args.repeat, args.max_wait = 1, 0.0
+    zoo_name, spec = ("gpt2_dynamo", "GPT2_TEST") if args.smoke else ("gpt2_124m", "GPT2_124M")
     quiet = {"max_load": args.max_load, "max_wait": args.max_wait}
     sys.path.insert(0, str(REPO))
     from tests import zoo
 
-    case = zoo.load("gpt2_124m")
+    case = zoo.load(zoo_name)
     tokens = int(case.feeds["input_ids"].shape[1])
     anekit_runs, coreml_runs = [], []
     with tempfile.TemporaryDirectory(prefix="compile-bench-", dir=REPO / ".cache") as tmp:
@@ -228,7 +234,7 @@ def main() -> None:
             bundle = str(Path(tmp) / f"gpt2-{i}.anekit")
             anekit_runs.append(_child("anekit", str(case.path), bundle, args.target, **quiet))
             package = str(Path(tmp) / f"gpt2-{i}.mlpackage")
-            coreml_runs.append(_child("coremltools", package, str(tokens), **quiet))
+            coreml_runs.append(_child("coremltools", package, str(tokens), spec, **quiet))
             print(
                 f"run {i}: anekit {anekit_runs[-1]['seconds']:.2f} s, coremltools {coreml_runs[-1]['seconds']:.2f} s",
                 flush=True,
@@ -283,10 +289,10 @@ def main() -> None:
             "numpy": _version("numpy"),
         },  # fmt: skip
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    out = results_path(RESULTS, args.smoke)
+    write_json(out, result)
     print(
-        f"anekit {a:.2f} s, coremltools {c:.2f} s: {c / a:.1f}x (goal {GOAL_SPEEDUP:.0f}x) -> {RESULTS}"
+        f"anekit {a:.2f} s, coremltools {c:.2f} s: {c / a:.1f}x (goal {GOAL_SPEEDUP:.0f}x) -> {out}"
     )
 
 
@@ -294,6 +300,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "anekit":
         child_anekit(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "coremltools":
-        child_coremltools(Path(sys.argv[2]), int(sys.argv[3]))
+        child_coremltools(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     else:
         main()

@@ -1,5 +1,5 @@
-"""Benchmark: CPU ops and dispatches per architecture on m1 and m4, before and after issue 16's
-legalisations (the default pipeline without and with `pipeline.LEGALISING_PASSES`).
+"""Benchmark: CPU ops and dispatches per architecture on m1 and m4, before and after the
+legalising passes (the default pipeline without and with `pipeline.LEGALISING_PASSES`).
 
 Writes ``benchmarks/results/cpu_fallback_zoo.json`` and prints a Markdown table for the
 README. The architectures are tests/arch_zoo (torchvision-style models written in torch,
@@ -19,7 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the zoo lives in tests/
@@ -66,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", action="append", help="architecture names (default: all)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    names = args.model or list(ARCHITECTURES)
+    names = args.model or (["timestep_mlp"] if args.smoke else list(ARCHITECTURES))
     rows = []
     for name in names:
         start = time.perf_counter()
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "after_pipeline": list(DEFAULT_PIPELINE),
         "models": rows,
     }
-    write_json(args.output, report)
+    write_json(results_path(args.output, args.smoke), report)
     return 0
 
 

@@ -12,6 +12,7 @@ The machine is shared: the JSON records the load average before and after.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -25,7 +26,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.codegen.h13 import emit  # noqa: E402
@@ -60,6 +61,11 @@ def timed(fn, rounds: int) -> list[float]:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    add_smoke(parser)
+    args = parser.parse_args()
+    rounds = 2 if args.smoke else args.rounds
     load_before = os.getloadavg()
     graph = small_cnn()
     cm = anekit.compile(graph, "m1")
@@ -72,9 +78,9 @@ def main() -> int:
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     macs = sum(p.cout * p.hout * p.wout * (p.cin // p.groups) * p.kh * p.kw
                for p in program.passes if p.op == "conv")  # fmt: skip
-    engine = timed(lambda: program.run(feeds), ROUNDS)
-    sim = timed(lambda: cm.run(feeds, "sim"), ROUNDS)
-    reference = timed(lambda: cm.run(feeds, "reference"), ROUNDS)
+    engine = timed(lambda: program.run(feeds), rounds)
+    sim = timed(lambda: cm.run(feeds, "sim"), rounds)
+    reference = timed(lambda: cm.run(feeds, "reference"), rounds)
     got, want = program.run(feeds)["y"], cm.run(feeds, "sim")["y"]
     doc = {
         "benchmark": "engine_speed",
@@ -84,7 +90,7 @@ def main() -> int:
         "conv_macs": macs,
         "emit_ms": round(1e3 * emit_s, 2),
         "decode_ms": round(1e3 * load_s, 2),
-        "rounds": ROUNDS,
+        "rounds": rounds,
         "engine_ms_median": round(1e3 * statistics.median(engine), 3),
         "engine_ms_min": round(1e3 * min(engine), 3),
         "sim_ms_median": round(1e3 * statistics.median(sim), 3),
@@ -98,7 +104,7 @@ def main() -> int:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     for key in ("passes", "conv_macs", "engine_ms_median", "sim_ms_median", "reference_ms_median",
                 "engine_gmacs_per_s", "max_abs_diff_vs_sim", "load_average_before"):  # fmt: skip
         print(f"{key}: {doc[key]}")

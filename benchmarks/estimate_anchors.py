@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 from anekit.cost import default_calibration
 from anekit.cost.workloads import anchor_estimate
@@ -45,6 +45,7 @@ def describe(workload: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)  # every anchor is one estimate: the smoke run is the whole run
     args = parser.parse_args(argv)
     cal = default_calibration()
     rows = []
@@ -73,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                 "source": a.source,
             }
         )
-    write_json(args.output, {"benchmark": "estimate_anchors", "anchors": rows}, sort_keys=True)
+    write_json(
+        results_path(args.output, args.smoke),
+        {"benchmark": "estimate_anchors", "anchors": rows},
+        sort_keys=True,
+    )
     return 0
 
 

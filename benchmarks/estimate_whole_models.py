@@ -20,7 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the architectures live in tests/arch_zoo
@@ -321,7 +321,7 @@ NOT_RECONSTRUCTED = (
     {"figure": "[seed001] Orion: GPT-2 124M decode 5.76 ms/token on an M4 Max",
      "why": "not rebuilt: Orion runs one program per layer and spends ~2.3 ms of the 5.76 ms in "
             "IOSurface round trips ([seed001] section 8.1), a runtime's dispatch pattern anekit's "
-            "single-segment compile does not reproduce. (Until issue 16 chips.json derived the M4 "
+            "single-segment compile does not reproduce. (chips.json once derived the M4 "
             "ane_bandwidth_gbps from this figure; it now comes from ANEMLL-Bench's M4 run.)"},
     {"figure": "[aneforge] bench/mlperf README: Qwen3-0.6B decode, fp16, TPOT ~18.7 ms/token",
      "why": "a decode step with a resident KV cache (share_buffer) on ANEForge's own LLM "
@@ -343,13 +343,17 @@ def error(value: float, low: float, high: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    # smoke: one layer-level figure and one two-program figure, the same estimate path
+    smoke = ("layer-norm-vit-m1", "attention-vit-m1")
+    figures = [f for f in FIGURES if f[0] in smoke] if args.smoke else FIGURES
     torch.manual_seed(0)
     rows = []
     print("| figure | level | chip | published | estimate | error | role | bound |")
     print("|---|---|---|---|---|---|---|---|")
-    for fid, level, build, chip, (low, high), role, source, note in FIGURES:
+    for fid, level, build, chip, (low, high), role, source, note in figures:
         built = build()
         programs = built if isinstance(built, list) else [built]  # run one after another
         compiled = [compile_model(from_torch(*p), chip) for p in programs]
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     checks = [r for r in rows if r["role"] == "check" and r["level"] == "model"]
     write_json(
-        args.output,
+        results_path(args.output, args.smoke),
         {
             "benchmark": "estimate_whole_models",
             "goal": f"every whole-model check within {GOAL:.0%}",

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the zoo lives in tests/
@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))  # the zoo lives in tests/
 from tests import zoo  # noqa: E402
 
 from anekit import targets  # noqa: E402
-from anekit.cli.estimate import estimate_model  # noqa: E402
+from anekit.compiler import estimate_model  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "estimate_zoo.json"
 
@@ -33,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", help="zoo model names (default: all)")
     parser.add_argument("--no-124m", action="store_true", help="skip GPT-2 124M")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)
     args = parser.parse_args(argv)
-    names = args.model or zoo.model_names(benchmarks=not args.no_124m)
+    names = args.model or (
+        ["light_squeezenet"] if args.smoke else zoo.model_names(benchmarks=not args.no_124m)
+    )
     chosen = targets.all_targets()
     rows = []
     for name in names:
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "processor_count": os.cpu_count(),
         "models": rows,
     }
-    write_json(args.output, report, sort_keys=True)
+    write_json(results_path(args.output, args.smoke), report, sort_keys=True)
     return 0
 
 

@@ -26,7 +26,6 @@ import argparse
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # the helpers beside this script, also when a test loads it by path
     sys.path.insert(0, _HERE)
 
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 from format_fuzzer import engine  # noqa: E402
 from format_fuzzer.binary_targets import hwx_target, weight_bin_target  # noqa: E402
 from format_fuzzer.emulator_targets import engine_target  # noqa: E402
@@ -188,20 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
-    parser.add_argument("--smoke", action="store_true",
-                        help="30 cases per target, results to a temporary file")  # fmt: skip
     parser.add_argument(
         "--replay", metavar="TARGET:FIXTURE:SEED:CASE", help="rerun one case with its traceback"
     )
+    add_smoke(parser)
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay)
-    if args.smoke:
-        args.cases = 30
-    out = args.out or (Path(tempfile.mkdtemp()) / "fuzz_smoke.json" if args.smoke else RESULTS)
+    if args.smoke:  # every target, a few cases each
+        args.cases = min(args.cases, 30)
     run, seconds = fuzz(args.targets, args.cases, args.seed)
     doc = report(run, seconds)
-    write_json(out, doc)
+    write_json(args.out or results_path(RESULTS, args.smoke), doc)
     print(
         f"{doc['cases']} cases in {doc['seconds']} s ({doc['cases_per_second']} cases/s), {doc['findings']} findings"
     )

@@ -27,7 +27,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 from anekit.codegen.h13 import emit  # noqa: E402
 from anekit.formats import hwx, netplist  # noqa: E402
@@ -160,8 +160,8 @@ SMOKE_CASES = ("relu", "sum")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="anekit's H13 emission against Apple's .hwx")
-    parser.add_argument("--smoke", action="store_true", help=f"only {', '.join(SMOKE_CASES)}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_smoke(parser)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = [compare(program) for program in (SMOKE_CASES if args.smoke else CASES)]
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "unexplained": unexplained,
         "python": platform.python_version(),
     }
-    out = args.out or (RESULTS.with_name("hwx_golden_smoke.json") if args.smoke else RESULTS)
+    out = args.out or results_path(RESULTS, args.smoke)
     write_json(out, doc)
     if not args.smoke:
         out.with_suffix(".md").write_text(markdown(rows))

@@ -1,6 +1,6 @@
 """Benchmark: import GPT-2 124M from ONNX (external data) and run it on the reference backend.
 
-Writes ``benchmarks/results/import_and_reference.json``. Goals (issue 2): import within
+Writes ``benchmarks/results/import_and_reference.json``. Goals: import within
 3 s, with peak memory under twice the weights' size; the reference backend's time for
 64 tokens is recorded next to onnxruntime's.
 
@@ -34,6 +34,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from _common import add_smoke, results_path, write_json
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "import_and_reference.json"
 IMPORT_GOAL_SECONDS = 3.0
@@ -45,14 +47,15 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def child_build(directory: Path) -> None:
-    """Export GPT-2 124M into ``directory`` with its inputs and torch's logits."""
+def child_build(directory: Path, spec_name: str) -> None:
+    """Export GPT-2 (``zoo_builders.<spec_name>``) into ``directory`` with its inputs and
+    torch's logits."""
     sys.path.insert(0, str(REPO))
     import numpy as np
     from tests import zoo, zoo_builders
 
     start = time.perf_counter()
-    art = zoo_builders.gpt2(zoo_builders.GPT2_124M, exporter="dynamo")
+    art = zoo_builders.gpt2(getattr(zoo_builders, spec_name), exporter="dynamo")
     export_seconds = time.perf_counter() - start
     zoo.save_model(art.model, directory, external_data=True)
     np.save(directory / "input_ids.npy", art.feeds["input_ids"])
@@ -109,7 +112,7 @@ def _agreement(actual, expected) -> dict[str, float]:
     return {"max_relative_error": result.max_relative_error, "cosine": result.cosine}
 
 
-def measure(repeat: int) -> dict:
+def measure(repeat: int, spec_name: str) -> dict:
     import numpy as np
     import onnxruntime as ort
 
@@ -118,7 +121,7 @@ def measure(repeat: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="anekit-gpt2-124m-") as tmp:
         directory = Path(tmp)
         start = time.perf_counter()
-        _run_child("--child-build", str(directory))
+        _run_child("--child-build", str(directory), "--spec", spec_name)
         build = json.loads((directory / "build.json").read_text())
         build["build_seconds"] = round(time.perf_counter() - start, 2)
         model = directory / "model.onnx"
@@ -201,18 +204,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child-build", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-import", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--spec", default="GPT2_124M", help=argparse.SUPPRESS)
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:  # the 2-layer GPT-2, once
+        args.repeat, args.spec = 1, "GPT2_TEST"
     if args.child_build:
-        child_build(args.child_build)
+        child_build(args.child_build, args.spec)
         return
     if args.child_import:
         child_import(args.child_import)
         return
-    result = measure(args.repeat)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULTS)
+    result = measure(args.repeat, args.spec)
+    out = results_path(RESULTS, args.smoke)
+    write_json(out, result)
     imp, run = result["import"], result["run_64_tokens"]
     print(
         f"import {imp['median_seconds']:.2f} s (goal {IMPORT_GOAL_SECONDS} s), peak "
@@ -223,7 +228,7 @@ def main() -> None:
         f"64 tokens: reference {run['reference_median_seconds']:.3f} s, onnxruntime "
         f"{run['onnxruntime_median_seconds']:.3f} s ({run['reference_over_onnxruntime']:.1f}x)"
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark: GPT-2 124M (its real configuration, seeded random weights) generating on the
 simulator against transformers (torch, fp32, KV cache) on this machine, and the cost
-model's decode time per token on an M4 Max beside Orion's measured 5.76 ms (seed 001
+model's decode time per token on an M4 Max beside Orion's measured 5.76 ms (Orion
 table 9). With ``--compress`` also each weight compression: bundle size, cosine of the
 logits against the uncompressed model, tokens/s.
 
@@ -46,18 +46,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import write_json  # noqa: E402
+from benchmarks._common import add_smoke, results_path, write_json  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "llm_gpt2.json"
-ORION_DECODE_MS = 5.76  # seed 001 table 9: ANE full forward (decode), M4 Max
+ORION_DECODE_MS = 5.76  # Orion table 9: ANE full forward (decode), M4 Max
 
 
-def checkpoint(folder: Path) -> None:
+def checkpoint(folder: Path, tiny: bool = False) -> None:
+    """GPT-2 124M (or, for a smoke run, a 1-layer 64-wide GPT-2) with seeded weights."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config()).save_pretrained(folder, safe_serialization=True)
+    config = GPT2Config(n_layer=1, n_embd=64, n_head=2) if tiny else GPT2Config()
+    GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
 
 
 def torch_run(folder: Path, prompt: list[int], new: int) -> dict:
@@ -115,7 +117,11 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=128)
     parser.add_argument("--target", default="m4-max")
     parser.add_argument("--compress", default="", help="comma-separated schemes to also run")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:  # a 1-layer GPT-2, a few tokens, one compression scheme
+        args.repeat, args.prompt_tokens, args.new_tokens, args.max_context = 1, 4, 3, 32
+        args.compress = args.compress or "int8"
     import anekit.llm
     from anekit.simulator import gemm
 
@@ -133,7 +139,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        checkpoint(folder)
+        checkpoint(folder, tiny=args.smoke)
         model = anekit.llm.load(folder, target=args.target, max_context=args.max_context)
         first = anekit_run(model, prompt, args.new_tokens)
         runs = [anekit_run(model, prompt, args.new_tokens) for _ in range(args.repeat)]
@@ -195,7 +201,7 @@ def main() -> None:
             }  # fmt: skip
             del cm, c_decode, c_runs
     doc["machine"]["loadavg_after"] = os.getloadavg()
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     print({k: v for k, v in doc.items() if k != "machine"})
 
 

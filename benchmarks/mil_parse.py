@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import write_json
+from _common import add_smoke, results_path, write_json
 
 from anekit.formats.mil import parse, print_program
 
@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, action="append", help="operation counts to time")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    add_smoke(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.ops, args.repeat = args.ops or [200], 1
     results = []
     for n in args.ops or [10_000, 40_000]:
         text = synthetic_program(n)
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "results": results,
     }
-    write_json(args.output, report, sort_keys=True)
+    write_json(results_path(args.output, args.smoke), report, sort_keys=True)
     return 0
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
+from _common import add_smoke, machine, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -178,7 +178,10 @@ def cache_hit() -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200)
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat = 2
     load_before = os.getloadavg()
     doc = {
         "benchmark": "runtime_session",
@@ -187,7 +190,7 @@ def main() -> int:
         "cache": cache_hit(),
         "machine": machine(load_before),
     }
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     for key in ("step_overhead", "adapter_swap", "cache"):
         print(key, doc[key])
     return 0

@@ -2,7 +2,7 @@
 
 Writes ``benchmarks/results/runtime_weight_update.json``.
 
-The model is Orion's training layout (seed 001 section 4.5): 12 layers of dim 768 (FFN
+The model is Orion's training layout (section 4.5): 12 layers of dim 768 (FFN
 hidden 2048), five weight-bearing programs per layer, 60 in all, each its own bundle on
 disk: ``fwd_attn`` (Wq, Wk, Wv, Wo), ``fwd_ffn`` (W1, W2, W3, SwiGLU), ``ffn_bwd`` (the
 transposes of W2, W1, W3), ``qkv_bwd`` (of Wq, Wk, Wv) and ``wo_bwd`` (of Wo): 85M
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import machine, write_json
+from _common import add_smoke, machine, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -136,7 +136,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--backend", default="sim", help="the live variant's backend (sim, ane)")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat, args.layers = 1, 1
     from anekit.runtime import backends
 
     why = backends.get(args.backend).unavailable()
@@ -229,9 +232,12 @@ def main() -> int:
     }
     # a Mac's run goes beside this machine's, not over it
     write_json(
-        RESULTS
-        if args.backend == "sim"
-        else RESULTS.with_name(f"{RESULTS.stem}_{args.backend}.json"),
+        results_path(
+            RESULTS
+            if args.backend == "sim"
+            else RESULTS.with_name(f"{RESULTS.stem}_{args.backend}.json"),
+            args.smoke,
+        ),
         doc,
     )
     print(f"update {med['update']:.3f} s, recompile {med['recompile']:.3f} s ({speedup:.1f}x), "

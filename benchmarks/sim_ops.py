@@ -38,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 from anekit.formats import mil
 from anekit.formats.blob import BlobWriter
@@ -89,7 +90,7 @@ def rounding(repeat: int) -> dict:
     numpy fallback in place (used where the C extension is not built), and numpy's float16
     cast there and back."""
     out = {}
-    for n in (49_152, 196_608, 3_216_448):  # 64x768, 64x3072, 64x50257
+    for n in ROUNDING_SIZES:
         x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
         ours, _ = median_seconds(lambda x=x: round_to_fp16(x), repeat)
         copies = [x.copy() for _ in range(repeat + 1)]
@@ -257,6 +258,7 @@ def gpt2_mil(net: Net, directory: Path) -> Path:
 
 
 GEMMS = ((768, 768, 48), (3072, 768, 12), (768, 3072, 12), (12565, 768, 4))  # (out, in, count)
+ROUNDING_SIZES = (49_152, 196_608, 3_216_448)  # 64x768, 64x3072, 64x50257
 
 
 def gemms(repeat: int) -> dict:
@@ -484,10 +486,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--max-load", type=float, default=1.5, help="start sections below this")
     parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, per section")
+    add_smoke(parser)
     args = parser.parse_args()
+    n_ops = 2000
+    if args.smoke:  # small GEMMs and arrays, one GPT-2 layer, no waiting
+        global GEMMS, ROUNDING_SIZES
+        GEMMS, ROUNDING_SIZES = ((64, 64, 2), (128, 64, 1)), (4096,)
+        args.repeat, args.layers, args.max_wait, n_ops = 1, 1, 0.0, 50
     quiet = (args.max_load, args.max_wait)
     loads = {"overhead": _wait_for_quiet(*quiet)}
-    section_overhead = overhead(2000, args.repeat)
+    section_overhead = overhead(n_ops, args.repeat)
     loads["rounding"] = _wait_for_quiet(*quiet)
     section_rounding = rounding(args.repeat)
     loads["gemms"] = _wait_for_quiet(*quiet)
@@ -509,8 +517,7 @@ def main() -> None:
             "sim_rounding": "C (_native.round_in_place)" if C_ROUNDING else "numpy",
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(results_path(RESULTS, args.smoke), result)
     print(json.dumps(result, indent=2))
 
 

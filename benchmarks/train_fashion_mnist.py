@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 from anekit.train import Adam, Trainer  # noqa: E402
 from anekit.train.data import fashion_mnist  # noqa: E402
@@ -116,22 +116,27 @@ def main() -> None:
     ap.add_argument("--only", choices=["mlp", "cnn"])
     ap.add_argument("--cnn-channels", default="1,32,64",
                     help="channels of the CNN's two 3x3 convolutions (input first)")  # fmt: skip
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:  # a few hundred rows, one epoch each, a narrow CNN
+        args.epochs_mlp, args.epochs_cnn, args.train_rows, args.cnn_channels = 1, 1, 256, "1,4,8"
+    out = results_path(RESULTS, args.smoke)
     data = fashion_mnist()
     mean, std = 0.2860, 0.3530  # of the 60000 training images
     train = {
         "x": (data["train"]["x"][: args.train_rows] - mean) / std,
         "target": data["train"]["target"][: args.train_rows],
     }
-    test = {"x": (data["test"]["x"] - mean) / std, "target": data["test"]["target"]}
+    rows = 256 if args.smoke else None
+    test = {"x": (data["test"]["x"][:rows] - mean) / std, "target": data["test"]["target"][:rows]}
     doc = {"benchmark": "Fashion-MNIST: anekit sim (fp16) vs torch CPU fp32, same init, order, hyperparameters",
            "data": "Debian dataset-fashion-mnist",
            "test_rows": len(test["target"]), "batch": BATCH, "optimizer": f"Adam lr={LR}",
            "load_average_start": os.getloadavg(), "models": {}}  # fmt: skip
-    if RESULTS.exists():
+    if out.exists():
         import json
 
-        doc["models"] = json.loads(RESULTS.read_text()).get("models", {})
+        doc["models"] = json.loads(out.read_text()).get("models", {})
     kinds = [args.only] if args.only else ["mlp", "cnn"]
     for kind in kinds:
         epochs = args.epochs_mlp if kind == "mlp" else args.epochs_cnn
@@ -149,7 +154,7 @@ def main() -> None:
         doc["models"][key] = entry
         print(kind, entry)
     doc["load_average_end"] = os.getloadavg()
-    write_json(RESULTS, doc)
+    write_json(out, doc)
 
 
 if __name__ == "__main__":

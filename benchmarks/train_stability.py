@@ -1,9 +1,9 @@
-"""Seed 001's stability stress test (Table 7), reproduced on the simulator.
+"""Orion's stability stress test (Table 7), reproduced on the simulator.
 
 A small character-level transformer is first trained for a few steps on the Python
 standard library's sources (the shared "pretrained" start). Then each of CHAINS
 independent resume chains runs STEPS steps, every step in a fresh process that loads the
-chain's checkpoint, compiles the step program (after loading: seed 001's bug 1), trains
+chain's checkpoint, compiles the step program (after loading: Orion's bug 1), trains
 one step on the chain's own batch and saves. Reported: NaN/Inf occurrences, whether the
 loss fell at every step of every chain, the mean and spread of the loss at the first and
 last step across chains, and the time per process and per step.
@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "train_stability.json"
 BATCH, SEQ, D, LAYERS = 8, 32, 32, 1
@@ -61,7 +61,7 @@ def worker(path: Path, chain: int, record: Path) -> None:
     start = time.perf_counter()
     trainer = Trainer.load(path)
     batch = chain_batch(chain)
-    trainer.prepare(batch)  # compiled after the checkpoint is loaded (seed 001, bug 1)
+    trainer.prepare(batch)  # compiled after the checkpoint is loaded (Orion, bug 1)
     step_start = time.perf_counter()
     loss = trainer.step(batch)
     step_seconds = time.perf_counter() - step_start
@@ -121,18 +121,21 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=5)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--pretrain-steps", type=int, default=20)
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:  # one chain of two steps after two pretraining steps
+        args.chains, args.steps, args.pretrain_steps = 1, 2, 2
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         result = run(args.chains, args.steps, args.pretrain_steps, Path(tmp))
-    doc = {"benchmark": "seed 001 Table 7 stability test on sim (fp16)",
+    doc = {"benchmark": "Orion Table 7 stability test on sim (fp16)",
            "model": f"char transformer d={D} layers={LAYERS} seq={SEQ} batch={BATCH}, AdamW lr 1e-3",
            "data": "Python standard library sources", "orion_table7": {
                "chains": 5, "steps": 5, "nan_inf": "0 / 25", "monotonic": "5 / 5",
                "step1_loss": "13.975 +- 0.003", "step5_loss": "13.913 +- 0.007",
                "step_ms": "913 +- 30 (M4 Max, Stories110M)"},
            "load_average_start": load, "load_average_end": os.getloadavg(), **result}  # fmt: skip
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     print(json.dumps(doc, indent=1))
 
 

@@ -1,8 +1,8 @@
 """Training step time: anekit's sim (fp16, one compiled step program, state resident in a
 session) against torch on the CPU in fp32 (forward, backward, Adam), for the same MLP, CNN
 and transformer block; and the cost model's estimate of the step per chip, beside the
-published figures (seed 004: a 784-256-10 GELU MLP with Adam, ~2340 steps in ~1.0 s;
-Orion, seed 001 Table 7: Stories110M, 913 +- 30 ms per step on an M4 Max).
+published figures (e5rt-reference: a 784-256-10 GELU MLP with Adam, ~2340 steps in ~1.0 s;
+Orion Table 7: Stories110M, 913 +- 30 ms per step on an M4 Max).
 
 The machine is shared: every timing is the median of repeated steps after a warm-up, sim
 and torch alternate in rounds (the medians of the rounds are reported, each round kept),
@@ -18,12 +18,13 @@ import os
 import sys
 import time
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_json  # noqa: E402
+from _common import add_smoke, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.frontend.builder import ops  # noqa: E402
@@ -199,7 +200,7 @@ def estimate_program(cm) -> dict:
 
 
 def seed004_mlp() -> dict:
-    """Seed 004's MNIST MLP: 784-256-10 GELU, Adam; 60000 images in ~2340 steps -> batch 26."""
+    """e5rt-reference's MNIST MLP: 784-256-10 GELU, Adam; 60000 images in ~2340 steps -> batch 26."""
     from anekit.train.models import _uniform  # noqa: PLC2701 - same initialisation
 
     rng = np.random.default_rng(0)
@@ -210,7 +211,7 @@ def seed004_mlp() -> dict:
         _uniform(rng, (10,), 256), name="b1"
     )
     est = estimate(anekit.graph([y]), Value("target", (26, 10), "fp32"), Adam(lr=1e-3))
-    return {"published": "2340 steps in ~1.0 s on the engine, ~0.43 ms per step (seed 004 2.5.1)",
+    return {"published": "2340 steps in ~1.0 s on the engine, ~0.43 ms per step (e5rt-reference 2.5.1)",
             "estimate_ms_per_step": est}  # fmt: skip
 
 
@@ -242,7 +243,7 @@ def stories110m() -> dict:
     logits = ops.rms_norm(h, param("nf", (d,))) @ param("head", (d, vocab))
     t0 = time.perf_counter()
     est = estimate(anekit.graph([logits]), Value("target", (1, seq, vocab), "fp32"), AdamW(lr=1e-5))
-    return {"published": "Orion (seed 001 Table 7): 913 +- 30 ms per step on an M4 Max "
+    return {"published": "Orion (Table 7): 913 +- 30 ms per step on an M4 Max "
                          "(849-908 ms of compute), grad_accum=4",
             "estimate_ms_per_micro_batch": est,
             "estimate_ms_per_step_grad_accum_4": {k: round(4 * v, 1) for k, v in est.items()
@@ -255,7 +256,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-stories", action="store_true")
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:  # the first workload, two steps a side, no Stories110M estimate
+        args.repeats, args.rounds, args.skip_stories = 2, 1, True
     from anekit.simulator import gemm
 
     # torch runs on one thread; the simulator's own GEMM splits a large product's rows over
@@ -263,7 +267,7 @@ def main() -> None:
     doc = {"benchmark": "training step: anekit sim (fp16) vs torch CPU fp32 (1 thread)",
            "load_average_start": os.getloadavg(), "repeats": args.repeats,
            "sim_gemm_threads": gemm.THREADS if gemm.ACCELERATED else 0, "workloads": {}}  # fmt: skip
-    for kind, what, graph, w, batch in workloads():
+    for kind, what, graph, w, batch in islice(workloads(), 1 if args.smoke else None):
         trainer = Trainer(graph, "cross_entropy", Adam(lr=1e-3), backend="sim")
         # alternating rounds: a slow spell of the shared host lands on both sides alike
         step = torch_step(kind, w, batch)
@@ -287,7 +291,7 @@ def main() -> None:
     if not args.skip_stories:
         doc["published_orion_stories110m"] = stories110m()
     doc["load_average_end"] = os.getloadavg()
-    write_json(RESULTS, doc)
+    write_json(results_path(RESULTS, args.smoke), doc)
     print(doc)
 
 

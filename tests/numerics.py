@@ -1,6 +1,6 @@
 """The acceptance metric for real models: max error relative to the reference's magnitude, or cosine.
 
-Issue 2: an output agrees with its reference when its largest absolute error is at most
+An output agrees with its reference when its largest absolute error is at most
 1e-4 of the reference's largest magnitude, or when their cosine similarity is at least
 0.99999. Both numbers are always reported, so a failure shows how far off it is.
 """

@@ -28,39 +28,38 @@ ALLOWED: dict[str, set[str]] = {
     # the H13 engine emulator: runs .hwx task descriptors
     "emulator": {"errors", "formats"},
     # runtime runs programs on the simulator and the emulator; it reads the chip a bundle was compiled for (binding checks its I/O rules, sessions
-    # its minimum surface) and binds LoRA adapter inputs (issue 12)
+    # its minimum surface) and binds LoRA adapter inputs
     "runtime": {"errors", "ir", "formats", "codegen", "targets", "lora", "simulator", "emulator"},
-    # issue 12: LoRA rewrites IR graphs (adapter inputs on linear layers)
+    # LoRA rewrites IR graphs (adapter inputs on linear layers)
     "lora": {"errors", "ir"},
     # train builds step graphs (ir), compiles them (compiler) and runs them (runtime)
     "train": {"errors", "ir", "frontend", "targets", "passes", "schedule", "cost", "codegen",
               "formats", "runtime", "compiler"},
-    # issue 14: language models drive the whole toolchain (build graphs, compile, run,
+    # language models drive the whole toolchain (build graphs, compile, run,
     # estimate); their channel-axis norms share the compiler's fp16-safe scale floor (passes)
     "llm": {"errors", "ir", "frontend", "targets", "compiler", "runtime", "cost", "codegen",
             "passes"},
 }
 # Leaves every package may use besides `errors`: the memory budget, reading untrusted files
-# (regular files only, sniffed first) and replacing folders atomically (issue 10), fresh
-# names (issue 11), and float16 conversion with the compiled kernels (`_native`) that the
-# compiler, weight updates and the simulator share. `from anekit import __version__` reads a
-# constant of the top-level module, which loads nothing but errors (everything else it
-# offers loads on first use).
-LEAVES = {"errors", "budget", "files", "atomic", "naming", "float16", "_native", "__version__"}
+# (regular files only, sniffed first) and replacing folders atomically, fresh names, the
+# version (`anekit.version`, which bundles and caches record), and float16 conversion with
+# the compiled kernels (`_native`) that the compiler, weight updates and the simulator share.
+LEAVES = {"errors", "budget", "files", "atomic", "naming", "float16", "_native", "version"}
 ALLOWED = {
     **{package: allowed | LEAVES for package, allowed in ALLOWED.items()},
     "budget": {"errors"},
     "files": {"errors", "budget"},
     "atomic": {"errors"},
     "naming": set(),
+    "version": set(),
     "float16": {"_native"},
     "_native": set(),
 }
-# numerics (issue 16) drives the compiler and the simulator over one model, like the CLI
+# numerics drives the compiler and the simulator over one model, like the CLI
 DRIVERS = {"cli", "compiler", "__init__", "__main__", "ops", "report", "numerics"}
-# Exceptions, each with its reason (also in the issue notes):
+# Exceptions, each with its reason:
 EXCEPTIONS: dict[str, set[str]] = {
-    # issue 6: netplist.read() returns an ir.Graph, so the netplist reader builds one
+    # netplist.read() returns an ir.Graph, so the netplist reader builds one
     "formats/netplist": {"ir"},
 }
 
@@ -104,6 +103,18 @@ def test_packages_import_only_what_the_design_allows() -> None:
     assert not violations, "\n".join(violations)
 
 
+def test_only_the_entry_points_import_the_cli() -> None:
+    """The CLI is a driver of library code, never a library: the report, the compiler and
+    every package call library functions, not a command's module."""
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] not in {"cli", "__main__.py"}
+        and "cli" in _runtime_imports(path)
+    ]
+    assert not offenders, offenders
+
+
 def test_every_package_is_in_the_table() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")}
     modules = {p.stem for p in SRC.glob("*.py")}
@@ -129,3 +140,39 @@ def test_the_formats_load_without_the_builder_the_ir_or_the_compiler() -> None:
     ).stdout
     loaded = {m.split(".")[1] for m in ast.literal_eval(out) if m.startswith("anekit.")}
     assert not loaded & {"frontend", "ir", "passes", "codegen", "compiler", "runtime"}, loaded
+
+
+def _private_imports(path: Path) -> list[str]:
+    """`from anekit.x import _name` (absolute: another module's private name), and relative
+    imports of a private name from outside the module's own directory."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        absolute = node.level == 0 and (node.module or "").startswith("anekit")
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and alias.name != "_native" and (absolute or node.level > 1):
+                found.append(f"{'.' * node.level}{node.module or ''}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A leading underscore means "this module's own": another module that needs the name
+    gets a public one. Siblings of one package may share internals through relative
+    imports; `_native` is the C extension module, not a name."""
+    offenders = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        for name in _private_imports(path)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_private_imports_are_seen(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from anekit.runtime.program import _key, run\nfrom .model import _NAME\n"
+        "from ..ops import _helper\nfrom anekit import _native\n"
+    )
+    assert _private_imports(source) == ["anekit.runtime.program._key", "..ops._helper"]

@@ -16,13 +16,13 @@ from anekit.errors import (
     TargetError,
     UnsupportedModelError,
 )
+from anekit.targets import DEFAULT_TARGET
+from anekit.version import __version__
 
 if TYPE_CHECKING:
     from anekit.compiler import CompiledModel
     from anekit.frontend.builder import Tensor, constant, graph, input, ops, parameter
     from anekit.ir import DType, Graph, Node, Value
-
-__version__ = "0.1.0"
 
 # Names imported on first use, so that `import anekit.formats` (or any other subpackage,
 # whose import runs this file first) does not load the builder, the IR or the compiler.
@@ -58,14 +58,14 @@ def from_torch(
     return _from_torch(module, example_inputs, input_names, **kwargs)
 
 
-def compile(model: Any, target: Any = "m4", **options: Any) -> Any:  # noqa: A001
+def compile(model: Any, target: Any = DEFAULT_TARGET, **options: Any) -> Any:  # noqa: A001
     """Compile a model (Graph, ONNX path or ModelProto) for a chip: an `anekit.compiler.CompiledModel`."""
     from anekit.compiler import compile as _compile
 
     return _compile(model, target, **options)
 
 
-def load_or_compile(model: Any, target: Any = "m4", **options: Any) -> Any:
+def load_or_compile(model: Any, target: Any = DEFAULT_TARGET, **options: Any) -> Any:
     """The compiled program of ``model`` from the program cache, compiling it on a miss
     (`anekit.compiler.load_or_compile`; ``ANEKIT_CACHE_DIR``)."""
     from anekit.compiler import load_or_compile as _load_or_compile

@@ -20,7 +20,7 @@ from anekit.passes.context import PassContext, PassOptions
 from anekit.passes.explain import OpReport, explain, summarize, summary_line
 from anekit.passes.pipeline import DEFAULT_PIPELINE, run_pipeline, stamp_origins
 from anekit.passes.results import Diagnostic, PassRecord, PipelineResult, Placement, Segment
-from anekit.targets import Target
+from anekit.targets import DEFAULT_TARGET, Target
 
 # Allocations between two young-generation collections while compiling (Python's default: 700).
 COMPILE_GC_THRESHOLD = 50_000
@@ -207,7 +207,7 @@ def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = No
 
 def compile(  # noqa: A001 - the public name the API promises
     model: Any,
-    target: str | Target = "m4",
+    target: str | Target = DEFAULT_TARGET,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     passes: Sequence[str] = DEFAULT_PIPELINE,
@@ -323,9 +323,23 @@ def check_tensor_sizes(graph: Graph) -> None:
                 )
 
 
+def estimate_model(model: Any, chosen: Sequence[Target], shapes: dict | None = None) -> list[Any]:
+    """One estimate per target; the model is imported once and compiled once per compile key."""
+    from anekit.cost import estimate_compiled
+
+    graph = load_graph(model, shapes or None)
+    compiled: dict[tuple, Any] = {}
+    estimates = []
+    for t in chosen:
+        if t.compile_key not in compiled:
+            compiled[t.compile_key] = compile(graph, t)
+        estimates.append(estimate_compiled(compiled[t.compile_key], t))
+    return estimates
+
+
 def load_or_compile(
     model: Any,
-    target: str = "m4",
+    target: str = DEFAULT_TARGET,
     *,
     cache: Any = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -337,4 +351,6 @@ def load_or_compile(
 
     chosen = cache if cache is not None else ProgramCache()
     graph = load_graph(model, input_shapes)
-    return cached(chosen, graph, target, options, lambda g: compile(g, target, **options))
+    # keyed on what the compiler reads of the target, so an edited target gets its own entry
+    key = targets.get(target).compile_id
+    return cached(chosen, graph, key, options, lambda g: compile(g, target, **options))

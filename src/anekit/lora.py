@@ -1,4 +1,4 @@
-"""LoRA adapters as program inputs (seed 001 section 6): ``y = x W + s (x A) B``.
+"""LoRA adapters as program inputs (Orion section 6): ``y = x W + s (x A) B``.
 
 ``anekit.compile(model, target, lora=anekit.LoRA(rank=8, alpha=16, targets=["*q_proj*"]))``
 rewrites every linear layer (a ``matmul`` by a constant weight, or by its transpose, as

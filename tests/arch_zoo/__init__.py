@@ -1,7 +1,7 @@
-"""A zoo of architectures for placement statistics (issue 16): torchvision-style vision
+"""A zoo of architectures for placement statistics: torchvision-style vision
 models written in torch (tests/arch_zoo/vision.py) and transformers models from tiny configs
-(tests/arch_zoo/transformers_tiny.py), plus small models built around the ops issue 16
-legalises. ``ARCHITECTURES[name]()`` gives (module, example inputs, input names); nothing
+(tests/arch_zoo/transformers_tiny.py), plus small models built around the ops the
+legalising passes rewrite. ``ARCHITECTURES[name]()`` gives (module, example inputs, input names); nothing
 is downloaded and every weight is random (torchvision's weights=None initialisation)."""
 
 from __future__ import annotations

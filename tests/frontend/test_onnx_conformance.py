@@ -40,7 +40,7 @@ UNSUPPORTED_BY_REASON: dict[str, set[str]] = {
 }  # fmt: skip
 UNSUPPORTED_OPS = set().union(*UNSUPPORTED_BY_REASON.values())
 
-# The ops issue 2 names; each must be supported and run in at least one passing case.
+# The ops the importer must cover; each must be supported and run in at least one passing case.
 ISSUE_OPS = set(
     "Add Sub Mul Div Pow Sqrt Reciprocal Neg Abs Exp Log Erf Tanh Sigmoid Relu LeakyRelu Elu Selu "
     "HardSigmoid HardSwish Gelu Softplus Clip Min Max Sum Mean MatMul Gemm Conv ConvTranspose "

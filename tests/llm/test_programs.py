@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.llm.programs import MASKED, bucket_for, decode_feeds, prefill_feeds
+from anekit.ir.dtypes import MASK_VALUE as MASKED
+from anekit.llm.programs import bucket_for, decode_feeds, prefill_feeds
 
 
 def test_buckets() -> None:

@@ -74,7 +74,7 @@ def test_softmax_placement_follows_the_database_on_every_chip() -> None:
 
 @pytest.mark.parametrize("decompose", [True, False])
 def test_softmax_on_a_target_that_gates_it(decompose: bool) -> None:
-    """Seed 000 table 22.5: softmax is rejected on older targets (none in the database)."""
+    """ane-compiler table 22.5: softmax is rejected on older targets (none in the database)."""
     graph = _softmax_net()
     old = with_features("m1", softmax=False)
     cm = compile_checked(graph, old, decompose_gated_softmax=decompose)

@@ -1,4 +1,4 @@
-"""Epilogue fusion: the cases of seed 000 table 22.3, slot order, and the guards."""
+"""Epilogue fusion: the cases of ane-compiler table 22.3, slot order, and the guards."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_segment_inputs_and_outputs_are_the_values_crossing_it() -> None:
 
 
 def test_fused_attention_is_a_segment_of_its_own() -> None:
-    """Seed 000: scaled-dot-product attention is a hard cut between programs."""
+    """ane-compiler: scaled-dot-product attention is a hard cut between programs."""
     t = next(t for t in targets.all_targets() if t.supports("sdpa"))
     q = anekit.input("q", (1, 2, 8, 16))
     k = anekit.input("k", (1, 2, 8, 16))

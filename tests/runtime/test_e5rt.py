@@ -1,4 +1,4 @@
-"""The ``ane`` backend's e5rt call sequence (seed 004 section 2), checked against a stand-in
+"""The ``ane`` backend's e5rt call sequence (e5rt-reference section 2), checked against a stand-in
 C library built here with gcc that implements the e5rt symbols with the documented calling
 conventions and records every call (tests/runtime/data/e5rt_standin.c)."""
 

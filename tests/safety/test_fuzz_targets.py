@@ -1,4 +1,4 @@
-"""The fuzz targets of issue 10 (ONNX, MIL, .npy, .npz, bundles) run a few cases cleanly,
+"""The fuzz targets (ONNX, MIL, .npy, .npz, bundles) run a few cases cleanly,
 and the fuzzer's finding checks fire: a non-AnekitError, a changed file, memory past the
 ceiling. The full run (10,000+ cases each) is benchmarks/fuzz_formats.py."""
 

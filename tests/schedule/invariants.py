@@ -1,4 +1,4 @@
-"""The schedule's invariants (issue 5 acceptance), shared by the property and real-model tests."""
+"""The schedule's invariants, shared by the property and real-model tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Allocation states (seed 000 table 22.2), the chaining conjunction, and DMA accounting."""
+"""Allocation states (ane-compiler table 22.2), the chaining conjunction, and DMA accounting."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property tests of the schedule on random engine-layer DAGs (issue 5 acceptance)."""
+"""Property tests of the schedule on random engine-layer DAGs."""
 
 from __future__ import annotations
 

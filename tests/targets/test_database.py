@@ -14,14 +14,14 @@ from anekit.targets import FEATURE_NAMES, Target, figure_paths
 from anekit.targets.model import KINDS
 from tests.fixtures import FIXTURES as ALL_FIXTURES
 
-# The chips issue 3 lists, plus the Ultra variants, in generation order.
+# Every chip of the M1 to M5 families, plus the Ultra variants, in generation order.
 LISTED = ["m1", "m1-pro", "m1-max", "m2", "m2-pro", "m2-max", "m3", "m3-pro", "m3-max"]
 LISTED += ["m4", "m4-pro", "m4-max", "m5", "m5-pro"]
 ULTRAS = ["m1-ultra", "m2-ultra", "m3-ultra"]
 # Engine per chip family: FACTS section 7 (M1 H13 ... M5 H17).
 ENGINES = {"m1": "H13", "m2": "H14", "m3": "H15", "m4": "H16", "m5": "H17"}
-# Engine codes: generation codes go to the base chip; h13g is "the M1 engine" (seed 003);
-# h17s is the M5 Pro (seed 004).
+# Engine codes: generation codes go to the base chip; h13g is "the M1 engine" (ane-container);
+# h17s is the M5 Pro (e5rt-reference).
 ALIASES = {
     "h13": "m1",
     "h13g": "m1",
@@ -116,7 +116,7 @@ def test_targets_are_hashable_values() -> None:
     assert targets.get("m4") == targets.get("h16")
 
 
-# --- feature gates, from the evidence (seed 000 table 22.5, ANEForge's gate table) -----------
+# --- feature gates, from the evidence (ane-compiler table 22.5, ANEForge's gate table) -----------
 
 
 @pytest.mark.parametrize("t", targets.all_targets(), ids=lambda t: t.name)
@@ -134,7 +134,7 @@ def test_dropout_random_sin_cos_from_h15(t: Target) -> None:
 
 @pytest.mark.parametrize("t", targets.all_targets(), ids=lambda t: t.name)
 def test_topk_sort_dynamic_slice_fail_only_on_m1(t: Target) -> None:
-    # seed 000: the validators accept on M1 and code generation rejects.
+    # ane-compiler: the validators accept on M1 and code generation rejects.
     expected = t.generation >= 14
     assert (t.features.topk, t.features.sort, t.features.dynamic_slice) == (expected,) * 3
 
@@ -150,7 +150,7 @@ def test_conservative_gates_hold_everywhere() -> None:
     for t in targets.all_targets():
         assert not t.features.sdpa_mask  # Orion #6: fused SDPA ignores causal masks
         assert not t.features.gelu  # Orion: gelu rejected; the tanh form is used
-        assert not t.features.conv3d  # seed 000: fails backend lowering everywhere
+        assert not t.features.conv3d  # ane-compiler: fails backend lowering everywhere
         assert t.features.concat and t.features.dynamic_goc and t.features.instance_norm
 
 
@@ -199,7 +199,7 @@ def test_sdpa_gate_matches_the_opsets_coremltools_defines_it_in() -> None:
 
 
 def test_register_limits_are_the_h13_field_widths() -> None:
-    limits = targets.get("m1").limits  # seed 003 listing 23.3
+    limits = targets.get("m1").limits  # ane-container listing 23.3
     assert limits.max_spatial_register == (1 << 15) - 1
     assert limits.max_channels_register == (1 << 17) - 1
     assert limits.max_groups == (1 << 13) - 1
@@ -224,7 +224,7 @@ def test_limits(t: Target) -> None:
 
 def test_m1_on_chip_budget_records_both_sources() -> None:
     m1 = targets.get("m1")
-    assert m1.onchip_budget_bytes == 2 * 2**20  # seed 000
+    assert m1.onchip_budget_bytes == 2 * 2**20  # ane-compiler
     alternatives = m1.provenance_of("onchip_budget_bytes").alternatives
     assert {a.value for a in alternatives} == {4 * 2**20}  # tinygrad L2, --memcache-size
     assert targets.get("m4").onchip_budget_bytes == 32 * 2**20  # maderix

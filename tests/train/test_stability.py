@@ -1,4 +1,4 @@
-"""A small run of seed 001's stability test: fresh process per step, no NaN, loss falling."""
+"""A small run of Orion's stability test: fresh process per step, no NaN, loss falling."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import os
 import sys
 import traceback
 
-from anekit import __version__
 from anekit.errors import AnekitError, os_error
+from anekit.version import __version__
 
 # Each module defines `register(subparsers)`, which adds its parser and sets
 # `func(args) -> int` as the handler. Order here is the order in `--help`.

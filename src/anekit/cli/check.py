@@ -10,6 +10,7 @@ from typing import Any
 from anekit.cli import check_numerics
 from anekit.cli.common import (
     add_shape_option,
+    add_target_option,
     aligned_lines,
     existing_model_file,
     parse_shapes,
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    add_target_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--strict",
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(report if numerics is None else {**report, "numerics": numerics})
     else:
         render(report, compiled.summary_line())
-        if report.get("estimate"):  # issue 5's cost model: one line for this target
+        if report.get("estimate"):  # the cost model: one line for this target
             print(report["estimate"]["summary"])
         if numerics is not None:
             check_numerics.render(numerics, model=args.model)

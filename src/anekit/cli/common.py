@@ -14,6 +14,17 @@ import numpy as np
 
 from anekit.errors import AnekitError, InputError, ModelError, PathError, os_error
 from anekit.files import regular_file
+from anekit.targets import DEFAULT_TARGET
+
+
+def add_target_option(parser: Any) -> None:
+    """``--target/-t``: the chip to compile for (the package default when omitted)."""
+    parser.add_argument(
+        "--target",
+        "-t",
+        default=DEFAULT_TARGET,
+        help=f"chip name or engine code (default: {DEFAULT_TARGET})",
+    )
 
 
 def add_shape_option(parser: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from anekit.cli.check_numerics import add_remedy_options, remedy_options
 from anekit.cli.common import (
     add_shape_option,
+    add_target_option,
     compression_line,
     compression_summary,
     existing_model_file,
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    add_target_option(p)
     p.add_argument(
         "--output", "-o", metavar="OUT.anekit", help="bundle directory (default: MODEL.anekit)"
     )

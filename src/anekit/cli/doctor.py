@@ -4,7 +4,7 @@ with the simulator?
 With the ``ane`` backend available it compiles a small program (a 1x1 convolution layer
 with a bias and ReLU), runs it on ``ane`` and ``sim``, and reports their agreement, the
 median time of a step on each, and whether a weight update takes effect on the engine
-(seed 001's delta reload is disputed on M5). Elsewhere it says what is missing and exits
+(Orion's delta reload is disputed on M5). Elsewhere it says what is missing and exits
 with status 2.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from anekit.cli.common import print_json
+from anekit.targets import DEFAULT_TARGET
 
 EXIT_MISSING = 2
 
@@ -81,7 +82,7 @@ def _checks(runs: int = 20) -> dict[str, Any]:
     w = anekit.constant(rng.standard_normal((64, 64, 1, 1)).astype(np.float32) * 0.2, name="w")
     b = anekit.constant(rng.standard_normal((1, 64, 1, 1)).astype(np.float32) * 0.1, name="b")
     y = anekit.ops.relu(anekit.ops.add(anekit.ops.conv2d(x, w), b), name="y")
-    program = anekit.compile(anekit.graph([y], name="doctor"), "m4").program
+    program = anekit.compile(anekit.graph([y], name="doctor"), DEFAULT_TARGET).program
     feeds = {"x": rng.standard_normal((1, 64, 1, 16)).astype(np.float32)}
     try:
         got = {be: _timed(program, feeds, be, runs) for be in ("ane", "sim")}

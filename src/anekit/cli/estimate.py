@@ -15,6 +15,8 @@ from anekit.cli.common import (
     print_json,
     print_table,
 )
+from anekit.compiler import estimate_model
+from anekit.targets import DEFAULT_TARGET
 
 COLUMNS = (
     "target",
@@ -39,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--target",
         "-t",
-        default="m4",
-        help="a chip name or engine code, several separated by commas, or 'all' (default: m4)",
+        default=DEFAULT_TARGET,
+        help="a chip name or engine code, several separated by commas, or 'all' "
+        f"(default: {DEFAULT_TARGET})",
     )
     p.add_argument("--json", action="store_true", help="print the estimates as JSON")
     p.add_argument("--detail", action="store_true", help="with --json: every layer and tensor")
@@ -57,35 +60,6 @@ def resolve_targets(spec: str) -> list[Any]:
         return targets.all_targets()
     chosen = [targets.get(name) for name in spec.split(",") if name.strip()]
     return list({t.name: t for t in chosen}.values())
-
-
-def compile_key(target: Any) -> tuple:
-    """What the middle-end reads of a target: chips sharing it share one compiled model."""
-    return (
-        target.engine,
-        target.features,
-        target.limits,
-        target.mil,
-        target.onchip_budget_bytes,
-        target.kmem_cap_bytes,
-    )
-
-
-def estimate_model(model: Any, chosen: Sequence[Any], shapes: dict | None = None) -> list[Any]:
-    """One estimate per target; the model is imported once and compiled once per compile key."""
-    from anekit.compiler import compile as compile_model
-    from anekit.compiler import load_graph
-    from anekit.cost import estimate_compiled
-
-    graph = load_graph(model, shapes or None)
-    compiled: dict[tuple, Any] = {}
-    estimates = []
-    for t in chosen:
-        key = compile_key(t)
-        if key not in compiled:
-            compiled[key] = compile_model(graph, t)
-        estimates.append(estimate_compiled(compiled[key], t))
-    return estimates
 
 
 def run(args: argparse.Namespace) -> int:

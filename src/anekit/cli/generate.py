@@ -10,6 +10,7 @@ from typing import Any
 
 from anekit.cli.common import compression_line, compression_summary
 from anekit.codegen.compress import SCHEMES
+from anekit.targets import DEFAULT_TARGET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files)")
     p.add_argument("--prompt", "-p", required=True, help="the text to continue")
     p.add_argument("-n", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
-    p.add_argument("--target", "-t", default="m4", help="the chip to compile for (default m4)")
+    p.add_argument("--target", "-t", default=DEFAULT_TARGET,
+                   help=f"the chip to compile for (default {DEFAULT_TARGET})")
     p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32"),
                    help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin")  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from anekit.cli.common import add_shape_option, existing_model_file, parse_shapes
+from anekit.cli.common import add_shape_option, add_target_option, existing_model_file, parse_shapes
 from anekit.errors import InputError
 
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write one HTML page: graph placement, CPU fallbacks, estimates per chip, fp16 numerics",
     )
     p.add_argument("model", help="an ONNX model file")
-    p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
+    add_target_option(p)
     p.add_argument("--output", "-o", required=True, help="the HTML file to write")
     p.add_argument(
         "--chips",

@@ -16,6 +16,7 @@ import numpy as np
 from anekit.cli.common import existing_model_file, print_json, print_table
 from anekit.errors import AnekitError, InputError, PathError
 from anekit.files import regular_file
+from anekit.targets import DEFAULT_TARGET
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
@@ -48,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-grad-norm", type=float, default=None, help="clip by global norm")
     p.add_argument("--freeze", action="append", default=[], metavar="PATTERN",
                    help="keep the initializers matching this glob fixed (repeatable)")  # fmt: skip
-    p.add_argument("--target", "-t", default="m4", help="the chip to compile for (default m4)")
+    p.add_argument(
+        "--target",
+        "-t",
+        default=DEFAULT_TARGET,
+        help=f"the chip to compile for (default {DEFAULT_TARGET})",
+    )
     p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32", "reference"),
                    help="sim: fp16 engine segments (default); sim-fp32 or reference: fp32")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the data order")

@@ -31,11 +31,12 @@ from anekit.formats.mil import (
     ScalarType,
     Tensor,
     Var,
+    dtype_info,
     string,
 )
+from anekit.formats.mil.values import WEIGHT_PATH
 from anekit.ir.dtypes import FP16_MAX, DType
 
-WEIGHT_PATH = "@model_path/weights/weight.bin"
 # coremltools moves consts of 10 or more elements to the weight file; we do the same.
 BLOB_MIN_ELEMENTS = 10
 
@@ -47,8 +48,6 @@ _INT_DTYPES = {
     DType.UINT8: "uint8",
     DType.BOOL: "bool",
 }
-_NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
-          "uint8": np.uint8, "bool": np.bool_}  # fmt: skip
 
 
 def mil_type(shape: Sequence[int], dtype: str) -> ScalarType | MilTensorType:
@@ -56,10 +55,6 @@ def mil_type(shape: Sequence[int], dtype: str) -> ScalarType | MilTensorType:
     return (
         ScalarType(dtype) if len(shape) == 0 else MilTensorType(dtype, tuple(int(d) for d in shape))
     )
-
-
-def numpy_of(dtype: str) -> type:
-    return _NUMPY[dtype]
 
 
 @dataclass(frozen=True)
@@ -307,7 +302,7 @@ def cast_array(array: np.ndarray, dtype: str) -> np.ndarray:
                 f"an integer constant holds {low if low < -(2**31) else high}, outside "
                 "MIL's int32 range"
             )
-    return np.array(array, dtype=_NUMPY[dtype], order="C")
+    return np.array(array, dtype=dtype_info(dtype).numpy_dtype, order="C")
 
 
 def _beyond_fp16(array: np.ndarray) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from anekit import __version__, atomic
+from anekit import atomic
 from anekit.codegen.builder import cast_array
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
 from anekit.codegen.weights import Conversions, WeightFile
@@ -39,8 +39,10 @@ from anekit.formats.bundle import (
     not_a_bundle,
 )
 from anekit.formats.mil import MilProgram
+from anekit.formats.mil.values import WEIGHT_FILE
 from anekit.ir.graph import Graph, Node, Value
 from anekit.naming import fresh_name
+from anekit.version import __version__
 
 if TYPE_CHECKING:
     from anekit.targets import Target
@@ -142,7 +144,7 @@ def program_path(index: int) -> str:
 
 
 def weights_path(index: int) -> str:
-    return f"segments/{index}/weights/weight.bin"
+    return f"segments/{index}/{WEIGHT_FILE}"
 
 
 def build_bundle(

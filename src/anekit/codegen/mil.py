@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from anekit import __version__
 from anekit.codegen.builder import Arg, FunctionBuilder, mil_type
 from anekit.codegen.compress import Compressed
 from anekit.codegen.lower import Call, lower_call
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import ModelError
-from anekit.formats.mil import Binding, Function, MilProgram, print_program
+from anekit.formats.mil import Binding, Function, MilProgram, dtype_info, print_program
 from anekit.ir.graph import Graph
+from anekit.version import __version__
 
 if TYPE_CHECKING:  # codegen reads targets and segments by their attributes only
     from anekit.targets import Target
@@ -49,7 +49,6 @@ BUILD_INFO = (
     ("anekit-version", __version__),
 )
 MIN_SEQUENCE = 16  # Orion #4: a single token is padded to S = 16
-_ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
 
 
 class SegmentLike(Protocol):
@@ -95,7 +94,7 @@ class TensorSpec:
 
     @property
     def mil_bytes(self) -> int:
-        return int(np.prod(self.mil_shape, dtype=np.int64)) * _ITEMSIZE[self.mil_dtype]
+        return int(np.prod(self.mil_shape, dtype=np.int64)) * dtype_info(self.mil_dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,7 @@ def padded_shape(shape: tuple[int, ...], dtype: str, min_bytes: int) -> tuple[in
     surfaces (MIL pads floats only); scalars and integer or bool values are left alone."""
     if not shape or dtype not in ("fp16", "fp32"):
         return shape
-    nbytes = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[dtype]
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype_info(dtype).itemsize
     if nbytes >= min_bytes or shape[-1] >= MIN_SEQUENCE:
         return shape
     return (*shape[:-1], MIN_SEQUENCE)

@@ -29,12 +29,14 @@ from anekit.errors import AnekitError, InternalError, MissingDependencyError
 from anekit.files import read_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
-from anekit.formats.bundle import Manifest, Source
+from anekit.formats.bundle import Manifest
 
 _IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
-_NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
-          "uint8": np.uint8, "bool": np.bool_, "uint64": np.uint64, "uint32": np.uint32}  # fmt: skip
+
+
+def _numpy(dtype: str) -> np.dtype:
+    return mil.dtype_info(dtype).numpy_dtype
 
 
 def _coremltools() -> Any:
@@ -142,16 +144,16 @@ class _Replay:
         if isinstance(value, mil.Scalar):
             if value.dtype == "string":
                 return value.value
-            return _NUMPY[value.dtype](value.value)
+            return _numpy(value.dtype).type(value.value)
         if isinstance(value, mil.Tensor):
-            return np.array(value.data, dtype=_NUMPY[value.dtype])
+            return np.array(value.data, dtype=_numpy(value.dtype))
         raise AnekitError(f"{type(value).__name__} values cannot be exported to Core ML")
 
     def cast(self, var: Any, dtype: str) -> Any:
         if self.dtype_of(var) == dtype:
             return var
         if dtype == "bool":
-            return self.mb.not_equal(x=var, y=np.array(0, dtype=_NUMPY[self.dtype_of(var)]).item(),
+            return self.mb.not_equal(x=var, y=np.array(0, dtype=_numpy(self.dtype_of(var))).item(),
                                      name=self.namer.fresh("to_bool"))  # fmt: skip
         return self.mb.cast(x=var, dtype=dtype, name=self.namer.fresh(f"to_{dtype}"))
 
@@ -189,7 +191,7 @@ def _build(
             bypass = _padding_ops(function, segment)
             local: dict[str, Any] = {}
             for io in segment.inputs:
-                var = replay.cast(values[_key(io.source)], io.mil_dtype)
+                var = replay.cast(values[io.source.key], io.mil_dtype)
                 if io.padded and io.mil_name not in bypass.values():
                     widths = [
                         w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
@@ -197,7 +199,7 @@ def _build(
                     var = mb.pad(
                         x=var,
                         pad=np.array(widths, np.int32),
-                        constant_val=_NUMPY[io.mil_dtype](0),
+                        constant_val=_numpy(io.mil_dtype).type(0),
                         name=namer.fresh(f"s{segment.index}_{io.mil_name}_padded"),
                     )
                 local[io.mil_name] = var
@@ -211,7 +213,7 @@ def _build(
                 values[(segment.index, io.value)] = var
         outputs = []
         for port in manifest.outputs:
-            var = replay.cast(values[_key(port.source)], _IO_DTYPE[port.dtype])
+            var = replay.cast(values[port.source.key], _IO_DTYPE[port.dtype])
             outputs.append(mb.identity(x=var, name=namer.fresh(port.name)))
         func.set_outputs(outputs)
         prog.add_function("main", func)
@@ -297,8 +299,3 @@ def _check_type(replay: _Replay, binding: mil.Binding, var: Any, op: str) -> Non
             f"'{binding.name}' ({op}): our MIL declares {t}, coremltools infers "
             f"{replay.dtype_of(var)}{list(shape)}"
         )
-
-
-def _key(source: Source | None) -> tuple:
-    assert source is not None
-    return ("input", source.input) if source.input is not None else (source.segment, source.value)

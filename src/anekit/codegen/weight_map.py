@@ -32,12 +32,12 @@ import numpy as np
 
 from anekit.errors import AnekitError, FormatError
 from anekit.formats.bundle import canonical_json
-from anekit.formats.mil import BlobFile, print_program
+from anekit.formats.mil import BlobFile, dtype_info, print_program
 
 WEIGHT_MAP = "weights.json"
 FORMAT = "anekit-weight-map"
 VERSION = 1
-_FLOATS = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4")}
+_FLOATS = {n: dtype_info(n).little_endian for n in ("fp16", "fp32")}  # stored weight dtypes
 MAX_RANK = 8
 
 
@@ -327,7 +327,7 @@ def read(source: Path | bytes | None, where: str, segments: int) -> WeightMap:
 
 
 def identity(program: Any) -> str:
-    """sha256 over every segment's MIL text digest and the weight keys it reads (seed 001
+    """sha256 over every segment's MIL text digest and the weight keys it reads (Orion
     section 5.1: the engine keeps a program's identity while text and keys are unchanged)."""
     digest = hashlib.sha256()
     for seg, mil_program in zip(program.segments, program.programs, strict=True):

@@ -3,14 +3,12 @@ without copying the arrays, so large models are hashed and written straight from
 and :class:`Conversions`, which converts each weight once, on worker threads.
 
 The bytes are those :class:`anekit.formats.blob.BlobWriter` writes for the same arrays (the
-tests check it): a 64-byte header (count, version 2), then per blob a 64-byte record at a
-64-byte boundary (sentinel, dtype code, size, data offset, padding bits) and the data.
+tests check it): the header and records come from that module, the one owner of the layout.
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
 import sys
 import threading
 import weakref
@@ -20,19 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
-from anekit.formats.blob import (
-    ALIGNMENT,
-    DTYPES_BY_NAME,
-    HEADER_SIZE,
-    RECORD_SIZE,
-    SENTINEL,
-    VERSION,
-)
-
-_HEADER = struct.Struct("<II")  # count, version; 56 reserved zero bytes follow
-_RECORD = struct.Struct("<IIQQQ")  # sentinel, dtype, size, data offset, padding bits
-# what each stored dtype must be in memory (little-endian, as the file is)
-_NUMPY = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4")}
+from anekit.formats.blob import ALIGNMENT, HEADER_SIZE, RECORD_SIZE, header_bytes, record_bytes
+from anekit.formats.mil import dtype_info
 
 
 class Deferred(Protocol):
@@ -185,7 +172,7 @@ class WeightFile:
 
     def add(self, array: np.ndarray, dtype: str) -> int:
         """Append ``array`` stored as ``dtype``; returns its record offset (for BLOBFILE)."""
-        want = _NUMPY[dtype]
+        want = dtype_info(dtype).little_endian  # as the file stores it
         data = np.ascontiguousarray(array, dtype=want)
         if sys.byteorder != "little" and data.dtype.byteorder == "=":  # pragma: no cover
             data = data.astype(want.newbyteorder("<"))
@@ -195,8 +182,9 @@ class WeightFile:
         """Reserve the place of ``count`` elements of ``dtype`` that ``future`` will deliver
         (an array converted on another thread, see :class:`Conversions`); returns the
         record offset."""
-        nbytes = count * _NUMPY[dtype].itemsize
-        return self._append(_Pending(future, nbytes, _NUMPY[dtype]), nbytes, dtype)
+        stored = dtype_info(dtype).little_endian
+        nbytes = count * stored.itemsize
+        return self._append(_Pending(future, nbytes, stored), nbytes, dtype)
 
     def add_encoded(self, data: bytes, dtype: str, padding_bits: int = 0) -> int:
         """Append data already encoded as ``dtype`` (any weight.bin type, e.g. packed uint4
@@ -209,11 +197,9 @@ class WeightFile:
         """A record at the next 64-byte boundary, then the data; the record's offset."""
         record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
         data_offset = record_offset + RECORD_SIZE
-        code = DTYPES_BY_NAME[dtype].code
-        record = _RECORD.pack(SENTINEL, code, nbytes, data_offset, padding_bits)
         if record_offset > self._size:
             self._chunks.append(bytes(record_offset - self._size))
-        self._chunks.append(record.ljust(RECORD_SIZE, b"\0"))
+        self._chunks.append(record_bytes(dtype, nbytes, data_offset, padding_bits))
         self._chunks.append(chunk)
         self._size = data_offset + nbytes
         self._count += 1
@@ -226,7 +212,7 @@ class WeightFile:
     def stream(self) -> Iterator[bytes | memoryview]:
         """The chunks in order, each as soon as it is ready (pending ones resolved in place,
         so a digest can run while later arrays are still being converted)."""
-        yield _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
+        yield header_bytes(self._count)
         for i in range(len(self._chunks)):
             chunk = self._chunks[i]
             if isinstance(chunk, _Pending):

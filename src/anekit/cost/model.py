@@ -138,7 +138,7 @@ def layer_cost(
 
 
 def fed_on_chip(layer: LayerInfo, sched: SegmentSchedule) -> bool:
-    """Every operand of the layer is on chip (chained, ring, resident: seed 000's states).
+    """Every operand of the layer is on chip (chained, ring, resident: ane-compiler's states).
 
     A planar layer fed from L2 runs several times faster than one whose operand comes in
     through memory: ANEForge's fused neck block (conv, group norm, two GELUs, one

@@ -109,6 +109,17 @@ def numpy_dtype(dtype: BlobDType) -> np.dtype:
     return np.dtype(dtype.numpy).newbyteorder("=")
 
 
+def header_bytes(count: int) -> bytes:
+    """The file header for ``count`` blobs."""
+    return _HEADER.pack(count, VERSION).ljust(HEADER_SIZE, b"\0")
+
+
+def record_bytes(dtype: str, size: int, data_offset: int, padding_bits: int = 0) -> bytes:
+    """One blob's 64-byte record: ``size`` bytes of ``dtype`` data at ``data_offset``."""
+    code = DTYPES_BY_NAME[dtype].code
+    return _RECORD.pack(SENTINEL, code, size, data_offset, padding_bits).ljust(RECORD_SIZE, b"\0")
+
+
 def _align(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
@@ -454,16 +465,15 @@ class BlobWriter:
         payload, padding = _encode(array.reshape(-1), kind)
         record_offset = _align(self._size)
         data_offset = record_offset + RECORD_SIZE
-        record = _RECORD.pack(SENTINEL, kind.code, len(payload), data_offset, padding)
         self._chunks.append(bytes(record_offset - self._size))
-        self._chunks.append(record.ljust(RECORD_SIZE, b"\0"))
+        self._chunks.append(record_bytes(kind.name, len(payload), data_offset, padding))
         self._chunks.append(payload)
         self._size = data_offset + len(payload)
         self._count += 1
         return record_offset
 
     def _header(self) -> bytes:
-        return _HEADER.pack(self._count, VERSION).ljust(HEADER_SIZE, b"\0")
+        return header_bytes(self._count)
 
     def to_bytes(self) -> bytes:
         """The whole file."""

@@ -1,4 +1,4 @@
-"""The dispatch descriptor (seed 003, table 23.2 and listing 23.1): a FlatBuffer naming the
+"""The dispatch descriptor (ane-container, table 23.2 and listing 23.1): a FlatBuffer naming the
 operation chain the runtime submits, one `AneInference` per engine segment bracketed by its
 input and output `Cast`s, CPU segments as `CpuInference`.
 

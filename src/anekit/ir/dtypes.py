@@ -8,6 +8,9 @@ import numpy as np
 
 # the largest finite fp16 value: what the engine saturates to, and what the simulator checks
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504.0
+# the additive attention mask of a hidden position: -inf would make a fully masked row's
+# softmax 0/0 = NaN, and -1e4 still underflows exp to 0 in fp16 while staying finite
+MASK_VALUE = -1e4
 
 
 class DType(StrEnum):

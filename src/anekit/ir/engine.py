@@ -1,4 +1,4 @@
-"""Engine layers: one ANE operation plus the seven epilogue slots of seed 000 (listing 22.3).
+"""Engine layers: one ANE operation plus the seven epilogue slots of ane-compiler (listing 22.3).
 
 A layer is the IR op ``ane_layer``. Its inputs are the main op's inputs followed by the
 epilogue operands (e.g. GOC gain and offset constants). Its reference kernel runs the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
@@ -288,7 +288,3 @@ def _short(v: Any) -> str:
     if isinstance(v, tuple) and len(v) > 8:
         return f"({', '.join(map(str, v[:8]))}, ...)"
     return repr(v) if isinstance(v, str) else str(v)
-
-
-def values_of(names: Iterable[str], graph: Graph) -> list[Value]:
-    return [graph.values[n] for n in names]

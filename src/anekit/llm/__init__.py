@@ -22,6 +22,7 @@ from anekit.llm.programs import clear_cache
 from anekit.llm.sampling import SamplingOptions
 from anekit.llm.tokenizer import Tokenizer, load_tokenizer
 from anekit.llm.weights import WeightSet, read_weights, shard_files
+from anekit.targets import DEFAULT_TARGET
 
 DEFAULT_MAX_CONTEXT = 256
 
@@ -29,7 +30,7 @@ DEFAULT_MAX_CONTEXT = 256
 def load(
     path: str | os.PathLike[str],
     *,
-    target: Any = "m4",
+    target: Any = DEFAULT_TARGET,
     max_context: int | None = None,
     compress: str | None = None,
 ) -> LanguageModel:

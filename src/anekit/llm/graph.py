@@ -3,7 +3,7 @@
 Activations are in the engine's [1, C, 1, S] layout (channels, then sequence positions on
 the last axis); every projection is a 1x1 convolution. Attention reshapes to
 [1, heads, S, head_dim] for the fused attention op with an explicit additive mask (the
-engine's fused attention ignores causal masks, seed 001 constraint #6).
+engine's fused attention ignores causal masks, Orion constraint #6).
 
 Two program kinds:
 
@@ -20,7 +20,7 @@ Two program kinds:
 
 The embedding lookups (token, learned position, rotary tables) are gathers, which the
 compiler places in a CPU segment; the vocabulary head is split into convolutions of at
-most the target's ``max_channels`` output channels (seed 001 constraint #16).
+most the target's ``max_channels`` output channels (Orion constraint #16).
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from anekit.ir.dtypes import MASK_VALUE
 from anekit.ir.graph import Graph
 
 # The additive mask value of a hidden position: fp16-safe (never -inf, which turns an
 # all-masked softmax row into NaN) and far below any real attention score.
-MASKED = -1e4
-# Prefill sequence buckets (seed 001 section 4.4 uses 32 to 1024; 16 keeps short prompts cheap).
+# Prefill sequence buckets (Orion section 4.4 uses 32 to 1024; 16 keeps short prompts cheap).
 BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -37,7 +37,9 @@ _CACHE: dict[Hashable, Compiled] = {}
 _LOCK = threading.Lock()
 
 
-def cached(key: Hashable, build: Callable[[], Graph], compile_graph: Callable[[Graph], Any]) -> tuple[Compiled, bool]:
+def cached(
+    key: Hashable, build: Callable[[], Graph], compile_graph: Callable[[Graph], Any]
+) -> tuple[Compiled, bool]:
     """The program for ``key``, compiling it on first use; True when it was compiled now."""
     with _LOCK:
         found = _CACHE.get(key)
@@ -45,7 +47,9 @@ def cached(key: Hashable, build: Callable[[], Graph], compile_graph: Callable[[G
             return found, False
         start = time.perf_counter()
         model = compile_graph(build())
-        _ = model.program  # emit the MIL now, so compile time is counted here and not in the first run
+        _ = (
+            model.program
+        )  # emit the MIL now, so compile time is counted here and not in the first run
         found = _CACHE[key] = Compiled(model, time.perf_counter() - start)
         return found, True
 
@@ -69,8 +73,8 @@ def prefill_feeds(ids: list[int], seq: int) -> dict[str, np.ndarray]:
     n = len(ids)
     padded = np.zeros((1, seq), np.int32)
     padded[0, :n] = ids
-    mask = np.triu(np.full((seq, seq), MASKED, np.float32), k=1)
-    mask[:, n:] = MASKED  # padding keys are never attended to
+    mask = np.triu(np.full((seq, seq), MASK_VALUE, np.float32), k=1)
+    mask[:, n:] = MASK_VALUE  # padding keys are never attended to
     np.fill_diagonal(mask, 0.0)  # every row keeps one visible key (padding rows too)
     last = np.zeros((1, 1, 1, seq), np.float32)
     last[0, 0, 0, n - 1] = 1.0
@@ -84,7 +88,7 @@ def prefill_feeds(ids: list[int], seq: int) -> dict[str, np.ndarray]:
 
 def decode_feeds(token: int, position: int, context: int) -> dict[str, np.ndarray]:
     """Feeds of one decode step writing cache slot ``position`` and attending to 0..position."""
-    mask = np.full((1, 1, 1, context), MASKED, np.float32)
+    mask = np.full((1, 1, 1, context), MASK_VALUE, np.float32)
     mask[..., : position + 1] = 0.0
     write = np.zeros((1, 1, 1, context), np.float32)
     write[..., position] = 1.0

@@ -30,7 +30,6 @@ from anekit.ir.engine import LayerView
 from anekit.ir.interpret import check_feeds, run_node
 from anekit.ir.registry import get_op
 
-FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 FP16_TINY = float(np.finfo(np.float16).smallest_subnormal)  # 5.96e-8
 PRECISION_LIMIT = 0.02  # relative error (of the tensor's largest magnitude) worth a finding
 PRECISION_GROWTH = 4.0  # ... and this many times the error of the layer's inputs

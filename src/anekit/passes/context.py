@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from anekit.ir.dtypes import MASK_VALUE
 from anekit.passes.results import Diagnostic, PassRecord
 from anekit.targets import Target
 
@@ -16,14 +17,14 @@ DEAD_CODE = "dead code: nothing reads its result"
 class PassOptions:
     """Knobs of the pipeline; every default is documented where it is used."""
 
-    # ReplaceMatmulWithConv (seed 000): a constant weight becomes a resident 1x1 conv when
+    # ReplaceMatmulWithConv (ane-compiler): a constant weight becomes a resident 1x1 conv when
     # its fp16 bytes fit this fraction of the target's on-chip budget; else a tiled matmul.
     onchip_margin: float = 1.0
     # Constant folding never creates a constant larger than both this many elements and
     # the node's inputs (an expand or gather must not blow a small constant up).
     fold_limit: int = 1 << 20
     # Attention decomposition: the additive value of a masked position (fp16-safe; never -inf).
-    mask_value: float = -1e4
+    mask_value: float = MASK_VALUE
     # Replace exact (erf) GELU by its tanh form when the target lacks the MIL gelu op.
     approximate_gelu: bool = True
     # Decompose a softmax the target gates off (else it runs on the CPU, as Apple's own

@@ -1,6 +1,6 @@
 """Epilogue fusion: each engine op becomes an ``ane_layer`` absorbing what follows it, slot by slot.
 
-The guards of seed 000 table 22.3:
+The guards of ane-compiler table 22.3:
 - an elementwise op with one live and one constant operand folds into the gain/offset
   unit (GOC) when the constant is per-channel (axis 1) or a scalar; consecutive affine
   ops merge into one gain and offset ("Must have 2 inputs when convert EW to GOC");
@@ -151,7 +151,7 @@ def _start(rw: Rewriter, node: Node) -> _Layer:
         and node.inputs[2]
         and rw.is_const(node.inputs[2])
     ):
-        # the conv bias is the GOC offset (seed 000: "the bias becomes the gain-offset control")
+        # the conv bias is the GOC offset (ane-compiler: "the bias becomes the gain-offset control")
         layer.main_inputs = list(node.inputs[:2])
         layer.goc.merge(
             "add",

@@ -1,4 +1,4 @@
-"""ReplaceMatmulWithConv (seed 000): a constant-weight matmul whose weight fits on chip becomes
+"""ReplaceMatmulWithConv (ane-compiler): a constant-weight matmul whose weight fits on chip becomes
 a resident 1x1 convolution; a larger weight stays a tiled matmul layer."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +27,7 @@ from anekit.passes.scaling import scale_inputs
 from anekit.passes.segment import segment
 from anekit.passes.validate import validate
 
-# The passes issue 16 added to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
+# The passes that rewrite ops into engine forms to avoid CPU fallbacks; DEFAULT_PIPELINE without them is the
 # "before" of benchmarks/cpu_fallback_zoo.py.
 LEGALISING_PASSES = ("engine_forms", "split_kernels", "fold_reshapes")
 
@@ -113,20 +114,28 @@ def check_contracts(passes: Sequence[str]) -> None:
         provided.update(spec.provides)
 
 
+# the environment variable that turns on validation after every pass (see run_pipeline)
+VERIFY_PASSES_ENV = "ANEKIT_VERIFY_PASSES"
+
+
 def run_pipeline(
     graph: Graph,
     ctx: PassContext,
     passes: Sequence[str] = DEFAULT_PIPELINE,
     *,
     observe: Observer | None = None,
-    check: bool = False,
+    check: bool | None = None,
 ) -> PipelineResult:
     """Run ``passes`` in order, logging a PassRecord and per-node events for each, and return
     the final graph with the facts the passes provided. The contracts are checked first: a
     pipeline lacking a pass another one needs is an error before any pass runs.
 
-    ``check`` validates the graph after every pass (a failure is a bug in that pass).
+    ``check`` validates the graph after every pass (a failure is a bug in that pass); by
+    default it is on when the environment sets ``ANEKIT_VERIFY_PASSES=1`` (the test suite
+    does), off otherwise (validation costs time on every compile).
     """
+    if check is None:
+        check = os.environ.get(VERIFY_PASSES_ENV) == "1"
     check_contracts(passes)
     facts: dict[str, Any] = {}
     for name in passes:
@@ -161,7 +170,3 @@ def run_pipeline(
 def stamp_origins(graph: Graph) -> Graph:
     """A copy of ``graph`` whose every node's origin is its own name (the report's rows)."""
     return graph.replace(nodes=[n.with_(origin=(n.name,)) for n in graph.nodes])
-
-
-def pass_names() -> Iterable[str]:
-    return tuple(PASSES)

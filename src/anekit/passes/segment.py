@@ -18,7 +18,7 @@ LAYOUT_ONLY_REASON = "a layout-only layer between CPU ops runs on the CPU (saves
 
 def _class_of(node: Node, device: str) -> str:
     """Grouping class: the device, except that a fused attention layer is a segment of its own
-    (seed 000: scaled-dot-product attention is a hard cut between programs)."""
+    (ane-compiler: scaled-dot-product attention is a hard cut between programs)."""
     if device == "ane" and node.attrs.get("layer_type") == "sdpa":
         return f"sdpa:{node.name}"
     return device

@@ -11,6 +11,7 @@ from typing import Any
 from anekit import targets
 from anekit.report.graph_svg import PLACEMENT_COLOURS, graph_svg
 from anekit.report.text import escape
+from anekit.targets import DEFAULT_TARGET
 
 GENERATOR = "anekit report"  # the page's <meta name="generator">: marks a file anekit wrote
 DEFAULT_CHIPS = ("m1", "m2", "m3", "m4", "m5")
@@ -124,7 +125,7 @@ def _numerics(report: Mapping[str, Any] | None, error: str | None) -> str:
 
 def build_report(
     model: Any,
-    target: str = "m4",
+    target: str = DEFAULT_TARGET,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     chips: Sequence[str] = DEFAULT_CHIPS,
@@ -133,9 +134,8 @@ def build_report(
     title: str | None = None,
 ) -> str:
     """The report page for ``model`` (a Graph, ONNX path or ModelProto) compiled for ``target``."""
-    from anekit.cli.estimate import estimate_model
     from anekit.compiler import compile as compile_model
-    from anekit.compiler import load_graph
+    from anekit.compiler import estimate_model, load_graph
     from anekit.cost import estimate_compiled
 
     chip = targets.get(target)

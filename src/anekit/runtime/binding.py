@@ -1,4 +1,4 @@
-"""The engine's binding rules for a program's I/O surfaces (seed 001, Orion constraints #2-#4
+"""The engine's binding rules for a program's I/O surfaces (Orion constraints #2-#4
 and #18-#20), checked on a bundle and modelled byte for byte by :class:`Surfaces`.
 
 - all input surfaces of a program have one allocation size, and so do all output surfaces
@@ -27,18 +27,12 @@ from anekit.formats.bundle import SegmentEntry, SegmentIO
 from anekit.simulator.fp16 import contiguous, narrow_into, widen_fp16
 from anekit.simulator.values import STORAGE
 
-# bytes of one element of each MIL dtype as the engine stores it
-ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
-# how an element of each MIL dtype lies in a surface
-SURFACE_DTYPE = {"fp16": np.dtype("<f2"), "fp32": np.dtype("<f4"), "int32": np.dtype("<i4"),
-                 "int8": np.dtype("i1"), "uint8": np.dtype("u1"), "bool": np.dtype("?")}  # fmt: skip
-
 
 @functools.lru_cache(maxsize=4096)
 def port_bytes(io: SegmentIO) -> int:
     """The packed size of a port's value in the program's shape and dtype (asked every
     step: remembered per port)."""
-    return math.prod(io.mil_shape) * ITEMSIZE[io.mil_dtype]
+    return math.prod(io.mil_shape) * mil.dtype_info(io.mil_dtype).itemsize
 
 
 def min_surface_bytes(target_name: str) -> int:
@@ -124,7 +118,7 @@ class Surfaces(PinnedInputs):
     bound in alphabetical order of the ports' MIL names.
 
     Values are written packed from byte 0 and read back the same way. ``alias`` binds an
-    input port to an output port's surface (seed 004's output-to-input aliasing): what a
+    input port to an output port's surface (e5rt-reference's output-to-input aliasing): what a
     step writes there, the next step reads, without leaving the surface.
 
     The rules are checked once, when the session binds the program
@@ -288,7 +282,11 @@ def from_surface(array: np.ndarray, io: SegmentIO) -> np.ndarray:
 
 def _packed(surface: np.ndarray, io: SegmentIO) -> np.ndarray:
     """The port's value as it lies packed from byte 0 of ``surface`` (a view)."""
-    return surface[: port_bytes(io)].view(SURFACE_DTYPE[io.mil_dtype]).reshape(io.mil_shape)
+    return (
+        surface[: port_bytes(io)]
+        .view(mil.dtype_info(io.mil_dtype).little_endian)
+        .reshape(io.mil_shape)
+    )
 
 
 def _write(view: np.ndarray, array: np.ndarray, io: SegmentIO) -> None:

@@ -49,11 +49,11 @@ from typing import Any
 
 import numpy as np
 
-from anekit import __version__
 from anekit.atomic import alive
 from anekit.errors import AnekitError, FormatError
 from anekit.files import kind_of
 from anekit.formats.bundle import not_a_bundle, read_bundle
+from anekit.version import __version__
 
 DEFAULT_MAX_BYTES = 2 << 30
 _KEY = re.compile(r"^[0-9a-f]{64}$")

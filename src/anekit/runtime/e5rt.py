@@ -1,10 +1,10 @@
-"""The engine through Espresso's e5rt C API (seed 004 section 2), bound with ctypes.
+"""The engine through Espresso's e5rt C API (e5rt-reference section 2), bound with ctypes.
 
 Written to the documented interface and not yet run on Apple hardware: the tests drive it
 against a stand-in C library that implements the same symbols with the documented calling
 conventions and records every call (tests/runtime/e5rt_standin.c).
 
-The sequence for one program (seed 004 sections 2.1-2.6):
+The sequence for one program (e5rt-reference sections 2.1-2.6):
 
 1. compile once: compiler config (cache bundle location) -> compiler; options with device
    mask 0x4 (ANE), forced recompilation, segmenter "graph"; ``e5rt_e5_compiler_compile``
@@ -45,11 +45,13 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.runtime.binding import SURFACE_DTYPE, PinnedInputs, port_bytes
+from anekit.formats.mil import dtype_info
+from anekit.formats.mil.values import WEIGHT_FILE
+from anekit.runtime.binding import PinnedInputs, port_bytes
 
 ESPRESSO = "/System/Library/PrivateFrameworks/Espresso.framework/Espresso"
 DEVICE_ANE = 0x4
-MAX_LOADED = 128  # seed 004 section 5.4: the 129th load in a process fails
+MAX_LOADED = 128  # e5rt-reference section 5.4: the 129th load in a process fails
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
@@ -177,7 +179,7 @@ class E5Program(PinnedInputs):
             if _loaded >= MAX_LOADED:
                 raise AnekitError(
                     f"this process has {_loaded} programs loaded on the engine, the most it "
-                    f"can hold ({MAX_LOADED}, seed 004 section 5.4)",
+                    f"can hold ({MAX_LOADED}, e5rt-reference section 5.4)",
                     hint="release sessions or programs you no longer use (Program.release('ane'))",
                 )
             _loaded += 1
@@ -281,7 +283,7 @@ class E5Program(PinnedInputs):
     # --- what a session needs (the shape of `anekit.runtime.binding.Surfaces`) -----------
 
     def alias(self, input_name: str, output_name: str) -> None:
-        """Bind the input port to the output port's buffer (seed 004 section 2.5.1)."""
+        """Bind the input port to the output port's buffer (e5rt-reference section 2.5.1)."""
         self._check_process()
         self._api.call(
             "e5rt_io_port_bind_buffer_object",
@@ -312,7 +314,7 @@ class E5Program(PinnedInputs):
 
     def write_input(self, name: str, array: np.ndarray) -> None:
         io = self.inputs[name]
-        data = np.ascontiguousarray(array, dtype=SURFACE_DTYPE[io.mil_dtype])
+        data = np.ascontiguousarray(array, dtype=dtype_info(io.mil_dtype).little_endian)
         if data.shape != io.mil_shape:
             raise AnekitError(
                 f"port '{name}' takes {list(io.mil_shape)}, was given {list(data.shape)}"
@@ -326,7 +328,7 @@ class E5Program(PinnedInputs):
         return self._read(self._out_ptr[name], self.outputs[name])
 
     def _read(self, pointer: int, io: Any) -> np.ndarray:
-        dtype = SURFACE_DTYPE[io.mil_dtype]
+        dtype = dtype_info(io.mil_dtype).little_endian
         out = np.empty(io.mil_shape, dtype)
         ctypes.memmove(out.ctypes.data, pointer, port_bytes(io))
         return out
@@ -353,12 +355,12 @@ class E5Program(PinnedInputs):
         if os.getpid() != self._pid:
             raise AnekitError(
                 "this engine program was compiled in another process: a program compiles and "
-                "runs in one process (seed 004 section 5.1; Espresso is not fork-safe)",
+                "runs in one process (e5rt-reference section 5.1; Espresso is not fork-safe)",
                 hint="load the program again in this process",
             )
 
     def release(self) -> None:
-        """Release in reverse order of creation (seed 004 section 2.6); idempotent."""
+        """Release in reverse order of creation (e5rt-reference section 2.6); idempotent."""
         global _loaded
         if getattr(self, "_released", False) or not getattr(self, "_counted", False):
             return
@@ -400,8 +402,8 @@ def stage(program_text: str, weights: bytes | None) -> Path:
     try:
         (root / "model.mil").write_text(program_text, encoding="utf-8")
         if weights is not None:
-            (root / "weights").mkdir()
-            (root / "weights" / "weight.bin").write_bytes(weights)
+            (root / WEIGHT_FILE).parent.mkdir()
+            (root / WEIGHT_FILE).write_bytes(weights)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -74,7 +74,8 @@ class Program:
         self.root = root  # the bundle directory, for a bundle on disk
         self._weight_map_source = weight_map
         self._weight_map: Any = None
-        self._retired: list[Any] = []  # runners replaced by a weight update, not yet released
+        # runners replaced by a weight update, not yet released: (backend, runner)
+        self._retired: list[tuple[str, SegmentRunner]] = []
         # (st_dev, st_ino) of the bundle folder it was loaded from: an update checks that the
         # folder was not replaced since
         self.folder_id: tuple[int, int] | None = None
@@ -116,11 +117,11 @@ class Program:
             ("input", n): a for n, a in self._check_feeds(feeds).items()
         }
         for segment, runner in zip(self.segments, programs, strict=True):
-            args = {io.mil_name: _to_program(env[_key(io.source)], io) for io in segment.inputs}
+            args = {io.mil_name: to_program(env[io.source.key], io) for io in segment.inputs}
             results = runner.run(args)
             for io in segment.outputs:
-                env[(segment.index, io.value)] = _from_program(results[io.mil_name], io)
-        return {p.name: env[_key(p.source)] for p in self.outputs}
+                env[(segment.index, io.value)] = from_program(results[io.mil_name], io)
+        return {p.name: env[p.source.key] for p in self.outputs}
 
     def __call__(self, **feeds: Any) -> dict[str, np.ndarray]:
         return self.run(feeds)
@@ -157,6 +158,7 @@ class Program:
             self._base_dirs[i],
             self.segments[i],
             f"{self.where}: segment {i}",
+            self.target.name,
         )
 
     def loaded_runners(self) -> dict[str, list[SegmentRunner]]:
@@ -167,7 +169,7 @@ class Program:
 
     @property
     def identity(self) -> str:
-        """A digest of every segment's MIL text and weight keys (seed 001 section 5.1): a
+        """A digest of every segment's MIL text and weight keys (Orion section 5.1): a
         weight update leaves it unchanged."""
         from anekit.codegen.weight_map import identity
 
@@ -193,6 +195,17 @@ class Program:
 
         return update_weights(self, updates, verify=verify)
 
+    def check_reloadable(self) -> None:
+        """Refuse, before anything is written, a weight update that a backend this program
+        is loaded on cannot reload (it does not declare ``weight_reload``)."""
+        for name in self._loaded:
+            if not backends.get(name).capabilities.weight_reload:
+                raise AnekitError(
+                    f"the program is loaded on backend '{name}', which cannot reload weights",
+                    where=self.where,
+                    hint=f"release it first (program.release({name!r})), then update",
+                )
+
     def replace_weights(
         self, manifest: Manifest, weights: Sequence[Path | bytes | None], changed: Sequence[int]
     ) -> None:
@@ -205,15 +218,16 @@ class Program:
             for i in changed:
                 fresh = chosen.prepare(self.segment_source(i))
                 # the old one's state is read from it before release: see Session._rebind
-                self._retired.append(runners[i])
+                self._retired.append((name, runners[i]))
                 runners[i] = fresh
 
     def release(self, backend: str) -> None:
         """Unload every segment from ``backend`` (an engine program frees its slot)."""
-        for runner in (*self._loaded.pop(backend, ()), *self._retired):
-            close = getattr(runner, "release", None)
-            if close is not None:
-                close()
+        chosen = backends.get(backend)
+        for runner in self._loaded.pop(backend, ()):
+            chosen.release(runner)
+        for name, runner in self._retired:
+            backends.get(name).release(runner)
         self._retired.clear()
 
     # --- export --------------------------------------------------------------------------
@@ -354,12 +368,7 @@ def check_feeds(
     }
 
 
-def _key(source: Source | None) -> tuple:
-    assert source is not None
-    return ("input", source.input) if source.input is not None else (source.segment, source.value)
-
-
-def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+def to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     """A value as the program takes it: its MIL dtype's storage, padded to ``mil_shape``."""
     if io.mil_dtype in ("fp16", "fp32"):
         array = np.asarray(array, dtype=np.float32)
@@ -373,7 +382,7 @@ def _to_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     return array
 
 
-def _from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
+def from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     """A program result as the model's value: padding stripped, the value's own dtype."""
     array = np.asarray(array)
     if io.padded:

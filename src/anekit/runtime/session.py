@@ -1,9 +1,12 @@
 """`Session`: a program loaded once on a backend, with state that stays between steps.
 
-``state`` binds model inputs to the model outputs that feed them back (seed 004 section
+``state`` binds model inputs to the model outputs that feed them back (e5rt-reference section
 2.5.1, output-to-input aliasing): after every step the output's value becomes the input's.
-On ``sim`` an engine segment's I/O lives in surfaces modelled byte for byte on the engine's
-binding rules (:mod:`anekit.runtime.binding`); a state whose input and output are ports of
+What a session does on a backend follows what the backend declares
+(`anekit.runtime.backends.Capabilities`). On a backend with ``resident_state`` (``sim``) an
+engine segment's I/O lives in surfaces modelled byte for byte on the engine's binding rules
+(:mod:`anekit.runtime.binding`); on one with ``aliasing`` (``ane``) the runner is the
+engine's own surfaces. A state whose input and output are ports of
 the same engine segment has its input bound to the output's surface, so it stays there in
 the engine's fp16 form from step to step and is read back only when asked. Other state
 (crossing segments, or on a CPU segment) is handed from step to step in the producing
@@ -30,13 +33,14 @@ from anekit.formats.bundle import SegmentIO, Source
 from anekit.ir.dtypes import to_dtype
 from anekit.ir.graph import Value
 from anekit.ir.interpret import coerce_feed
+from anekit.runtime import backends
 from anekit.runtime.binding import (
     Surfaces,
     check_engine_segment,
     from_surface,
     min_surface_bytes,
 )
-from anekit.runtime.program import _from_program, _key, _to_program, check_feeds
+from anekit.runtime.program import check_feeds, from_program, to_program
 from anekit.simulator.fp16 import round_to_fp16
 from anekit.simulator.values import STORAGE
 
@@ -65,9 +69,17 @@ class Session:
         self.guard = guard
         self.kept = True  # whether the last step's state was kept (see guard)
         self._check_state()
+        self._caps = caps = backends.get(backend).capabilities
+        if self.state and not caps.state:
+            raise AnekitError(
+                f"backend '{backend}' does not declare session state (Capabilities.state), "
+                f"so it cannot carry {sorted(self.state)} from step to step",
+                hint="run this backend without state (program.run, or a session without "
+                "state=), or choose one of: " + ", ".join(backends.stateful_backends()),
+            )
         runners = program.runners(backend)  # loaded now: errors surface here
-        # an engine segment's surfaces: the engine's own buffers (a runner that can alias
-        # ports, as `anekit.runtime.e5rt.E5Program` does) or, on sim, modelled ones
+        # an engine segment's surfaces: the engine's own buffers (a backend declaring
+        # aliasing, whose runners are `EngineBuffers`) or modelled ones (resident_state)
         self._surfaces: list[Any] = [None] * len(program.segments)
         self._aliases: dict[int, list[tuple[str, str]]] = {}  # segment -> (input, output)
         self._pinned: dict[int, set[str]] = {}  # segment -> inputs written once
@@ -75,9 +87,9 @@ class Session:
         for seg, mil_program in zip(program.segments, program.programs, strict=True):
             if seg.device != "ane":
                 continue
-            if hasattr(runners[seg.index], "alias"):
+            if caps.aliasing:
                 self._surfaces[seg.index] = runners[seg.index]
-            elif backend == "sim":
+            elif caps.resident_state:
                 size = check_engine_segment(seg, mil_program, min_bytes, program.where)
                 self._surfaces[seg.index] = Surfaces(seg.inputs, seg.outputs, size)
         # an engine segment's output port (by identity; the port is kept, so its id is not
@@ -168,7 +180,7 @@ class Session:
                 if self.guard is None:
                     surfaces.alias(*ports)
                     self._aliases.setdefault(src.segment, []).append(ports)
-                elif hasattr(surfaces, "pair"):
+                elif isinstance(surfaces, Surfaces) or self._caps.paired_surfaces:
                     surfaces.pair(*ports)
                     self._paired.setdefault(src.segment, []).append(ports)
                 else:  # buffers that can only alias in place: a step could not be undone
@@ -216,7 +228,7 @@ class Session:
             index, io = found
             surfaces = self._surfaces[index]
             assert surfaces is not None
-            return _from_program(from_surface(surfaces.read_input(io.mil_name), io), io)
+            return from_program(from_surface(surfaces.read_input(io.mil_name), io), io)
         array, io = self._held[name]
         return _held_to_caller((array, io))
 
@@ -301,7 +313,7 @@ class Session:
             self.program.segments, runners, self._surfaces, strict=True
         ):
             # a runner that takes storage-form inputs as they are skips a rounding pass
-            run = getattr(runner, "run_stored", runner.run)
+            run = runner.run_stored if self._caps.stored_runs else runner.run
             i = seg.index
             if isinstance(surfaces, Surfaces):
                 self._fill(seg, surfaces, env)
@@ -310,7 +322,7 @@ class Session:
                     surfaces.write_output(io.mil_name, results[io.mil_name])
             else:
                 args = {
-                    io.mil_name: _feed(io, env[_key(io.source)])
+                    io.mil_name: _feed(io, env[io.source.key])
                     for io in seg.inputs
                     if surfaces is None or not surfaces.fixed(io.mil_name)
                 }
@@ -323,21 +335,21 @@ class Session:
             for io in seg.outputs:
                 env[(i, io.value)] = (results[io.mil_name], io)
         outs = {p.name: p.source for p in self.program.outputs}
-        self.kept = self.guard is None or bool(np.isfinite(env[_key(outs[self.guard])][0]).all())
+        self.kept = self.guard is None or bool(np.isfinite(env[outs[self.guard].key][0]).all())
         if self.kept:
             for index, pairs in self._paired.items():
                 for in_name, _ in pairs:
                     self._surfaces[index].swap(in_name)
             for name, target in self.state.items():
                 if name not in self._resident:
-                    self._held[name] = env[_key(outs[target])]
+                    self._held[name] = env[outs[target].key]
         else:
             # the held values stand; the surfaces that produced them hold the discarded
             # step's now, so they are no longer handed over from there
             for name, (array, src) in list(self._held.items()):
                 if src is not None:
-                    self._held[name] = (_from_program(array, src), None)
-        return {p.name: _held_to_caller(env[_key(p.source)]) for p in self._outputs}
+                    self._held[name] = (from_program(array, src), None)
+        return {p.name: _held_to_caller(env[p.source.key]) for p in self._outputs}
 
     def _fill(self, seg: Any, surfaces: Surfaces, env: Mapping[tuple, Held]) -> None:
         """Write a modelled engine segment's inputs (those not aliased or pinned). A value
@@ -349,7 +361,7 @@ class Session:
         for io in seg.inputs:
             if surfaces.fixed(io.mil_name):
                 continue
-            key = _key(io.source)
+            key = io.source.key
             held = env[key]
             src = held[1]
             found = None if src is None else self._producers.get(id(src))
@@ -402,12 +414,12 @@ def _feed(io: SegmentIO, held: Held) -> np.ndarray:
     array, src = held
     if src is not None and _same_form(src, io):
         return array  # already in this port's form: no conversion
-    return _store(io, array if src is None else _from_program(array, src))
+    return _store(io, array if src is None else from_program(array, src))
 
 
 def _store(io: SegmentIO, caller: np.ndarray) -> np.ndarray:
     """A caller's value (checked by coerce_feed) in the port's storage form, fp16 rounded."""
-    array = _to_program(caller, io)
+    array = to_program(caller, io)
     if io.mil_dtype == "fp16":
         return round_to_fp16(np.array(array, dtype=np.float32, order="C"), in_place=True)
     return np.ascontiguousarray(array, dtype=STORAGE[io.mil_dtype])
@@ -419,5 +431,5 @@ def _held_to_caller(held: Held) -> np.ndarray:
     array, io = held
     if io is None:
         return array.copy()
-    out = _from_program(array, io)
+    out = from_program(array, io)
     return out if out is not array and out.flags.writeable else out.copy()

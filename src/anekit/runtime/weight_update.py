@@ -1,5 +1,5 @@
 """Weight updates without recompiling: new values for source weights written into a program's
-weight files, the MIL text untouched (seed 001 section 5, delta compilation).
+weight files, the MIL text untouched (Orion section 5, delta compilation).
 
 Each changed weight file is rebuilt from the old one's bytes with the changed blobs
 replaced (their records checked first), hashed, and, for a bundle on disk, committed
@@ -13,7 +13,7 @@ orders renames after the data they name). Leftovers of an update that
 never committed are removed by name (only files this module names).
 
 Loaded backends re-load the changed segments; with ``verify`` each reloaded segment is run
-on a probe input before and after, and an update the backend did not take up (seed 001's
+on a probe input before and after, and an update the backend did not take up (Orion's
 delta reload is disputed on M5) is reported instead of trusted.
 """
 
@@ -41,6 +41,8 @@ from anekit.errors import AnekitError, FormatError, InputError, ModelError, os_e
 from anekit.files import read_file
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import MANIFEST, FileEntry, Manifest, check_relative, resolve_inside
+from anekit.formats.mil import dtype_info
+from anekit.formats.mil.values import WEIGHT_FILE
 
 if TYPE_CHECKING:
     from anekit.runtime.program import Program
@@ -49,7 +51,6 @@ JOURNAL = ".anekit-update.json"
 _NEW = ".anekit-new"  # suffix of a file written by an update that has not committed yet
 _MAX_JOURNAL = 1 << 24  # a journal is the manifest and a few names
 _TOKEN = re.compile(r"\d+-[0-9a-f]{12}\Z")  # an update's writer pid and random token
-_FLOAT = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
 
 
 class StaleProgramError(AnekitError):
@@ -75,6 +76,7 @@ def update_weights(
     program: Program, updates: Mapping[str, Any], *, verify: bool = True
 ) -> UpdateReport:
     start = time.perf_counter()
+    program.check_reloadable()
     wmap = program.weight_map()
     arrays = _checked(wmap, updates)
     by_segment: dict[int, list[tuple[Any, np.ndarray]]] = {}
@@ -121,7 +123,7 @@ def update_weights(
     if stale:
         raise WeightUpdateError(
             f"the weight files were updated, but the program loaded on {stale} still computes "
-            "with the old weights (seed 001's delta reload is not reliable on every chip)",
+            "with the old weights (Orion's delta reload is not reliable on every chip)",
             hint="open a new session (or recompile) to load the new weights",
             where=program.where,
         )
@@ -232,7 +234,9 @@ def _checked(wmap: WeightMap, updates: Mapping[str, Any]) -> dict[str, np.ndarra
                 f"{list(weight.shape)}",
                 hint="an update keeps every weight's shape (a new shape needs a recompile)",
             )
-        out[name] = np.ascontiguousarray(array, dtype=_FLOAT[weight.dtype]).reshape(-1)
+        out[name] = np.ascontiguousarray(array, dtype=dtype_info(weight.dtype).numpy_dtype).reshape(
+            -1
+        )
     return out
 
 
@@ -380,7 +384,7 @@ def _temp_name(rel: str, token: str) -> str:
 def _leftovers(root: Path) -> Iterator[tuple[Path, int]]:
     """Files an uncommitted update wrote, with the writer's process id:
     ``.NAME.<pid>-<12 hex>.anekit-new`` beside the manifest and weight files."""
-    dirs = [root, *(p.parent for p in root.glob("segments/*/weights/weight.bin"))]
+    dirs = [root, *(p.parent for p in root.glob(f"segments/*/{WEIGHT_FILE}"))]
     for d in dirs:
         for p in d.glob(f".*{_NEW}"):
             token = p.name[: -len(_NEW)].rpartition(".")[2]

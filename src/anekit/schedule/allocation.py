@@ -1,4 +1,4 @@
-"""The allocator: the nine allocation states of seed 000 table 22.2, chaining and ring buffers."""
+"""The allocator: the nine allocation states of ane-compiler table 22.2, chaining and ring buffers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from anekit.schedule.partition import PartitionPlan
 
 
 class AllocState(IntEnum):
-    """Seed 000 table 22.2: the allocation type of a root tensor."""
+    """ane-compiler table 22.2: the allocation type of a root tensor."""
 
     RESIDENT = 0  # plain on-chip resident operand
     STREAMED = 1  # streamed from dynamic memory
@@ -60,7 +60,7 @@ def ring_candidates(dag: LayerDag, limit: float, tile_bytes: int) -> dict[int, i
 
 @dataclass(frozen=True)
 class ChainCheck:
-    """The chaining conjunction of seed 000 for one producer and its next reader."""
+    """The chaining conjunction of ane-compiler for one producer and its next reader."""
 
     producer: str
     consumer: str

@@ -1,4 +1,4 @@
-"""Co-issue discovery (seed 000 phase 3): a mac layer and a planar layer that run at once."""
+"""Co-issue discovery (ane-compiler phase 3): a mac layer and a planar layer that run at once."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Task-descriptor partitions: the execution order cut where on-chip pressure would pass the budget.
 
-Seed 000 phase 3: the scheduler tentatively adds the next layer, measures the peak L2
+ane-compiler phase 3: the scheduler tentatively adds the next layer, measures the peak L2
 pressure over its live range, and closes the partition when that peak would exceed
 margin x budget. Here the pressure at a step is the sum of the on-chip tensors live at
 that step: every tensor produced or loaded in the current partition whose last reader

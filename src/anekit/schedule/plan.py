@@ -22,7 +22,7 @@ from anekit.schedule.partition import Partition, plan_partitions
 from anekit.schedule.scheduler import list_schedule
 from anekit.targets import Target
 
-# Seed 000 closes a partition at "margin x budget" with a margin below one but gives no
+# ane-compiler closes a partition at "margin x budget" with a margin below one but gives no
 # value. 0.75 keeps a quarter of the budget for what the pressure model does not track
 # step by step: DMA staging tiles, the second half of double buffers, and the padding of
 # every surface to the engine's alignment (FACTS 3: ~49 KB minimum I/O surfaces).

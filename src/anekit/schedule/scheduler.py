@@ -1,4 +1,4 @@
-"""The greedy list scheduler of seed 000 phase 3: one execution order per ANE segment.
+"""The greedy list scheduler of ane-compiler phase 3: one execution order per ANE segment.
 
 Each step pops the ready layer with the highest priority, compared in the seed's fixed
 tie-break order (the seed names the criteria; the definitions are ours):

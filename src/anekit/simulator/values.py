@@ -24,31 +24,17 @@ import numpy as np
 from anekit.errors import FormatError
 from anekit.formats.blob import BlobReader
 from anekit.formats.mil import BlobFile, DictValue, ListValue, Scalar, Tensor, TupleValue
+from anekit.formats.mil.types import DTYPES
+from anekit.formats.mil.values import MODEL_PATH, WEIGHT_PATH
 
 from .fp16 import widen_fp16
 
-MODEL_PATH = "@model_path/"
-
-# MIL dtype -> numpy storage dtype of simulator values (strings are Python str).
+# MIL dtype -> numpy storage dtype of simulator values: each type's own, except fp16, held
+# as float32 arrays of fp16 values (strings are Python str).
 STORAGE: dict[str, np.dtype] = {
-    "bool": np.dtype(np.bool_),
-    "fp16": np.dtype(np.float32),
-    "fp32": np.dtype(np.float32),
-    "fp64": np.dtype(np.float64),
-    "int4": np.dtype(np.int8),
-    "int8": np.dtype(np.int8),
-    "int16": np.dtype(np.int16),
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "uint1": np.dtype(np.uint8),
-    "uint2": np.dtype(np.uint8),
-    "uint3": np.dtype(np.uint8),
-    "uint4": np.dtype(np.uint8),
-    "uint6": np.dtype(np.uint8),
-    "uint8": np.dtype(np.uint8),
-    "uint16": np.dtype(np.uint16),
-    "uint32": np.dtype(np.uint32),
-    "uint64": np.dtype(np.uint64),
+    name: np.dtype(np.float32) if name == "fp16" else d.numpy_dtype
+    for name, d in DTYPES.items()
+    if d.kind != "string"
 }
 FLOATS = frozenset({"fp16", "fp32", "fp64"})
 
@@ -104,7 +90,7 @@ class BlobFiles:
             raise FormatError(
                 f"BLOBFILE path {path!r} leaves the program directory or is not a plain "
                 "relative path",
-                hint="write it as @model_path/weights/weight.bin",
+                hint=f"write it as {WEIGHT_PATH}",
             )
         base = self.base_dir.resolve()
         target = (base / Path(*parts)).resolve()  # follows symlinks without opening the target

@@ -29,6 +29,7 @@ from anekit.targets.model import (
 )
 
 __all__ = [
+    "DEFAULT_TARGET",
     "FEATURE_NAMES",
     "Alternative",
     "Features",
@@ -44,6 +45,9 @@ __all__ = [
     "get",
     "names",
 ]
+
+# the chip a compile is for when none is named: the newest generation with complete figures
+DEFAULT_TARGET = "m4"
 
 _VARIANT_RE = re.compile(r"^(m\d+)(pro|max|ultra)$")
 

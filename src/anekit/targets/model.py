@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
@@ -159,6 +160,19 @@ class Target:
     provenance: Mapping[str, Provenance] = field(
         default_factory=lambda: MappingProxyType({}), repr=False, compare=False, hash=False
     )
+
+    @property
+    def compile_key(self) -> tuple:
+        """What the compiler reads of this target: chips sharing it compile a model alike."""
+        return (self.engine, self.features, self.limits, self.mil, self.onchip_budget_bytes,
+                self.kmem_cap_bytes)  # fmt: skip
+
+    @property
+    def compile_id(self) -> str:
+        """The chip's name and a digest of its compile key: a program cache entry is shared
+        only by compiles that read the same figures (an edited target gets its own)."""
+        digest = hashlib.sha256(repr(self.compile_key).encode()).hexdigest()[:16]
+        return f"{self.name}-{digest}"
 
     @property
     def generation(self) -> int:

@@ -4,7 +4,7 @@
 or class probabilities shaped like the logits; `mse` takes a target shaped like the
 output. Both return the mean over examples, shaped [1] (rank-0 values are avoided in step
 programs: segment boundaries carry scalars as [1]). The logits are clamped to the
-fp16 range first (seed 001 section 7.2: one overflowed activation turns softmax and the
+fp16 range first (Orion section 7.2: one overflowed activation turns softmax and the
 loss to NaN).
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.ir.dtypes import FP16_MAX
 from anekit.train.emit import Emitter
 
-FP16_MAX = 65504.0
 LossFn = Callable[[Emitter, str, str], str]
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import anekit
 from anekit.frontend.builder import ops
 from anekit.frontend.builder.tensor import record
+from anekit.ir.dtypes import MASK_VALUE
 
 
 def _uniform(rng: np.random.Generator, shape: Sequence[int], fan_in: int) -> np.ndarray:
@@ -109,7 +110,7 @@ def char_transformer(
     ids = anekit.input("ids", (batch, seq), "int32")
     pos = ops.slice(p["pos"], [0], [seq], [0]) if weights["pos"].shape[0] != seq else p["pos"]
     h = ops.gather(p["tok"], ids, axis=0) + pos
-    mask = np.triu(np.full((seq, seq), -1e4, np.float32), 1)  # fp16-safe, never -inf
+    mask = np.triu(np.full((seq, seq), MASK_VALUE, np.float32), 1)  # fp16-safe, never -inf
     causal = anekit.constant(mask, name="causal_mask")
 
     def split(t):  # [B, T, d] -> [B, H, T, hd]

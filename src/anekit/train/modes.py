@@ -7,7 +7,7 @@
   (the engine has no random numbers); the builder's `dropout` names that input
   ``<name>.dropout_p<per-mille>``, so the trainer knows the rate. In evaluation and
   export the mask is all ones.
-- Activations are clamped to +-65504 before every softmax and norm (seed 001 section
+- Activations are clamped to +-65504 before every softmax and norm (Orion section
   7.2): an fp16 overflow there turns the loss into NaN.
 """
 
@@ -20,9 +20,9 @@ import numpy as np
 
 import anekit
 from anekit.frontend.builder.tensor import Tensor
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.graph import Graph
 from anekit.train.emit import Emitter
-from anekit.train.losses import FP16_MAX
 
 _MASK = re.compile(r"^(?P<name>.+)\.dropout_p(?P<permille>\d{1,3})$")
 CLAMPED_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm",

@@ -79,7 +79,7 @@ def open_session(graph: Graph, state: Mapping[str, str], backend: str, target: s
 
 class _ShuttleSession(HostSession):
     """resident_state=False: every step sends the state in and reads it back (the host
-    shuttle seed 004 measured at ~4x the resident path)."""
+    shuttle e5rt-reference measured at ~4x the resident path)."""
 
     def __init__(self, program: Any, state: Mapping[str, str], backend: str, guard: str | None):
         self.program = program

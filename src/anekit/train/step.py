@@ -4,10 +4,10 @@ Inputs: the model's data inputs, ``target``, dropout masks, the per-step scalars
 (learning rate, bias corrections, loss scale) and the state (parameters, optimizer slots,
 running statistics). Outputs: ``loss``, ``overflow`` (0 when every gradient element is
 finite, else NaN), ``grad_norm`` when clipping by it and, for every state input ``s``, its
-next value ``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (seed 004 section
+next value ``s.next``. A session keeps each ``s.next`` for ``s`` on the engine (e5rt-reference section
 2.5.1), so the state stays resident and the host feeds only the batch and the scalars.
 
-Gradient hygiene (seed 001 section 7): the loss is multiplied by the loss scale before
+Gradient hygiene (Orion section 7): the loss is multiplied by the loss scale before
 differentiation and the gradients divided by it after. A NaN or infinite element of a
 gradient, or of a parameter or optimizer slot the update would keep, makes ``overflow`` NaN, and the session, guarded by it, commits none of the step's next
 values: every state value stays as it was (the host then halves the loss scale), as
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.ir.dtypes import FP16_MAX
 from anekit.ir.graph import Graph, Value
 from anekit.train import flat
 from anekit.train.autograd import backprop
 from anekit.train.emit import Emitter
-from anekit.train.losses import FP16_MAX
 from anekit.train.modes import (
     batch_statistics,
     clamp_for_fp16,

@@ -14,6 +14,7 @@ import numpy as np
 from anekit.errors import FormatError, InputError, ModelError, path_argument
 from anekit.ir.graph import Graph, Value
 from anekit.ir.ops.scatter import one_hot
+from anekit.targets import DEFAULT_TARGET
 from anekit.train import checkpoint, graphio
 from anekit.train.losses import LOSSES, resolve
 from anekit.train.modes import dropout_mask, dropout_rate
@@ -76,7 +77,7 @@ class Trainer:
         loss: str | Callable = "cross_entropy",
         optimizer: Optimizer | None = None,
         *,
-        target: str = "m4",
+        target: str = DEFAULT_TARGET,
         backend: str = "sim",
         resident_state: bool = True,
         freeze: Sequence[str] = (),
@@ -164,7 +165,7 @@ class Trainer:
         sg, session, _ = self._programs[sig]
         if self._active != sig:
             # the state moves to this program's session (deferred: seeded from the current
-            # values, never from the model the program was compiled with; seed 001 7.1)
+            # values, never from the model the program was compiled with; Orion 7.1)
             self._state = self.state_values()
             session.seed(self._state)
             self._active = sig

@@ -18,7 +18,7 @@ def test_there_are_fixtures_to_test():
 
 @pytest.mark.parametrize("path", HWX_FILES, ids=HWX_IDS)
 def test_header_matches_the_documented_h13_values(path):
-    # FACTS section 4 / seed 003 table 23.9: magic, cputype 0x80, cpusubtype 4 (H13), filetype 2, flags.
+    # FACTS section 4 / ane-container table 23.9: magic, cputype 0x80, cpusubtype 4 (H13), filetype 2, flags.
     header = hwx.read(path).header
     assert header.magic == 0xBEEFFACE
     assert header.cputype == 0x80

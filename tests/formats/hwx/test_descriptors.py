@@ -62,7 +62,7 @@ def test_first_descriptor_input_dims_match_an_input_tensor(decoded, path):
 
 @pytest.mark.parametrize("path", HWX_FILES, ids=HWX_IDS)
 def test_tile_dma_strides_match_the_symbol_table_strides(decoded, path):
-    # DMA strides are 26-bit fields at bit 6 (seed 003), i.e. in 64-byte units.
+    # DMA strides are 26-bit fields at bit 6 (ane-container), i.e. in 64-byte units.
     f = decoded[path.stem]
     (output,) = f.outputs
     for descriptor in f.task_descriptors:

@@ -1,6 +1,6 @@
 /* A stand-in for Espresso.framework's e5rt_* C API, for testing anekit.runtime.e5rt on
  * machines without it. It implements the symbols anekit calls with the calling conventions
- * of seed 004 (create calls take their out-pointer first; compile and retain calls last;
+ * of e5rt-reference (create calls take their out-pointer first; compile and retain calls last;
  * release calls the handle's address), checks every handle's kind, and appends one line
  * per call to the file named by E5RT_STANDIN_LOG.
  *

@@ -1,6 +1,6 @@
 """The lowering table (IR op -> function appending MIL operations) and engine-layer expansion.
 
-An ``ane_layer`` is expanded back into plain MIL ops (seed 000: the MIL handed to Apple's
+An ``ane_layer`` is expanded back into plain MIL ops (ane-compiler: the MIL handed to Apple's
 compiler is the pre-fusion form): its main op, then each filled epilogue slot in slot order,
 each lowered like an ordinary op.
 """

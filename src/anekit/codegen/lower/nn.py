@@ -128,7 +128,7 @@ def _matmul(lo: Lowering) -> str:
 
 
 def _attention(lo: Lowering) -> str:
-    """softmax(q k^T * scale + mask) v with a float additive mask (seed 000, Orion #6). The
+    """softmax(q k^T * scale + mask) v with a float additive mask (ane-compiler, Orion #6). The
     decompose pass keeps the fused op only without a causal flag or a boolean mask."""
     q, k = lo.need(0), lo.need(1)
     batch = lo.out_shape()[:-2]

@@ -16,7 +16,7 @@ import numpy as np
 
 from anekit.codegen.lower.context import Lowering
 from anekit.codegen.lower.nn import matmul
-from anekit.ir.ops.recurrent import _DEFAULT_ALPHA, _DEFAULT_BETA, CELLS
+from anekit.ir.ops.recurrent import CELLS, DEFAULT_ALPHA, DEFAULT_BETA
 
 LowerFn = Callable[[Lowering], object]
 _INPUTS = {"x": 0, "w": 1, "r": 2, "bias": 3, "sequence_lens": 4, "initial_h": 5, "initial_c": 6,
@@ -90,8 +90,8 @@ def _activations(lo: Lowering, op: str) -> list[list[tuple[str, float, float]]]:
     out = []
     for name in names:
         n_alpha, n_beta = counts.get(name, (0, 0))
-        a = alphas.pop(0) if n_alpha and alphas else _DEFAULT_ALPHA.get(name, 0.0)
-        b = betas.pop(0) if n_beta and betas else _DEFAULT_BETA.get(name, 0.0)
+        a = alphas.pop(0) if n_alpha and alphas else DEFAULT_ALPHA.get(name, 0.0)
+        b = betas.pop(0) if n_beta and betas else DEFAULT_BETA.get(name, 0.0)
         out.append((name, a, b))
     return [out[d * per_dir : (d + 1) * per_dir] for d in range(dirs)]
 

@@ -11,7 +11,7 @@ import numpy as np
 from anekit.codegen.lower.context import Lowering
 from anekit.codegen.lower.indexing import gather
 from anekit.codegen.lower.nn import interleave_pads
-from anekit.ir.ops.shape import _slice_params, slice_bounds
+from anekit.ir.ops.shape import slice_bounds, slice_params
 
 LowerFn = Callable[[Lowering], str]
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}
@@ -60,7 +60,7 @@ def _slice(lo: Lowering) -> str:
     x = lo.need(0)
     begin, end, stride = [0] * x.rank, list(x.shape), [1] * x.rank
     end_mask = [False] * x.rank
-    for axis, start, stop, step in _slice_params(x.rank, lo.attrs):
+    for axis, start, stop, step in slice_params(x.rank, lo.attrs):
         s, e, _ = slice_bounds(x.shape[axis], start, stop, step)
         begin[axis], stride[axis] = s, step
         if e < 0:  # a negative step running past index 0

@@ -31,6 +31,11 @@ class Source:
     segment: int | None = None
     value: str | None = None
 
+    @property
+    def key(self) -> tuple:
+        """The value's key while a program runs: ("input", name) or (segment, value)."""
+        return ("input", self.input) if self.input is not None else (self.segment, self.value)
+
     def to_json(self) -> dict[str, Any]:
         if self.input is not None:
             return {"input": self.input}

@@ -17,6 +17,7 @@ from typing import Any
 from anekit import budget
 from anekit.errors import FormatError
 from anekit.files import read_file, regular_file
+from anekit.formats.mil.values import MODEL_PATH
 
 from .model import MANIFEST, MAX_MANIFEST_BYTES, Manifest, SegmentEntry
 from .schema import check_relative, parse_manifest
@@ -162,9 +163,6 @@ def _checked_file(bundle: Bundle, rel: str, size: int, contents: bool) -> bytes 
     if actual != size:
         raise FormatError(f"{rel!r} has {actual} bytes, the manifest says {size}", where=where)
     return raw
-
-
-MODEL_PATH = "@model_path/"
 
 
 def check_blobfiles(bundle: Bundle, segment: SegmentEntry, program: Any) -> None:

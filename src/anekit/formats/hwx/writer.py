@@ -1,4 +1,4 @@
-"""Writer of .hwx containers in the shape zin_ane_compiler gives them (seed 003, and Apple's
+"""Writer of .hwx containers in the shape zin_ane_compiler gives them (ane-container, and Apple's
 own files in tests/data/apple/hwx): `write(HwxImage) -> bytes`.
 
 Layout: the 32-byte header and load commands, then at file offset 0x4000 the `__TEXT`

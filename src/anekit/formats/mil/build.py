@@ -8,7 +8,7 @@ import numpy as np
 
 from .ast import ArgList, Argument, Binding, Operation, Var
 from .types import MilTensorType, MilType, ScalarType
-from .values import VALUE_CLASSES, BlobFile, Scalar, Tensor, Value
+from .values import VALUE_CLASSES, WEIGHT_PATH, BlobFile, Scalar, Tensor, Value
 
 # numpy dtype -> MIL dtype, for literal(); Python ints and floats default to int32 and fp32.
 _FROM_NUMPY = {
@@ -77,9 +77,7 @@ def const(name: str, value: object, dtype: str | None = None) -> Operation:
     )
 
 
-def blob_const(
-    name: str, type: MilTensorType, offset: int, path: str = "@model_path/weights/weight.bin"
-) -> Operation:
+def blob_const(name: str, type: MilTensorType, offset: int, path: str = WEIGHT_PATH) -> Operation:
     """A const whose value is ``BLOBFILE(path, offset)`` (``offset`` = the blob record's offset)."""
     return const(name, BlobFile(type, path, offset))
 

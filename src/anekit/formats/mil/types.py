@@ -38,6 +38,16 @@ class DType:
     def numpy_dtype(self) -> np.dtype:
         return np.dtype(self.numpy)
 
+    @property
+    def little_endian(self) -> np.dtype:
+        """The numpy dtype of this type's elements in a file or an engine surface."""
+        return np.dtype(self.numpy_dtype.newbyteorder("<").str)  # the native dtype when it is
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one stored element (sub-byte integers occupy their storage dtype)."""
+        return self.numpy_dtype.itemsize
+
 
 def _int(name: str, bits: int, signed: bool, storage: str) -> DType:
     return DType(name, "int", storage, bits, signed)

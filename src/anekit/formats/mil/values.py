@@ -220,6 +220,13 @@ class Tensor:
         return hash((self.type, self.data.shape, self._key()))
 
 
+# Core ML's convention: a BLOBFILE path starts with the program's own directory, and a
+# program's weights are one file at WEIGHT_FILE inside it.
+MODEL_PATH = "@model_path/"
+WEIGHT_FILE = "weights/weight.bin"
+WEIGHT_PATH = MODEL_PATH + WEIGHT_FILE
+
+
 @dataclass(frozen=True)
 class BlobFile:
     """``tensor<...>(BLOBFILE(path = string(P), offset = uint64(N)))``.

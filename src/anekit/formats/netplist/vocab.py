@@ -1,7 +1,7 @@
 """The netplist vocabulary shared by the reader and the writer: type names, dimensions, unit kinds.
 
 Every name here is either *attested* (it appears in Apple's own netplists under
-`fixtures/netplist/` or in seed 000 table 22.6) or *assumed* (our best guess, named after
+`fixtures/netplist/` or in ane-compiler table 22.6) or *assumed* (our best guess, named after
 the attested pattern; a file from Apple's compiler may spell it differently). The
 `ATTESTED`/`ASSUMED` notes travel into `anekit inspect` so nobody mistakes a guess for
 a fact.
@@ -14,7 +14,7 @@ from typing import Final
 
 from anekit.ir.dtypes import DType
 
-# Versions: the fixtures are 1.0.9 (Inputs/Outputs); seed 000 names 1.0.10
+# Versions: the fixtures are 1.0.9 (Inputs/Outputs); ane-compiler names 1.0.10
 # (InputList/OutputList/OperationList/ProcedureList). The writer emits 1.0.10.
 WRITE_VERSION: Final = "1.0.10"
 OUTPUT_SUFFIX: Final = "@output"
@@ -67,7 +67,7 @@ ATTESTED: Final = frozenset(
 ASSUMED: Final = frozenset(
     {"ElementWise", "Pooling", "Softmax", "Transpose", "MatrixMultiplication"}
 )
-# Named by seed 000/003 but not read: their parameters are not described anywhere we have.
+# Named by ane-compiler/ane-container but not read: their parameters are not described anywhere we have.
 UNSUPPORTED: Final = MappingProxyType(
     {
         "SDPA": "its inputs are described (query, key, value, scale, optional mask) "

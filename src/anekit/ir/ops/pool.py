@@ -115,7 +115,7 @@ def _window_sums(x: np.ndarray, attrs: Attrs) -> np.ndarray:
     return total
 
 
-def _window_counts(in_sp: tuple[int, ...], attrs: Attrs, include_pad: bool) -> np.ndarray:
+def window_counts(in_sp: tuple[int, ...], attrs: Attrs, include_pad: bool) -> np.ndarray:
     """Elements each window averages over: inside the input, or inside input plus pads."""
     sp = len(in_sp)
     kernel, strides, pads, dil = pool_geometry(sp, attrs)
@@ -237,7 +237,7 @@ def _float_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
 def avg_pool(x, kernel, strides, pads, dilations, ceil_mode, count_include_pad):
     """mean over each window: of the input elements, or counting pads too (never the overhang)"""
     attrs = _window_attrs(kernel, strides, pads, dilations, ceil_mode)
-    return _window_sums(x, attrs) / _window_counts(x.shape[2:], attrs, count_include_pad)
+    return _window_sums(x, attrs) / window_counts(x.shape[2:], attrs, count_include_pad)
 
 
 def _lp_pool_infer(ins: Types, attrs: Attrs) -> list[TensorType]:

@@ -45,9 +45,9 @@ ACTIVATIONS: dict[str, tuple[int, int, Callable[[float, float], Act]]] = {
     "softplus": (0, 0, lambda a, b: lambda x: np.logaddexp(np.float32(0), x)),
 }
 # ONNX's defaults for alpha/beta when a model gives activations without them
-_DEFAULT_ALPHA = {"affine": 1.0, "leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0,
+DEFAULT_ALPHA = {"affine": 1.0, "leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0,
                   "hardsigmoid": 0.2, "elu": 1.0}  # fmt: skip
-_DEFAULT_BETA = {"affine": 0.0, "scaledtanh": 1.0, "hardsigmoid": 0.5}
+DEFAULT_BETA = {"affine": 0.0, "scaledtanh": 1.0, "hardsigmoid": 0.5}
 
 # op -> (gates, activations per direction, default activations)
 CELLS = {
@@ -72,8 +72,8 @@ def resolve_activations(op: str, attrs: Attrs) -> list[list[Act]]:
         if name not in ACTIVATIONS:
             raise InferError(f"unknown activation '{name}'; known: {sorted(ACTIVATIONS)}")
         n_alpha, n_beta, make = ACTIVATIONS[name]
-        a = alphas.pop(0) if n_alpha and alphas else _DEFAULT_ALPHA.get(name, 0.0)
-        b = betas.pop(0) if n_beta and betas else _DEFAULT_BETA.get(name, 0.0)
+        a = alphas.pop(0) if n_alpha and alphas else DEFAULT_ALPHA.get(name, 0.0)
+        b = betas.pop(0) if n_beta and betas else DEFAULT_BETA.get(name, 0.0)
         fns.append(make(a, b))
     return [fns[d * per_dir : (d + 1) * per_dir] for d in range(dirs)]
 

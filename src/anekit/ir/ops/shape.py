@@ -135,7 +135,7 @@ def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int, i
     return start, end, length
 
 
-def _slice_params(rank: int, attrs: Attrs) -> list[tuple[int, int, int, int]]:
+def slice_params(rank: int, attrs: Attrs) -> list[tuple[int, int, int, int]]:
     starts, ends = attrs["starts"], attrs["ends"]
     axes = attrs["axes"] or tuple(range(len(starts)))
     steps = attrs["steps"] or (1,) * len(starts)
@@ -147,7 +147,7 @@ def _slice_params(rank: int, attrs: Attrs) -> list[tuple[int, int, int, int]]:
 def _slice_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     (x,) = ins
     shape = list(x.shape)
-    for axis, start, end, step in _slice_params(x.rank, attrs):
+    for axis, start, end, step in slice_params(x.rank, attrs):
         shape[axis] = slice_bounds(x.shape[axis], start, end, step)[2]
     return [TensorType(tuple(shape), x.dtype)]
 
@@ -168,7 +168,7 @@ def slice_(x, starts, ends, axes, steps):
     """x[start:end:step] per listed axis (ONNX clamping rules)"""
     index = [slice(None)] * x.ndim
     attrs = {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
-    for axis, start, end, step in _slice_params(x.ndim, attrs):
+    for axis, start, end, step in slice_params(x.ndim, attrs):
         s, e, _ = slice_bounds(x.shape[axis], start, end, step)
         index[axis] = slice(s, e if e >= 0 else None, step)
     return x[tuple(index)]

@@ -1,6 +1,6 @@
 """``ane``: engine segments on the Apple Neural Engine through e5rt (`anekit.runtime.e5rt`).
 
-Written to seed 004's documented interface and not yet run on Apple hardware. CPU segments
+Written to e5rt-reference's documented interface and not yet run on Apple hardware. CPU segments
 run on the simulator (they are fp32 CPU programs). Each engine segment is compiled in this
 process (a compiled program cannot move to another process) and holds one of the process's
 128 program slots until released (`Program.release`).
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 from anekit.formats.mil import print_program
 from anekit.runtime import e5rt
-from anekit.runtime.backends import Backend, SegmentRunner, SegmentSource
+from anekit.runtime.backends import Backend, Capabilities, SegmentRunner, SegmentSource
 from anekit.runtime.backends.sim import BACKEND as SIM
 from anekit.runtime.binding import check_engine_segment, min_surface_bytes
 
@@ -50,6 +53,10 @@ class AneRunner(e5rt.E5Program):
             self._remove_staged()
             raise
 
+    def run_stored(self, args: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``run``: values already in storage form are written to the surfaces as they are."""
+        return self.run(args)
+
     def release(self) -> None:
         try:
             super().release()
@@ -66,6 +73,11 @@ class AneBackend(Backend):
     name = "ane"
     summary = "the Apple Neural Engine through e5rt (macOS on Apple silicon)"
     runs_segments = True
+    # engine segments are their own surfaces (state aliased or double-buffered on them);
+    # CPU segments are simulator runners
+    capabilities = Capabilities(
+        state=True, aliasing=True, paired_surfaces=True, stored_runs=True, weight_reload=True
+    )
 
     def unavailable(self) -> str | None:
         return e5rt.unavailable()
@@ -74,9 +86,13 @@ class AneBackend(Backend):
         if segment.entry.device != "ane":
             return SIM.prepare(segment)  # an fp32 CPU program
         surface = check_engine_segment(
-            segment.entry, segment.program, min_surface_bytes("unknown"), segment.where
+            segment.entry, segment.program, min_surface_bytes(segment.chip), segment.where
         )
         return AneRunner(segment, surface)
+
+    def release(self, runner: SegmentRunner) -> None:
+        if isinstance(runner, AneRunner):  # CPU segments' simulator runners hold nothing
+            runner.release()
 
 
 BACKEND = AneBackend()

@@ -8,7 +8,7 @@ import numpy as np
 
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
-from anekit.runtime.backends import Backend, SegmentRunner, SegmentSource
+from anekit.runtime.backends import Backend, Capabilities, SegmentRunner, SegmentSource
 
 
 class SimRunner:
@@ -44,6 +44,9 @@ class SimBackend(Backend):
     name = "sim"
     summary = "compiled MIL on the fp16 simulator"
     runs_segments = True
+    capabilities = Capabilities(
+        state=True, resident_state=True, stored_runs=True, weight_reload=True
+    )
 
     def prepare(self, segment: SegmentSource) -> SegmentRunner:
         if segment.base_dir is not None:

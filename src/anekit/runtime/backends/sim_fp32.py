@@ -6,7 +6,7 @@ for engine segments); set beside ``sim`` it isolates what fp16 storage between o
 
 from __future__ import annotations
 
-from anekit.runtime.backends import Backend, SegmentRunner, SegmentSource
+from anekit.runtime.backends import Backend, Capabilities, SegmentRunner, SegmentSource
 from anekit.runtime.backends.sim import SimRunner, inlined
 
 
@@ -14,6 +14,8 @@ class SimFp32Backend(Backend):
     name = "sim-fp32"
     summary = "compiled MIL on the simulator with fp16 widened to fp32"
     runs_segments = True
+    # state is handed from step to step in the widened program's storage form; no surfaces
+    capabilities = Capabilities(state=True, stored_runs=True, weight_reload=True)
 
     def prepare(self, segment: SegmentSource) -> SegmentRunner:
         from anekit.runtime.widen import widen_program

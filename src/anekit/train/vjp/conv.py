@@ -10,7 +10,7 @@ constant one-hot kernel copies every window position into its own channel
 
 Every convolution in the gradient therefore has a constant kernel (the engine bakes
 convolution kernels into the program) and the trainable weight only meets matmuls, which
-the engine runs with both operands computed (seed 004 section 2.5.1 runs the whole step,
+the engine runs with both operands computed (e5rt-reference section 2.5.1 runs the whole step,
 CNNs included, on the engine).
 """
 

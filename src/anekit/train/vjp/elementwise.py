@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from anekit.ir.dtypes import FP16_MAX
 from anekit.train.emit import Emitter
 from anekit.train.vjp import rule
-
-FP16_MAX = 65504.0
 
 
 def _shapes(e: Emitter, node) -> tuple[tuple[int, ...], tuple[int, ...]]:

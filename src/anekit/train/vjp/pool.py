@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.ir.ops.pool import _window_counts, pool_geometry
+from anekit.ir.ops.pool import pool_geometry, window_counts
 from anekit.train.emit import Emitter
 from anekit.train.vjp import rule
 from anekit.train.vjp.conv import patches, unpatch
@@ -43,7 +43,7 @@ def _avg_pool(e: Emitter, node, gys):
     x = node.inputs[0]
     kernel, geo = _geometry(e, node)
     k = int(np.prod(kernel))
-    counts = _window_counts(e.shape(x)[2:], node.attrs, node.attrs["count_include_pad"])
+    counts = window_counts(e.shape(x)[2:], node.attrs, node.attrs["count_include_pad"])
     inv = e.const((1.0 / counts).astype(e.ed.values[g].dtype.numpy), hint="inv_count")
     n, c, *out = e.shape(g)
     per_window = e.broadcast_to(e.reshape(inv, (1, 1, 1, *out)), (n, c, k, *out))

@@ -1,5 +1,7 @@
 """``engine``: H13 .hwx programs on the register-level engine emulator (`anekit.emulator`).
 
+The module is named for what runs the programs; the backend keeps its user-facing name.
+
 It runs .hwx files, and graphs of engine layers (a compiled model's engine graph, a
 netplist) by emitting them as an H13 program first (`anekit.codegen.h13`)."""
 
