@@ -65,6 +65,25 @@ class NodeContext:
             raise ModelError(f"missing required attribute '{name}'")
         return default
 
+    def subgraph(self, name: str) -> onnx.GraphProto:
+        """The sub-graph held by attribute ``name`` (an If's branch)."""
+        attr = self._attrs.get(name)
+        if attr is None or attr.type != AttributeProto.GRAPH:
+            raise ModelError(f"missing the sub-graph attribute '{name}'")
+        return attr.g
+
+    def inline(self, branch: onnx.GraphProto) -> list[str]:
+        """Convert ``branch``'s nodes into the graph; the IR names of its outputs."""
+        return self._imp.inline(branch, f"ONNX node '{self.name}' ({self.op_type})")
+
+    def note(self, code: str, message: str, hint: str) -> None:
+        """A warning about this node that compile reports as a diagnostic."""
+        self._imp.notes.append((code, self.name, message, hint))
+
+    def graph_inputs_feeding(self, i: int) -> list[str]:
+        """The model inputs input i is computed from (for messages)."""
+        return self._imp.inputs_feeding(self.input(i))
+
     # --- inputs --------------------------------------------------------------------------
 
     @property

@@ -39,7 +39,7 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # Why whole families of ONNX ops stay unsupported (shown next to them in the error).
 _WHY_UNSUPPORTED: dict[str, str] = {
-    **dict.fromkeys(("If", "Loop", "Scan"), "control flow: anekit compiles one static graph"),
+    **dict.fromkeys(("Loop", "Scan"), "control flow: anekit compiles one static graph"),
     **dict.fromkeys(
         (
             "SequenceAt",
@@ -87,16 +87,19 @@ def from_onnx(
     model: str | os.PathLike | bytes | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
-    constant_inputs: Mapping[str, np.ndarray] | None = None,
+    constant_inputs: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Any] | None = None,
 ) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as an ir.Graph with static shapes.
 
     ``input_shapes`` fixes dynamic input dimensions, e.g. ``{"input_ids": (1, 64)}``.
-    ``constant_inputs`` freezes inputs to given values (they stop being graph inputs),
-    e.g. a shape or axes argument that a model takes as an input.
+    ``constants`` (or its older name ``constant_inputs``) freezes inputs to given values
+    (they stop being graph inputs): a sample rate an ``If`` branches on, a shape or axes
+    argument. A value is converted to the input's declared type when that is exact.
     """
     proto, base_dir = load_model(model)
-    return Importer(proto, base_dir, input_shapes, constant_inputs).run()
+    frozen = {**(constant_inputs or {}), **(constants or {})}
+    return Importer(proto, base_dir, input_shapes, frozen).run()
 
 
 # The largest dimension input_shapes may give (MIL shapes are int32).
@@ -160,7 +163,7 @@ def check_supported(graph: onnx.GraphProto, domains: Mapping[str, int]) -> None:
     for i, node in enumerate(graph.node):
         domain = node.domain or ""
         key = node.op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{node.op_type}"
-        if domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS:
+        if key in CONVERTERS:
             continue
         missing.setdefault(key, []).append(node.name or f"#{i}")
     if missing:
@@ -199,7 +202,9 @@ class Importer:
         self._taken: set[str] = set()
         self._node_names: set[str] = set()  # ONNX node names seen
         self._ir_nodes: set[str] = set()  # IR node names emitted
+        self.notes: list[tuple[str, str, str, str]] = []  # (code, node, message, hint) warnings
         self.opset = self._default_opset()
+        self.domains = {o.domain or "": o.version for o in proto.opset_import}
 
     def _default_opset(self) -> int:
         domains = {o.domain or "": o.version for o in self.proto.opset_import}
@@ -273,7 +278,7 @@ class Importer:
                 self._freeze_input(vi)
             else:
                 inputs.append(self._add_input(vi))
-        for i, node in enumerate(_topological(g)):
+        for i, node in enumerate(_topological(g, set())):
             self._convert(node, i)
         outputs = []
         for vi in g.output:
@@ -287,7 +292,12 @@ class Importer:
             values=self.values,
             constants=self.constants,
             name=g.name or "model",
-            metadata={"source": "onnx", "opset": self.opset, "producer": self.proto.producer_name},
+            metadata={
+                "source": "onnx",
+                "opset": self.opset,
+                "producer": self.proto.producer_name,
+                **({"import_notes": list(self.notes)} if self.notes else {}),
+            },
         )
         return self._finish(graph, [vi.name for vi in g.output])
 
@@ -296,6 +306,19 @@ class Importer:
         ed = GraphEditor(graph)
         ed.name_outputs(onnx_outputs)
         return ed.build()
+
+    def inline(self, branch: onnx.GraphProto, where: str) -> list[str]:
+        """Convert a sub-graph's nodes in place (they may read the enclosing graph's values);
+        the IR names of its outputs."""
+        check_supported(branch, self.domains)
+        for t in branch.initializer:
+            self._add_initializer(t)
+        for i, node in enumerate(_topological(branch, set(self.alias))):
+            self._convert(node, i)
+        missing = [o.name for o in branch.output if o.name not in self.alias]
+        if missing:
+            raise ModelError(f"the sub-graph never computes its output(s) {missing}", where=where)
+        return [self.alias[o.name] for o in branch.output]
 
     def _add_initializer(self, t: onnx.TensorProto) -> None:
         arr = tensor_to_array(t, self.base_dir, self.external)
@@ -318,11 +341,32 @@ class Importer:
 
     def _freeze_input(self, vi: onnx.ValueInfoProto) -> None:
         value = self.constant_inputs[vi.name]
-        want = _IO_DTYPES.get(vi.type.tensor_type.elem_type)
-        if want is None or value.dtype != want.numpy:
+        tt = vi.type.tensor_type
+        want = _IO_DTYPES.get(tt.elem_type)
+        if want is None:
             raise ModelError(
-                f"constant_inputs['{vi.name}'] has dtype {value.dtype}; the model declares {want}"
+                f"input '{vi.name}' has element type {onnx_type_name(tt.elem_type)}, which "
+                "anekit cannot hold as a constant"
             )
+        if value.dtype != want.numpy:
+            cast = value.astype(want.numpy)
+            if value.dtype.kind not in "biuf" or not np.array_equal(cast, value):
+                raise ModelError(
+                    f"the constant for input '{vi.name}' is {value.tolist()!r} ({value.dtype}), "
+                    f"which the input's type {want} cannot hold exactly"
+                )
+            value = cast
+        if tt.HasField("shape"):
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            fits = len(declared) == value.ndim and all(
+                d is None or d == s for d, s in zip(declared, value.shape, strict=True)
+            )
+            if not fits:
+                dims = "x".join("?" if d is None else str(d) for d in declared) or "a scalar"
+                raise ModelError(
+                    f"the constant for input '{vi.name}' has shape {list(value.shape)}, "
+                    f"but the model declares {dims}"
+                )
         self.bind(vi.name, self.add_constant(value, vi.name))
 
     def _add_input(self, vi: onnx.ValueInfoProto) -> Value:
@@ -387,7 +431,9 @@ class Importer:
         ctx = NodeContext(self, node, name, self.opset)
         _check_inputs_present(node, self.opset, f"ONNX node '{name}' ({node.op_type})")
         try:
-            result = CONVERTERS[node.op_type](ctx)
+            domain = node.domain or ""
+            key = node.op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{node.op_type}"
+            result = CONVERTERS[key](ctx)
         except AnekitError as exc:
             exc.where = exc.where or f"ONNX node '{name}' ({node.op_type})"
             raise
@@ -409,6 +455,22 @@ class Importer:
                 f"output(s) {unbound} are not produced by anekit's converter",
                 where=f"ONNX node '{name}' ({node.op_type})",
             )
+
+    def inputs_feeding(self, value: str | None) -> list[str]:
+        """The graph inputs (by their ONNX names) that ``value`` is computed from."""
+        producer = {o: n for n in self.nodes for o in n.outputs}
+        onnx_name = {ir: onnx for onnx, ir in self.alias.items()}
+        found, seen, todo = [], set(), [value] if value else []
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in producer:
+                todo.extend(i for i in producer[v].inputs if i)
+            elif v not in self.constants:
+                found.append(onnx_name.get(v, v))
+        return sorted(found)
 
     def emit(
         self,
@@ -465,9 +527,10 @@ class Importer:
         return name
 
 
-def _topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes in dependency order (ONNX requires it, but not every exporter complies)."""
-    produced = {i.name for i in g.input} | {t.name for t in g.initializer}
+def _topological(g: onnx.GraphProto, outer: set[str]) -> list[onnx.NodeProto]:
+    """The nodes in dependency order (ONNX requires it, but not every exporter complies);
+    ``outer``: the enclosing graph's values a sub-graph may read."""
+    produced = outer | {i.name for i in g.input} | {t.name for t in g.initializer}
     ordered: list[onnx.NodeProto] = []
     pending = list(g.node)
     while pending:
