@@ -170,10 +170,15 @@ def recording_session(real_cls: type) -> type:
 
         def _compiled_for(self, feeds: dict, record: ModelRecord) -> Any:
             constants = {
-                k: np.asarray(v) for k, v in feeds.items() if np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu"
+                k: np.asarray(v)
+                for k, v in feeds.items()
+                if np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu"
             }
             shapes = {k: tuple(np.shape(v)) for k, v in feeds.items() if k not in constants}
-            key = (tuple(sorted(shapes.items())), tuple(sorted((k, int(v)) for k, v in constants.items())))
+            key = (
+                tuple(sorted(shapes.items())),
+                tuple(sorted((k, int(v)) for k, v in constants.items())),
+            )
             if key not in self._compiled:
                 record.shapes.add(key)
                 start = time.perf_counter()
@@ -251,7 +256,9 @@ def text_images() -> list[np.ndarray]:
         img = Image.new("RGB", (640, 60 + 70 * len(lines)), (250, 250, 246))
         draw = ImageDraw.Draw(img)
         for i, line in enumerate(lines):
-            draw.text((24, 30 + 70 * i), line, fill=(20, 20, 20), font=_font(34, bold=k == 0 and i == 0))
+            draw.text(
+                (24, 30 + 70 * i), line, fill=(20, 20, 20), font=_font(34, bold=k == 0 and i == 0)
+            )
         images.append(np.asarray(img)[:, :, ::-1].copy())  # BGR, as cv2 reads files
     return images
 
@@ -262,13 +269,15 @@ def document_image() -> np.ndarray:
 
     img = Image.new("RGB", (800, 1000), "white")
     draw = ImageDraw.Draw(img)
-    draw.text((60, 50), "Compiling networks for the Neural Engine", fill="black", font=_font(30, True))
+    draw.text(
+        (60, 50), "Compiling networks for the Neural Engine", fill="black", font=_font(30, True)
+    )
     words = ("The compiler splits the graph into segments that the engine runs and keeps "
              "the rest on the CPU in float32. ").split()  # fmt: skip
     y = 120
     for _ in range(2):
         for r in range(6):
-            line = " ".join(words[(r * 3) % len(words):] + words[: (r * 3) % len(words)])[:70]
+            line = " ".join(words[(r * 3) % len(words) :] + words[: (r * 3) % len(words)])[:70]
             draw.text((60, y), line, fill="black", font=_font(17))
             y += 26
         y += 30
@@ -294,7 +303,9 @@ def speech_16k() -> np.ndarray | None:
 
     pieces = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k, text in enumerate(["The compiler keeps this layer on the CPU.", "Ready when you are."]):
+        for k, text in enumerate(
+            ["The compiler keeps this layer on the CPU.", "Ready when you are."]
+        ):
             wav = Path(tmp) / f"{k}.wav"
             subprocess.run([exe, "-w", str(wav), text], check=True, capture_output=True)
             rate, data = wavfile.read(wav)
@@ -326,7 +337,9 @@ def ocr_pipeline() -> Callable[[], Any]:
         answers = []
         for img in images:
             result, _ = engine(img)
-            answers.append([(text, np.round(np.asarray(box)).tolist()) for box, text, _ in result or []])
+            answers.append(
+                [(text, np.round(np.asarray(box)).tolist()) for box, text, _ in result or []]
+            )
         return answers
 
     return run
@@ -340,7 +353,10 @@ def layout_pipeline() -> Callable[[], Any]:
 
     def run() -> Any:
         out = engine(page)
-        return [(name, np.round(np.asarray(box)).tolist()) for box, name in zip(out.boxes, out.class_names, strict=True)]
+        return [
+            (name, np.round(np.asarray(box)).tolist())
+            for box, name in zip(out.boxes, out.class_names, strict=True)
+        ]
 
     return run
 
@@ -377,9 +393,13 @@ def vad_pipeline(opset: int) -> Callable[[], Any] | None:
 def agree(reference: Any, answer: Any, tolerance: float) -> bool:
     """Decoded answers equal: text and labels exactly, coordinates within ``tolerance``."""
     if isinstance(reference, dict) and isinstance(answer, dict):
-        return reference.keys() == answer.keys() and all(agree(reference[k], answer[k], tolerance) for k in reference)
+        return reference.keys() == answer.keys() and all(
+            agree(reference[k], answer[k], tolerance) for k in reference
+        )
     if isinstance(reference, list | tuple) and isinstance(answer, list | tuple):
-        return len(reference) == len(answer) and all(agree(a, b, tolerance) for a, b in zip(reference, answer, strict=True))
+        return len(reference) == len(answer) and all(
+            agree(a, b, tolerance) for a, b in zip(reference, answer, strict=True)
+        )
     if isinstance(reference, int | float) and isinstance(answer, int | float):
         return abs(reference - answer) <= tolerance
     return reference == answer
@@ -402,7 +422,18 @@ def install(cache: Path) -> None:
     if not (marker.exists() and marker.read_text() == wanted):
         cache.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache), *PACKAGES, *SUPPORT],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(cache),
+                *PACKAGES,
+                *SUPPORT,
+            ],
             check=True,
         )
         marker.write_text(wanted)
@@ -423,11 +454,23 @@ def smoke_cases() -> dict[str, tuple[str, Callable[[], Any], float]]:
     def vad() -> Callable[[], Any]:
         sess = onnxruntime.InferenceSession(str(SMOKE_DATA / "silero_vad.onnx"))
         rng = np.random.default_rng(0)
-        chunk = (0.3 * np.sin(np.arange(576) * 0.2) + 0.01 * rng.standard_normal(576)).astype(np.float32)[None]
+        chunk = (0.3 * np.sin(np.arange(576) * 0.2) + 0.01 * rng.standard_normal(576)).astype(
+            np.float32
+        )[None]
         state = np.zeros((2, 1, 128), np.float32)
-        return lambda: [round(float(sess.run(None, {"input": chunk, "state": state, "sr": np.array(16000)})[0][0, 0]), 2)]
+        return lambda: [
+            round(
+                float(
+                    sess.run(None, {"input": chunk, "state": state, "sr": np.array(16000)})[0][0, 0]
+                ),
+                2,
+            )
+        ]
 
-    return {"ppocr cls (shipped)": ("tests/data", classify, 0.0), "silero-vad (shipped)": ("tests/data", vad, 0.05)}
+    return {
+        "ppocr cls (shipped)": ("tests/data", classify, 0.0),
+        "silero-vad (shipped)": ("tests/data", vad, 0.05),
+    }
 
 
 # --- the run -----------------------------------------------------------------------------
@@ -438,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="shipped models only, one input each")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--target", default="m4")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "anekit" / "real_models")
+    parser.add_argument(
+        "--cache", type=Path, default=Path.home() / ".cache" / "anekit" / "real_models"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
@@ -480,15 +525,24 @@ def main(argv: list[str] | None = None) -> int:
                           + (f" REFUSED {m['refused']}" if m["refused"] else "") for m in models), flush=True)  # fmt: skip
 
     ratios = [m["time_ratio"] for r in rows for m in r.get("models", []) if m["time_ratio"]]
-    compiled = [m["compile_seconds_max"] for r in rows for m in r.get("models", []) if m["compile_seconds_max"]]
+    compiled = [
+        m["compile_seconds_max"]
+        for r in rows
+        for m in r.get("models", [])
+        if m["compile_seconds_max"]
+    ]
     doc = {
         "benchmark": "real_models",
         "smoke": args.smoke,
         "target": args.target,
         "goal": {"wrong_answers": 0, "time_ratio_geomean_at_most": GOAL_RATIO},
         "wrong_answers": sum(1 for r in rows if r.get("decoded_agree") is False),
-        "refused_models": sorted({m["file"] for r in rows for m in r.get("models", []) if m["refused"]}),
-        "time_ratio_geomean": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None,
+        "refused_models": sorted(
+            {m["file"] for r in rows for m in r.get("models", []) if m["refused"]}
+        ),
+        "time_ratio_geomean": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3)
+        if ratios
+        else None,
         "compile_seconds_max": round(max(compiled), 3) if compiled else None,
         "cases": rows,
         "machine": machine(load_before),

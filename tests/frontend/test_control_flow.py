@@ -69,7 +69,9 @@ def vad_style_model() -> bytes:
     graph = helper.make_graph(
         [
             helper.make_node("Equal", ["sr", "r16"], ["is16"]),
-            helper.make_node("If", ["is16"], ["y"], name="rate_if", then_branch=then16, else_branch=else8),
+            helper.make_node(
+                "If", ["is16"], ["y"], name="rate_if", then_branch=then16, else_branch=else8
+            ),
         ],
         "vad_style",
         [
@@ -135,7 +137,10 @@ def test_an_if_on_data_computes_both_branches_and_selects(flag: float) -> None:
     compiled = anekit.compile(model, "m4")
     warning = [d for d in compiled.diagnostics if d.code == "if-computed-both-ways"]
     assert len(warning) == 1 and "['flag']" in warning[0].message
-    feeds = {"x": RNG.standard_normal((2, 8)).astype(np.float32), "flag": np.array([flag], np.float32)}
+    feeds = {
+        "x": RNG.standard_normal((2, 8)).astype(np.float32),
+        "flag": np.array([flag], np.float32),
+    }
     (expected,) = _ort(model, feeds)
     np.testing.assert_allclose(compiled.run(feeds, "reference")["y"], expected, rtol=1e-6)
     np.testing.assert_allclose(compiled.run(feeds, "sim")["y"], expected, rtol=2e-3, atol=2e-3)
