@@ -14,6 +14,7 @@ import onnx
 from anekit import budget
 from anekit.errors import (
     AnekitError,
+    DynamicShapeError,
     MemoryBudgetError,
     ModelError,
     ShapeError,
@@ -22,6 +23,13 @@ from anekit.errors import (
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
+from anekit.frontend.onnx.signature import (
+    declared_inputs,
+    dynamic_dimensions_text,
+    placeholder_shapes,
+    shape_option_text,
+    suggest_shapes,
+)
 from anekit.frontend.onnx.loader import (
     ExternalData,
     load_model,
@@ -76,6 +84,7 @@ _WHY_UNSUPPORTED: dict[str, str] = {
     "ImageDecoder": "encoded image bytes",
 }
 MIN_OPSET = 1
+_TRIAL_LIMIT_BYTES = 64 << 20  # models up to this size get a --shape hint found by trial imports
 # how an unknown input name is described, per option (the CLI's --shape feeds input_shapes)
 _OPTION_WORDS = {
     "input_shapes": "shapes were given for",
@@ -272,6 +281,7 @@ class Importer:
                 raise ModelError(
                     f"{_OPTION_WORDS[option]} {unknown}, which are not inputs of the model; its inputs are {names}"
                 )
+        self._check_static()
         inputs = []
         for vi in graph_inputs:
             if vi.name in self.constant_inputs:
@@ -369,6 +379,52 @@ class Importer:
                 )
         self.bind(vi.name, self.add_constant(value, vi.name))
 
+    def _check_static(self) -> None:
+        """One error naming every dynamic dimension of every input not fixed by the caller,
+        with a --shape hint the model imports with (or the symbolic names to fill in)."""
+        fixed = set(self.input_shapes) | set(self.constant_inputs)
+        declared = [d for d in declared_inputs(self.proto) if d.name not in fixed]
+        unfixed = [d for d in declared if d.dims is None or d.dynamic()]
+        if not unfixed:
+            return
+        message = f"{dynamic_dimensions_text(unfixed)}; anekit needs static shapes"
+        if any(d.dims is None for d in unfixed):
+            names = ", ".join(f"{d.name}=DIMS" for d in unfixed)
+            raise DynamicShapeError(
+                message, hint=f"give every shape: --shape {names} (input_shapes= in the API)"
+            )
+        shapes, how = self._suggested_shapes(unfixed)
+        if shapes is not None:
+            hint = f"fix them with {shape_option_text(shapes)}"
+            hint += f" ({how}; choose your own sizes)" if how else " (or the sizes you want)"
+        else:
+            hint = (
+                "fix them with "
+                + " ".join(f"--shape {k}={v}" for k, v in placeholder_shapes(unfixed).items())
+                + f", each name replaced by a size ({how})"
+            )
+        raise DynamicShapeError(message, hint=hint + "; input_shapes= in the API")
+
+    def _suggested_shapes(self, unfixed: list) -> tuple[dict | None, str]:
+        """Sizes the model imports with, found by trial imports (skipped for models whose
+        weights are large: each trial would convert them again)."""
+        if self.proto.ByteSize() > _TRIAL_LIMIT_BYTES or any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in self.proto.graph.initializer
+        ):
+            return None, "the model is too large to try sizes on"
+        known = dict(self.input_shapes)
+
+        def imports(shapes: dict) -> str | None:
+            try:
+                Importer(self.proto, self.base_dir, {**known, **shapes}, self.constant_inputs).run()
+            except AnekitError as exc:
+                return str(exc).splitlines()[0]
+            except MemoryError:
+                return "out of memory"
+            return None
+
+        return suggest_shapes(unfixed, imports)
+
     def _add_input(self, vi: onnx.ValueInfoProto) -> Value:
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
@@ -393,31 +449,7 @@ class Importer:
                         f"input_shapes gives '{vi.name}' dimension {k} = {s}, but the model fixes it to {d.dim_value}"
                     )
         else:
-            if not tt.HasField("shape"):
-                raise ModelError(
-                    f"input '{vi.name}' has no declared shape",
-                    hint=f"pass input_shapes={{'{vi.name}': (...)}} or --shape {vi.name}=1x3x224x224",
-                )
-            shape_l = []
-            for k, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value") and d.dim_value >= 0:
-                    shape_l.append(int(d.dim_value))
-                else:
-                    if d.HasField("dim_value"):  # a negative size: invalid, not dynamic
-                        what = f" is declared {d.dim_value}, which is not a size"
-                    else:
-                        label = f" ('{d.dim_param}')" if d.dim_param else ""
-                        what = f"{label} is dynamic; anekit needs static shapes"
-                    # every unknown or invalid dimension shown as 1: a spec the parser accepts
-                    example = "x".join(
-                        str(x.dim_value) if x.HasField("dim_value") and x.dim_value >= 0 else "1"
-                        for x in tt.shape.dim
-                    )
-                    raise ModelError(
-                        f"input '{vi.name}' dimension {k}{what}",
-                        hint=f"fix it with input_shapes={{'{vi.name}': (...)}} or --shape "
-                        f"{vi.name}={example} (with the size you want for dimension {k})",
-                    )
+            shape_l = [int(d.dim_value) for d in tt.shape.dim]  # static: _check_static
             shape = tuple(shape_l)
         name = self.fresh(vi.name)
         value = Value(name, shape, _IO_DTYPES[tt.elem_type])
