@@ -23,18 +23,18 @@ from anekit.errors import (
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
+from anekit.frontend.onnx.loader import (
+    ExternalData,
+    load_model,
+    onnx_type_name,
+    tensor_to_array,
+)
 from anekit.frontend.onnx.signature import (
     declared_inputs,
     dynamic_dimensions_text,
     placeholder_shapes,
     shape_option_text,
     suggest_shapes,
-)
-from anekit.frontend.onnx.loader import (
-    ExternalData,
-    load_model,
-    onnx_type_name,
-    tensor_to_array,
 )
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.edit import GraphEditor
