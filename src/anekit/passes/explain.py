@@ -120,8 +120,25 @@ def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpR
     return rows
 
 
+def _cpu_nodes(source: Graph, result: PipelineResult) -> int:
+    """How many of ``source``'s nodes run (in whole or in part) on the CPU: a node split into
+    many CPU pieces counts once, a node folded into a CPU op counts as the CPU's."""
+    holders: dict[str, list[Node]] = {}
+    for n in result.graph.nodes:
+        for o in n.origin:
+            holders.setdefault(o, []).append(n)
+    count = 0
+    for s in source.nodes:
+        hs = holders.get(s.name, [])
+        mains = [h for h in hs if s.name in _primary(h)]
+        on_cpu = [h for h in (mains or hs) if _device(result, h) == "cpu"]
+        count += bool(on_cpu) and (bool(mains) or len(on_cpu) == len(hs))
+    return count
+
+
 def summarize(source: Graph, result: PipelineResult) -> dict[str, int]:
-    """The check summary: nodes, engine layers, segments, CPU ops, dispatches."""
+    """The check summary: nodes, engine layers, segments, CPU ops (the engine graph's ops
+    that run on the CPU) and CPU nodes (the model's nodes they come from), dispatches."""
     graph = result.graph
     ane_layers = sum(1 for n in graph.nodes if n.op == "ane_layer" and _device(result, n) == "ane")
     ane_segments = sum(1 for s in result.segments if s.device == "ane")
@@ -131,15 +148,20 @@ def summarize(source: Graph, result: PipelineResult) -> dict[str, int]:
         "ane_segments": ane_segments,
         "cpu_segments": len(result.segments) - ane_segments,
         "cpu_ops": sum(1 for n in graph.nodes if _device(result, n) == "cpu"),
+        "cpu_nodes": _cpu_nodes(source, result),
         "dispatches": ane_segments,
     }
 
 
 def summary_line(summary: dict[str, int]) -> str:
     s = summary
+    ops, nodes = s["cpu_ops"], s.get("cpu_nodes", s["cpu_ops"])
+    if ops == nodes:
+        cpu = f"{ops} op{'s' if ops != 1 else ''} on the CPU"
+    else:  # one wide convolution split into many CPU pieces; a CPU join of engine pieces
+        cpu = f"{nodes} of the model's nodes on the CPU (as {ops} op{'s' if ops != 1 else ''})"
     return (
         f"{s['nodes']} nodes -> {s['engine_layers']} engine layers in {s['ane_segments']} ANE "
-        f"segment{'s' if s['ane_segments'] != 1 else ''}, {s['cpu_ops']} op"
-        f"{'s' if s['cpu_ops'] != 1 else ''} on the CPU, {s['dispatches']} dispatch"
+        f"segment{'s' if s['ane_segments'] != 1 else ''}, {cpu}, {s['dispatches']} dispatch"
         f"{'es' if s['dispatches'] != 1 else ''}"
     )
