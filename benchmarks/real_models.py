@@ -514,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({
             "case": name,
             "package": package,
+            "load_average_1min": round(os.getloadavg()[0], 2),
             "licence": PACKAGES.get(package, "see tests/data/real_models/README.md"),
             "decoded_agree": None if refused else agree(reference, answer, tolerance),
             "decoded_reference": repr(reference)[:400],

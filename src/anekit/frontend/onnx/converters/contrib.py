@@ -17,6 +17,7 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
 
 MS = "com.microsoft"
 
@@ -43,15 +44,7 @@ def dynamic_quantize_lstm(cx: NodeContext):
     # W [D, input, 4H] and R [D, H, 4H]: the quantizer transposed them; LSTM wants [D, 4H, *]
     w = _dequantized(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
     r = _dequantized(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
-    attrs = {
-        "hidden_size": cx.attr("hidden_size"),
-        "direction": cx.attr("direction", "forward"),
-        "activations": cx.attr("activations", ()),
-        "activation_alpha": cx.attr("activation_alpha", ()),
-        "activation_beta": cx.attr("activation_beta", ()),
-        "clip": cx.attr("clip", None),
-        "input_forget": cx.attr("input_forget", 0),
-    }
+    attrs = recurrent_attrs(cx, "lstm")
     inputs = [cx.input(0), cx.constant(np.ascontiguousarray(w), "W"),
               cx.constant(np.ascontiguousarray(r), "R"), *(cx.input(i) for i in range(3, 8))]  # fmt: skip
     while inputs and inputs[-1] is None:
