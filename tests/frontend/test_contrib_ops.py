@@ -214,3 +214,55 @@ def test_dynamic_quantize_lstm_from_onnxruntimes_quantizer(
     sim = compiled.run({"x": x}, "sim")
     for name, want in zip(names, exact, strict=True):
         np.testing.assert_allclose(sim[name], want, atol=1e-2, err_msg=name)
+
+
+@pytest.mark.parametrize(("masked", "causal"), [(False, False), (True, False), (False, True)])
+def test_packed_attention(masked: bool, causal: bool) -> None:
+    b, s, hidden, heads = 2, 6, 16, 4
+    x = _f(b, s, hidden)
+    inits = {"w": _f(hidden, 3 * hidden, scale=0.3), "bias": _f(3 * hidden, scale=0.1)}
+    names = ["x", "w", "bias"]
+    feeds = {"x": x}
+    inputs = {"x": x}
+    if masked:  # the last two keys of the second sequence are padding
+        mask = np.ones((b, s), np.int32)
+        mask[1, -2:] = 0
+        names.append("mask")
+        feeds["mask"] = mask
+    node = helper.make_node(
+        "Attention", names, ["y"], domain=MS, num_heads=heads, unidirectional=int(causal)
+    )
+    graph_inputs = [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()
+    ]
+    if masked:
+        graph_inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, [b, s]))
+    graph = helper.make_graph(
+        [node], "attn", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    )
+    _check(model, feeds)
+
+
+def test_multi_head_attention_with_bias_and_key_padding() -> None:
+    b, s, kv, hidden, heads = 2, 5, 7, 16, 2
+    q, k, v = _f(b, s, hidden), _f(b, kv, hidden), _f(b, kv, hidden)
+    mask = np.ones((b, kv), np.int32)
+    mask[0, -3:] = 0
+    node = helper.make_node(
+        "MultiHeadAttention", ["q", "k", "v", "bias", "mask"], ["y"], domain=MS, num_heads=heads
+    )
+    graph = helper.make_graph(
+        [node], "mha",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in (("q", q), ("k", k), ("v", v))]
+        + [helper.make_tensor_value_info("mask", TensorProto.INT32, [b, kv])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_f(3 * hidden, scale=0.1), "bias")],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    )
+    _check(model, {"q": q, "k": k, "v": v, "mask": mask})

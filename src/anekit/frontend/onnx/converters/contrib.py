@@ -18,6 +18,7 @@ from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
+from anekit.ir.dtypes import DType
 
 MS = "com.microsoft"
 
@@ -161,3 +162,93 @@ def fused_matmul(cx: NodeContext):
     y = cx.emit("matmul", [a, b])
     scale = cx.constant(np.asarray(alpha, cx.type(0).dtype.numpy), "alpha")
     return cx.emit("mul", [y, scale], final=True)
+
+
+def _heads(cx: NodeContext, x: str, heads: int) -> str:
+    """[B, S, H * D] -> [B, H, S, D]."""
+    b, s, hidden = cx.shape_of(x)
+    if hidden % heads:
+        raise ModelError(f"a hidden size of {hidden} does not split into {heads} heads")
+    split = cx.emit("reshape", [x], {"shape": (b, s, heads, hidden // heads)})
+    return cx.emit("transpose", [split], {"perm": (0, 2, 1, 3)})
+
+
+def _merged(cx: NodeContext, y: str) -> str:
+    """[B, H, S, D] -> [B, S, H * D] under the node's output name."""
+    b, h, s, d = cx.shape_of(y)
+    back = cx.emit("transpose", [y], {"perm": (0, 2, 1, 3)})
+    return cx.emit("reshape", [back], {"shape": (b, s, h * d)}, final=True)
+
+
+def _key_mask(cx: NodeContext, index: int, batch: int, keys: int) -> str | None:
+    """A [B, L] mask of 1 (attend) and 0 (padding) as a bool [B, 1, 1, L], or None."""
+    if cx.input(index) is None:
+        return None
+    if cx.shape(index) != (batch, keys):
+        raise ModelError(
+            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s is supported here, "
+            f"not {list(cx.shape(index))} (mask_index's other forms: not yet)"
+        )
+    keep = cx.emit("cast", [cx.input(index)], {"to": DType.BOOL})
+    return cx.emit("reshape", [keep], {"shape": (batch, 1, 1, keys)})
+
+
+def _refuse_extras(cx: NodeContext, inputs: dict[int, str], outputs: dict[int, str]) -> None:
+    for i, what in inputs.items():
+        if cx.input(i) is not None:
+            raise ModelError(f"the {what} input is not supported yet")
+    for i, what in outputs.items():
+        if len(cx.node.output) > i and cx.node.output[i]:
+            raise ModelError(f"the {what} output is not supported yet")
+    if cx.attr("do_rotary", 0):
+        raise ModelError("do_rotary is not supported yet")
+
+
+@converter(f"{MS}.Attention")
+def contrib_attention(cx: NodeContext):
+    """BERT-style self-attention with packed Q, K, V weights (the transformer optimizer's
+    fusion): input [B, S, in] @ weights [in, 3 * hidden] + bias, num_heads heads, an
+    optional [B, S] key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
+    adds mask_filter_value, -10000: the same softmax to fp32 unless a row is fully masked)."""
+    _refuse_extras(cx, {4: "past", 5: "attention_bias", 6: "past_sequence_length"}, {1: "present"})
+    heads = cx.attr("num_heads")
+    b, s, _ = cx.shape(0)
+    sizes = cx.attr("qkv_hidden_sizes", ())
+    width = cx.shape(1)[1]
+    sizes = tuple(sizes) or (width // 3,) * 3
+    if sum(sizes) != width:
+        raise ModelError(f"qkv_hidden_sizes {list(sizes)} do not add up to the weights' {width}")
+    packed = cx.emit("matmul", [cx.input(0), cx.input(1)])
+    packed = _plus_bias(cx, packed, 2)
+    q, k, v = cx.emit("split", [packed], {"axis": 2, "sizes": sizes})
+    mask = _key_mask(cx, 3, b, s)
+    attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
+    y = cx.emit(
+        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+    )
+    return _merged(cx, y)
+
+
+@converter(f"{MS}.MultiHeadAttention")
+def multi_head_attention(cx: NodeContext):
+    """Separate query [B, S, D], key [B, L, D] and value [B, L, Dv] (3-d forms), an optional
+    bias [D + D + Dv] and [B, L] key padding mask; num_heads heads."""
+    _refuse_extras(
+        cx,
+        {5: "attention_bias", 6: "past_key", 7: "past_value"},
+        {1: "present_key", 2: "present_value"},
+    )
+    if cx.input(1) is None or cx.input(2) is None or len(cx.shape(1)) != 3:
+        raise ModelError("only separate 3-d query, key and value inputs are supported here")
+    heads = cx.attr("num_heads")
+    q, k, v = cx.input(0), cx.input(1), cx.input(2)
+    if cx.input(3) is not None:
+        d, dv = cx.shape(0)[2], cx.shape(2)[2]
+        bq, bk, bv = cx.emit("split", [cx.input(3)], {"axis": 0, "sizes": (d, d, dv)})
+        q, k, v = (cx.emit("add", [x, bias]) for x, bias in ((q, bq), (k, bk), (v, bv)))
+    mask = _key_mask(cx, 4, cx.shape(0)[0], cx.shape(1)[1])
+    attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
+    y = cx.emit(
+        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+    )
+    return _merged(cx, y)
