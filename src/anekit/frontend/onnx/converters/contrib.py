@@ -2,7 +2,8 @@
 its dynamic quantizer (``DynamicQuantizeLSTM``, ``DynamicQuantizeMatMul``) and its
 transformer optimizer's fusions (``Gelu``, ``FastGelu``, ``BiasGelu``, ``QuickGelu``,
 ``GemmFastGelu``, ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
-``SimplifiedLayerNormalization``, ``FusedMatMul``, ``BiasAdd``).
+``SimplifiedLayerNormalization``, ``FusedMatMul``, ``BiasAdd``, ``Attention``,
+``MultiHeadAttention``).
 
 Quantized weights are dequantized to float here, once: the engine computes in fp16, so the
 integer form would only be converted back. onnxruntime also quantizes the *activations* of
