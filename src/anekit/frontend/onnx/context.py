@@ -165,6 +165,11 @@ class NodeContext:
         outs = self._imp.emit(op, list(inputs), attrs, node=self, output_names=names)
         return outs[0] if len(outs) == 1 else outs
 
+    def emit_as(self, k: int, op: str, inputs: Sequence[str | None]) -> str:
+        """A one-output IR op whose output takes the node's ``k``-th output name."""
+        names = (self.node.output[k],) if k < len(self.node.output) else None
+        return self._imp.emit(op, list(inputs), None, node=self, output_names=names)[0]
+
     def reserve(self, shape: Sequence[int], dtype: Any, what: str) -> None:
         """Check a constant of ``shape`` the model asks for against the memory budget, before
         it is made (the node's name is added to the error by the importer)."""

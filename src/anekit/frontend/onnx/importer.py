@@ -212,12 +212,11 @@ class Importer:
         self._node_names: set[str] = set()  # ONNX node names seen
         self._ir_nodes: set[str] = set()  # IR node names emitted
         self.notes: list[tuple[str, str, str, str]] = []  # (code, node, message, hint) warnings
-        self.opset = self._default_opset()
         self.domains = {o.domain or "": o.version for o in proto.opset_import}
+        self.opset = self._default_opset()
 
     def _default_opset(self) -> int:
-        domains = {o.domain or "": o.version for o in self.proto.opset_import}
-        version = domains.get("", domains.get("ai.onnx"))
+        version = self.domains.get("", self.domains.get("ai.onnx"))
         if version is None:
             raise ModelError("the model declares no default-domain opset")
         if version < MIN_OPSET:
@@ -264,8 +263,7 @@ class Importer:
 
     def run(self) -> Graph:
         g = self.proto.graph
-        domains = {o.domain or "": o.version for o in self.proto.opset_import}
-        check_supported(g, domains)
+        check_supported(g, self.domains)
         check_single_assignment(g)
         init_names = {t.name for t in g.initializer}
         for t in g.initializer:
@@ -383,7 +381,14 @@ class Importer:
         """One error naming every dynamic dimension of every input not fixed by the caller,
         with a --shape hint the model imports with (or the symbolic names to fill in)."""
         fixed = set(self.input_shapes) | set(self.constant_inputs)
-        declared = [d for d in declared_inputs(self.proto) if d.name not in fixed]
+        # inputs that are not tensors of a supported type: _add_input says what is wrong
+        tensors = {
+            vi.name for vi in self.proto.graph.input
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in _IO_DTYPES
+        }  # fmt: skip
+        declared = [
+            d for d in declared_inputs(self.proto) if d.name not in fixed and d.name in tensors
+        ]
         unfixed = [d for d in declared if d.dims is None or d.dynamic()]
         if not unfixed:
             return

@@ -33,7 +33,7 @@ def if_(ctx: NodeContext) -> tuple[str, ...]:
     except ModelError as exc:
         raise UnsupportedModelError(
             f"its condition is computed from input(s) {sources}, and one branch cannot be "
-            f"built for these input shapes ({exc.where}: {exc.message})",
+            f"built for these input shapes ({str(exc).splitlines()[0]})",
             hint=hint,
         ) from None
     shapes = [(ctx.shape_of(a), ctx.shape_of(b)) for a, b in zip(then_out, else_out, strict=True)]
@@ -52,10 +52,13 @@ def if_(ctx: NodeContext) -> tuple[str, ...]:
     cond_bool = ctx.input(0)
     if ctx.type(0).dtype != DType.BOOL:
         cond_bool = ctx.emit("cast", [cond_bool], {"to": DType.BOOL})
-    outs = tuple(ctx.node.output)
+    if any(len(ctx.shape_of(a)) < len(ctx.shape(0)) for a in then_out):
+        raise UnsupportedModelError(
+            f"its condition is computed from input(s) {sources} and has rank "
+            f"{len(ctx.shape(0))}, more than an output's",
+            hint=hint,
+        )
     return tuple(
-        ctx._imp.emit(  # noqa: SLF001 - each output keeps its ONNX name
-            "where", [cond_bool, a, b], None, node=ctx, output_names=(name,)
-        )[0]
-        for name, a, b in zip(outs, then_out, else_out, strict=True)
+        ctx.emit_as(k, "where", [cond_bool, a, b])
+        for k, (a, b) in enumerate(zip(then_out, else_out, strict=True))
     )
