@@ -82,11 +82,7 @@ def _reason(result: PipelineResult, node: Node) -> str | None:
 def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpReport]:
     """One OpReport per node of ``source`` (whose node names are the origins in the result's
     graph), from the pipeline's facts and the context's event log."""
-    graph = result.graph
-    holders: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for o in n.origin:
-            holders.setdefault(o, []).append(n)
+    holders = _holders(result.graph)
     rows = []
     for s in source.nodes:
         hs = holders.get(s.name, [])
@@ -120,13 +116,19 @@ def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpR
     return rows
 
 
+def _holders(graph: Graph) -> dict[str, list[Node]]:
+    """Each original node's name -> the nodes of ``graph`` that carry it (by origin)."""
+    holders: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for o in n.origin:
+            holders.setdefault(o, []).append(n)
+    return holders
+
+
 def _cpu_nodes(source: Graph, result: PipelineResult) -> int:
     """How many of ``source``'s nodes run (in whole or in part) on the CPU: a node split into
     many CPU pieces counts once, a node folded into a CPU op counts as the CPU's."""
-    holders: dict[str, list[Node]] = {}
-    for n in result.graph.nodes:
-        for o in n.origin:
-            holders.setdefault(o, []).append(n)
+    holders = _holders(result.graph)
     count = 0
     for s in source.nodes:
         hs = holders.get(s.name, [])
