@@ -137,6 +137,8 @@ def test_an_if_on_data_computes_both_branches_and_selects(flag: float) -> None:
     compiled = anekit.compile(model, "m4")
     warning = [d for d in compiled.diagnostics if d.code == "if-computed-both-ways"]
     assert len(warning) == 1 and "['flag']" in warning[0].message
+    (row,) = [r for r in compiled.ops if r.node == "pick"]  # check and compile show it
+    assert row.reason.startswith("the condition of If 'pick' is computed from input(s) ['flag']")
     feeds = {
         "x": RNG.standard_normal((2, 8)).astype(np.float32),
         "flag": np.array([flag], np.float32),

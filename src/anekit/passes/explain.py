@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph, Node
@@ -113,7 +113,19 @@ def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpR
             ]
             reason = "; ".join(n for n in notes if n) or None
             rows.append(OpReport(s.name, s.op, "folded", _names(hs), reason))
-    return rows
+    return _with_import_notes(rows, source)
+
+
+def _with_import_notes(rows: list[OpReport], source: Graph) -> list[OpReport]:
+    """What the importer said about a node (an ``If`` computed both ways) leads its reason."""
+    notes = {node: message for _, node, message, _ in source.metadata.get("import_notes", ())}
+    if not notes:
+        return rows
+    return [
+        replace(r, reason="; ".join(x for x in (notes[r.node], r.reason) if x))
+        if r.node in notes else r
+        for r in rows
+    ]  # fmt: skip
 
 
 def _holders(graph: Graph) -> dict[str, list[Node]]:
