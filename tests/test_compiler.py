@@ -77,6 +77,7 @@ def test_report_has_the_check_shape_and_is_json() -> None:
         "ane_segments",
         "cpu_segments",
         "cpu_ops",
+        "cpu_nodes",
         "dispatches",
     }
     assert report["summary"]["nodes"] == len(cm.source.nodes) == len(report["ops"])
@@ -116,3 +117,14 @@ def test_the_report_carries_the_cost_models_estimate() -> None:
     compiled = anekit.compile(_graph(), "m2")
     estimate = compiled.report["estimate"]
     assert estimate["summary"] == estimate_compiled(compiled).summary()
+
+
+def test_the_summary_counts_the_models_nodes_on_the_cpu_not_their_pieces() -> None:
+    """A convolution too wide for M1's engine runs on the CPU split into pieces: the summary
+    says one of the model's nodes runs there, and how many ops it became."""
+    x = anekit.input("x", (1, 1, 20000, 64))
+    w = RNG.standard_normal((64, 256)).astype(np.float32)
+    cm = anekit.compile(anekit.graph(ops.matmul(x, w, name="wide")), "m1")
+    assert cm.summary["cpu_nodes"] == 1 and cm.summary["cpu_ops"] > 1
+    assert f"1 of the model's nodes on the CPU (as {cm.summary['cpu_ops']} ops)" in cm.summary_line()
+    assert [r.placement for r in cm.ops] == ["cpu"]

@@ -42,11 +42,14 @@ _LAZY = {
 }
 
 
-def from_onnx(model: Any, input_shapes: dict[str, Any] | None = None) -> Graph:
-    """Import an ONNX model (path, bytes or onnx.ModelProto) as a Graph with static shapes."""
+def from_onnx(
+    model: Any, input_shapes: dict[str, Any] | None = None, constants: dict[str, Any] | None = None
+) -> Graph:
+    """Import an ONNX model (path, bytes or onnx.ModelProto) as a Graph with static shapes;
+    ``constants`` fixes inputs to values so that shape logic and ``If`` branches fold."""
     from anekit.frontend.onnx import from_onnx as _from_onnx
 
-    return _from_onnx(model, input_shapes)
+    return _from_onnx(model, input_shapes, constants=constants)
 
 
 def from_torch(

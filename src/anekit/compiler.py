@@ -188,16 +188,21 @@ def _estimate(cm: CompiledModel) -> Any:
     return report_estimate(cm)
 
 
-def load_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load_graph(
+    model: Any,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
+) -> Graph:
     """A Graph as is; an ONNX file path, bytes or ModelProto through the ONNX importer."""
     if isinstance(model, Graph):
-        if input_shapes:
-            raise AnekitError("input_shapes applies to ONNX models; a Graph has static shapes")
+        for option, given in (("input_shapes", input_shapes), ("constants", constants)):
+            if given:
+                raise AnekitError(f"{option} applies to ONNX models; a Graph has static shapes")
         return model
     if isinstance(model, str | os.PathLike | bytes) or type(model).__name__ == "ModelProto":
         from anekit.frontend.onnx import from_onnx
 
-        return from_onnx(model, input_shapes)
+        return from_onnx(model, input_shapes, constants=constants)
     raise AnekitError(
         f"cannot compile a {type(model).__name__}",
         hint="pass an anekit Graph, an ONNX file path or an onnx.ModelProto "
@@ -210,12 +215,16 @@ def compile(  # noqa: A001 - the public name the API promises
     target: str | Target = DEFAULT_TARGET,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
     passes: Sequence[str] = DEFAULT_PIPELINE,
     lora: Any = None,
     compress: str | None = None,
     **options: Any,
 ) -> CompiledModel:
     """Compile ``model`` for ``target`` (a chip name such as "m4" or an engine code).
+
+    ``constants`` fixes ONNX inputs to values (``{"sr": 16000}``): they stop being inputs,
+    and the shape logic and ``If`` branches that depend on them fold away.
 
     ``lora`` (an `anekit.LoRA`) gives the matching linear layers adapter inputs
     (`anekit.lora`). ``compress`` stores the engine segments' convolution weights compressed:
@@ -238,7 +247,7 @@ def compile(  # noqa: A001 - the public name the API promises
 
         check_scheme(compress, chip.mil.opset)
     with fewer_collections():
-        source = load_graph(model, input_shapes)
+        source = load_graph(model, input_shapes, constants)
         if lora is not None:
             from anekit import lora as adapters
 
@@ -248,6 +257,8 @@ def compile(  # noqa: A001 - the public name the API promises
         if options.get("cpu_nodes"):
             options["cpu_nodes"] = known_nodes(source, options["cpu_nodes"], "cpu_nodes")
         ctx = PassContext(chip, PassOptions(**options))
+        for code, node, message, hint in source.metadata.get("import_notes", ()):
+            ctx.diagnostics.append(Diagnostic("warning", code, node, message, hint))
         if "segment" not in passes:
             raise AnekitError(
                 "a compile pipeline must place the nodes: it ends with the segment pass",
@@ -343,6 +354,7 @@ def load_or_compile(
     *,
     cache: Any = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Any:
     """``compile(model, target, **options).program``, from the program cache when the same
@@ -350,7 +362,7 @@ def load_or_compile(
     from anekit.runtime.cache import ProgramCache, cached
 
     chosen = cache if cache is not None else ProgramCache()
-    graph = load_graph(model, input_shapes)
+    graph = load_graph(model, input_shapes, constants)
     # keyed on what the compiler reads of the target, so an edited target gets its own entry
     key = targets.get(target).compile_id
     return cached(chosen, graph, key, options, lambda g: compile(g, target, **options))

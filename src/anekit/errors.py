@@ -65,6 +65,10 @@ class UnsupportedModelError(ModelError):
     """A model that uses operators anekit does not implement; lists all of them at once."""
 
 
+class DynamicShapeError(ModelError):
+    """Inputs with dynamic dimensions the caller has not fixed; names every one of them."""
+
+
 class ShapeError(ModelError):
     """Shape or dtype inference failed; the message names the node and the op."""
 

@@ -57,7 +57,8 @@ def test_json_report(tmp_path, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["target"] == "m4"
     assert report["summary"] == {
-        "nodes": 4, "engine_layers": 2, "ane_segments": 2, "cpu_segments": 1, "cpu_ops": 1, "dispatches": 2,
+        "nodes": 4, "engine_layers": 2, "ane_segments": 2, "cpu_segments": 1, "cpu_ops": 1,
+        "cpu_nodes": 1, "dispatches": 2,
     }  # fmt: skip
     rows = {r["node"]: r for r in report["ops"]}
     assert list(rows) == ["conv", "relu", "floor", "softmax"]

@@ -138,7 +138,7 @@ def test_reference_run_refuses_integer_division_by_zero_in_the_feeds(capsys, tmp
 
 
 @pytest.mark.parametrize(
-    ("dims", "hint"), [([1, -5], "--shape x=1x1 "), (["N", 4], "--shape x=1x4 ")]
+    ("dims", "hint"), [([1, -5], "--shape x=1x32 "), (["N", 4], "--shape x=1x4 ")]
 )
 def test_shape_hint_is_a_spec_the_parser_accepts(dims, hint, tmp_path, capsys) -> None:
     path = save(relu(dims), tmp_path)

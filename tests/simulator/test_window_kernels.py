@@ -130,6 +130,38 @@ def test_window_gather_gives_numpys_bits(geo, groups, special, strided, seed) ->
 
 
 @settings(max_examples=60, deadline=None)
+@given(geometry, st.integers(1, 3), st.integers(1, 3), st.booleans(), st.booleans(),
+       st.integers(0, 10**6))  # fmt: skip
+def test_conv_with_real_weights_on_gathered_windows_gives_numpys_bits(
+    geo, groups, per_group, special, strided, seed
+) -> None:
+    """A convolution with real weights multiplies windows the C gather laid out in the
+    im2col layout; the numpy im2col copy gives the same bits, signed zeros included (a
+    channel of -0 inputs times weights of both signs still sums to +0)."""
+    n, kernel, strides, dilations, pads, sizes = geo
+    pad_sum = [pads[2 * i] + pads[2 * i + 1] for i in range(n)]
+    fits = zip(sizes, pad_sum, kernel, dilations, strict=True)
+    if any(s + p < (k - 1) * d + 1 for s, p, k, d in fits):
+        return
+    channels = groups * per_group
+    x = _values((2, channels, *sizes), seed, special)
+    x[:, 0] = -0.0  # every product of this channel is a signed zero
+    if strided:
+        x = np.ascontiguousarray(np.moveaxis(x, 0, -1))
+        x = np.moveaxis(x, -1, 0)
+    rng = np.random.default_rng(seed + 1)
+    weight = rng.standard_normal((groups * 2, per_group, *kernel)).astype(np.float32)
+    weight[rng.random(weight.shape) < 0.2] = -0.0
+    kwargs = {"x": x, "weight": weight, "groups": np.int32(groups),
+              "bias": rng.standard_normal(groups * 2).astype(np.float32),
+              "strides": np.array(strides, np.int32), "dilations": np.array(dilations, np.int32),
+              "pad_type": "custom", "pad": np.array(pads, np.int32)}  # fmt: skip
+    fast = conv.conv(**kwargs)
+    slow = _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs)
+    assert _same_bits(fast, slow)
+
+
+@settings(max_examples=60, deadline=None)
 @given(geometry, st.integers(1, 2), st.booleans(),
        st.sampled_from(["contiguous", "channels last", "batch inside channels"]),
        st.integers(0, 10**6))  # fmt: skip

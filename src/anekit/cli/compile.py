@@ -59,7 +59,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
     add_remedy_options(p)
+    p.add_argument(
+        "--const",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fix an input to a constant so that shape logic and If branches on it fold, "
+        "e.g. --const sr=16000 (a list: --const axes=0,2; repeatable)",
+    )
     p.set_defaults(func=run)
+
+
+def parse_constants(specs: list[str]) -> dict[str, Any]:
+    """'sr=16000' -> {'sr': array(16000)}; 'axes=0,2' -> a 1-D array."""
+    import numpy as np
+
+    constants: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        try:
+            values = [float(v) if any(c in v for c in ".eE") else int(v) for v in text.split(",")]
+        except ValueError:
+            values = []
+        if not sep or not name or not text or not values:
+            raise AnekitError(
+                f"--const '{spec}' is not NAME=VALUE",
+                hint="a number or numbers separated by commas, e.g. --const sr=16000",
+            )
+        constants[name] = np.array(values[0] if "," not in text else values)
+    return constants
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,10 +112,16 @@ def run(args: argparse.Namespace) -> int:
     if args.mlpackage:
         check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
     shapes = parse_shapes(args.shape) or None
+    constants = parse_constants(args.const) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
         compiled = compile_model(
-            path, target, input_shapes=shapes, compress=args.compress, **remedy_options(args)
+            path,
+            target,
+            input_shapes=shapes,
+            constants=constants,
+            compress=args.compress,
+            **remedy_options(args),
         )
         step("emitting MIL", len(compiled.segments))
         written = save(
@@ -134,7 +168,11 @@ def _run_hwx(args: argparse.Namespace, target: Any, path: Path) -> int:
             hint="remove it or choose another -o",
         )
     compiled = compile_model(
-        path, target, input_shapes=parse_shapes(args.shape) or None, **remedy_options(args)
+        path,
+        target,
+        input_shapes=parse_shapes(args.shape) or None,
+        constants=parse_constants(args.const) or None,
+        **remedy_options(args),
     )
     program = emit_program(compiled)
     files = dict(program.files)

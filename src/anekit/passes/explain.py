@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from anekit.ir.engine import LayerView
 from anekit.ir.graph import Graph, Node
@@ -82,11 +82,7 @@ def _reason(result: PipelineResult, node: Node) -> str | None:
 def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpReport]:
     """One OpReport per node of ``source`` (whose node names are the origins in the result's
     graph), from the pipeline's facts and the context's event log."""
-    graph = result.graph
-    holders: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for o in n.origin:
-            holders.setdefault(o, []).append(n)
+    holders = _holders(result.graph)
     rows = []
     for s in source.nodes:
         hs = holders.get(s.name, [])
@@ -117,11 +113,46 @@ def explain(source: Graph, result: PipelineResult, ctx: PassContext) -> list[OpR
             ]
             reason = "; ".join(n for n in notes if n) or None
             rows.append(OpReport(s.name, s.op, "folded", _names(hs), reason))
-    return rows
+    return _with_import_notes(rows, source)
+
+
+def _with_import_notes(rows: list[OpReport], source: Graph) -> list[OpReport]:
+    """What the importer said about a node (an ``If`` computed both ways) leads its reason."""
+    notes = {node: message for _, node, message, _ in source.metadata.get("import_notes", ())}
+    if not notes:
+        return rows
+    return [
+        replace(r, reason="; ".join(x for x in (notes[r.node], r.reason) if x))
+        if r.node in notes else r
+        for r in rows
+    ]  # fmt: skip
+
+
+def _holders(graph: Graph) -> dict[str, list[Node]]:
+    """Each original node's name -> the nodes of ``graph`` that carry it (by origin)."""
+    holders: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for o in n.origin:
+            holders.setdefault(o, []).append(n)
+    return holders
+
+
+def _cpu_nodes(source: Graph, result: PipelineResult) -> int:
+    """How many of ``source``'s nodes run (in whole or in part) on the CPU: a node split into
+    many CPU pieces counts once, a node folded into a CPU op counts as the CPU's."""
+    holders = _holders(result.graph)
+    count = 0
+    for s in source.nodes:
+        hs = holders.get(s.name, [])
+        mains = [h for h in hs if s.name in _primary(h)]
+        on_cpu = [h for h in (mains or hs) if _device(result, h) == "cpu"]
+        count += bool(on_cpu) and (bool(mains) or len(on_cpu) == len(hs))
+    return count
 
 
 def summarize(source: Graph, result: PipelineResult) -> dict[str, int]:
-    """The check summary: nodes, engine layers, segments, CPU ops, dispatches."""
+    """The check summary: nodes, engine layers, segments, CPU ops (the engine graph's ops
+    that run on the CPU) and CPU nodes (the model's nodes they come from), dispatches."""
     graph = result.graph
     ane_layers = sum(1 for n in graph.nodes if n.op == "ane_layer" and _device(result, n) == "ane")
     ane_segments = sum(1 for s in result.segments if s.device == "ane")
@@ -131,15 +162,20 @@ def summarize(source: Graph, result: PipelineResult) -> dict[str, int]:
         "ane_segments": ane_segments,
         "cpu_segments": len(result.segments) - ane_segments,
         "cpu_ops": sum(1 for n in graph.nodes if _device(result, n) == "cpu"),
+        "cpu_nodes": _cpu_nodes(source, result),
         "dispatches": ane_segments,
     }
 
 
 def summary_line(summary: dict[str, int]) -> str:
     s = summary
+    ops, nodes = s["cpu_ops"], s.get("cpu_nodes", s["cpu_ops"])
+    if ops == nodes:
+        cpu = f"{ops} op{'s' if ops != 1 else ''} on the CPU"
+    else:  # one wide convolution split into many CPU pieces; a CPU join of engine pieces
+        cpu = f"{nodes} of the model's nodes on the CPU (as {ops} op{'s' if ops != 1 else ''})"
     return (
         f"{s['nodes']} nodes -> {s['engine_layers']} engine layers in {s['ane_segments']} ANE "
-        f"segment{'s' if s['ane_segments'] != 1 else ''}, {s['cpu_ops']} op"
-        f"{'s' if s['cpu_ops'] != 1 else ''} on the CPU, {s['dispatches']} dispatch"
+        f"segment{'s' if s['ane_segments'] != 1 else ''}, {cpu}, {s['dispatches']} dispatch"
         f"{'es' if s['dispatches'] != 1 else ''}"
     )

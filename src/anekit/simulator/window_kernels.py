@@ -1,4 +1,5 @@
-"""The C window kernels (``_native``) behind picking convolutions, max pooling and clamps.
+"""The C window kernels (``_native``) behind picking convolutions, the im2col of every other
+convolution (the gather writes the windows in the GEMM's layout), max pooling and clamps.
 
 A compiled training step gathers windows with convolutions whose weights only pick inputs
 (im2col and the max-pool backward's picks), scatters gradients back with their transposes

@@ -23,7 +23,7 @@ SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
     "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "DFT": (1, 2),
     "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4), "CumSum": (1,), "CumProd": (1,),
-    "MaxUnpool": (2,), "Compress": (1,), "AffineGrid": (1,),
+    "MaxUnpool": (2,), "Compress": (1,), "AffineGrid": (1,), "If": (0,),
     # anekit takes these only on constants (their output shape is their input's values)
     "NonZero": (0,), "Unique": (0,),
 }  # fmt: skip
@@ -38,15 +38,28 @@ _VALUE_FREE: dict[str, tuple[int, ...]] = {
 }
 
 
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes and those of its sub-graphs (an If's branches read outer values)."""
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found.extend(_nodes(attr.g))
+    return found
+
+
 def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
-    """Graph inputs whose values reach a shape-argument position, directly or through
-    other nodes (e.g. a window size cast and fed to Range); value-free inputs stop the trace."""
+    """Graph inputs whose values reach a shape-argument position (an If's condition among
+    them), directly or through other nodes (e.g. a window size cast and fed to Range), in
+    sub-graphs too; value-free inputs stop the trace."""
     graph = model.graph
     graph_inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
-    producer = {out: node for node in graph.node for out in node.output if out}
+    nodes = _nodes(graph)
+    producer = {out: node for node in nodes for out in node.output if out}
     pending = [
         node.input[pos]
-        for node in graph.node
+        for node in nodes
         for pos in SHAPE_ARGUMENTS.get(node.op_type, ())
         if pos < len(node.input) and node.input[pos]
     ]
@@ -63,6 +76,9 @@ def shape_argument_inputs(model: onnx.ModelProto) -> set[str]:
         if node is not None:
             skip = _VALUE_FREE.get(node.op_type, ())
             pending.extend(i for k, i in enumerate(node.input) if i and k not in skip)
+            for attr in node.attribute:  # an If's outputs: what its branches read
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    pending.extend(i for n in _nodes(attr.g) for i in n.input if i)
     return found
 
 

@@ -65,6 +65,25 @@ class NodeContext:
             raise ModelError(f"missing required attribute '{name}'")
         return default
 
+    def subgraph(self, name: str) -> onnx.GraphProto:
+        """The sub-graph held by attribute ``name`` (an If's branch)."""
+        attr = self._attrs.get(name)
+        if attr is None or attr.type != AttributeProto.GRAPH:
+            raise ModelError(f"missing the sub-graph attribute '{name}'")
+        return attr.g
+
+    def inline(self, branch: onnx.GraphProto) -> list[str]:
+        """Convert ``branch``'s nodes into the graph; the IR names of its outputs."""
+        return self._imp.inline(branch, f"ONNX node '{self.name}' ({self.op_type})")
+
+    def note(self, code: str, message: str, hint: str) -> None:
+        """A warning about this node that compile reports as a diagnostic."""
+        self._imp.notes.append((code, self.name, message, hint))
+
+    def graph_inputs_feeding(self, i: int) -> list[str]:
+        """The model inputs input i is computed from (for messages)."""
+        return self._imp.inputs_feeding(self.input(i))
+
     # --- inputs --------------------------------------------------------------------------
 
     @property
@@ -145,6 +164,11 @@ class NodeContext:
         names = tuple(self.node.output) if final else None
         outs = self._imp.emit(op, list(inputs), attrs, node=self, output_names=names)
         return outs[0] if len(outs) == 1 else outs
+
+    def emit_as(self, k: int, op: str, inputs: Sequence[str | None]) -> str:
+        """A one-output IR op whose output takes the node's ``k``-th output name."""
+        names = (self.node.output[k],) if k < len(self.node.output) else None
+        return self._imp.emit(op, list(inputs), None, node=self, output_names=names)[0]
 
     def reserve(self, shape: Sequence[int], dtype: Any, what: str) -> None:
         """Check a constant of ``shape`` the model asks for against the memory budget, before

@@ -14,6 +14,7 @@ import onnx
 from anekit import budget
 from anekit.errors import (
     AnekitError,
+    DynamicShapeError,
     MemoryBudgetError,
     ModelError,
     ShapeError,
@@ -28,6 +29,13 @@ from anekit.frontend.onnx.loader import (
     onnx_type_name,
     tensor_to_array,
 )
+from anekit.frontend.onnx.signature import (
+    declared_inputs,
+    dynamic_dimensions_text,
+    placeholder_shapes,
+    shape_option_text,
+    suggest_shapes,
+)
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.edit import GraphEditor
 from anekit.ir.graph import Graph, Node, Value
@@ -39,7 +47,7 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 # Why whole families of ONNX ops stay unsupported (shown next to them in the error).
 _WHY_UNSUPPORTED: dict[str, str] = {
-    **dict.fromkeys(("If", "Loop", "Scan"), "control flow: anekit compiles one static graph"),
+    **dict.fromkeys(("Loop", "Scan"), "control flow: anekit compiles one static graph"),
     **dict.fromkeys(
         (
             "SequenceAt",
@@ -76,6 +84,7 @@ _WHY_UNSUPPORTED: dict[str, str] = {
     "ImageDecoder": "encoded image bytes",
 }
 MIN_OPSET = 1
+_TRIAL_LIMIT_BYTES = 64 << 20  # models up to this size get a --shape hint found by trial imports
 # how an unknown input name is described, per option (the CLI's --shape feeds input_shapes)
 _OPTION_WORDS = {
     "input_shapes": "shapes were given for",
@@ -87,16 +96,19 @@ def from_onnx(
     model: str | os.PathLike | bytes | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
-    constant_inputs: Mapping[str, np.ndarray] | None = None,
+    constant_inputs: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Any] | None = None,
 ) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as an ir.Graph with static shapes.
 
     ``input_shapes`` fixes dynamic input dimensions, e.g. ``{"input_ids": (1, 64)}``.
-    ``constant_inputs`` freezes inputs to given values (they stop being graph inputs),
-    e.g. a shape or axes argument that a model takes as an input.
+    ``constants`` (or its older name ``constant_inputs``) freezes inputs to given values
+    (they stop being graph inputs): a sample rate an ``If`` branches on, a shape or axes
+    argument. A value is converted to the input's declared type when that is exact.
     """
     proto, base_dir = load_model(model)
-    return Importer(proto, base_dir, input_shapes, constant_inputs).run()
+    frozen = {**(constant_inputs or {}), **(constants or {})}
+    return Importer(proto, base_dir, input_shapes, frozen).run()
 
 
 # The largest dimension input_shapes may give (MIL shapes are int32).
@@ -160,7 +172,7 @@ def check_supported(graph: onnx.GraphProto, domains: Mapping[str, int]) -> None:
     for i, node in enumerate(graph.node):
         domain = node.domain or ""
         key = node.op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{node.op_type}"
-        if domain in _DEFAULT_DOMAINS and node.op_type in CONVERTERS:
+        if key in CONVERTERS:
             continue
         missing.setdefault(key, []).append(node.name or f"#{i}")
     if missing:
@@ -199,11 +211,12 @@ class Importer:
         self._taken: set[str] = set()
         self._node_names: set[str] = set()  # ONNX node names seen
         self._ir_nodes: set[str] = set()  # IR node names emitted
+        self.notes: list[tuple[str, str, str, str]] = []  # (code, node, message, hint) warnings
+        self.domains = {o.domain or "": o.version for o in proto.opset_import}
         self.opset = self._default_opset()
 
     def _default_opset(self) -> int:
-        domains = {o.domain or "": o.version for o in self.proto.opset_import}
-        version = domains.get("", domains.get("ai.onnx"))
+        version = self.domains.get("", self.domains.get("ai.onnx"))
         if version is None:
             raise ModelError("the model declares no default-domain opset")
         if version < MIN_OPSET:
@@ -250,8 +263,7 @@ class Importer:
 
     def run(self) -> Graph:
         g = self.proto.graph
-        domains = {o.domain or "": o.version for o in self.proto.opset_import}
-        check_supported(g, domains)
+        check_supported(g, self.domains)
         check_single_assignment(g)
         init_names = {t.name for t in g.initializer}
         for t in g.initializer:
@@ -267,13 +279,14 @@ class Importer:
                 raise ModelError(
                     f"{_OPTION_WORDS[option]} {unknown}, which are not inputs of the model; its inputs are {names}"
                 )
+        self._check_static()
         inputs = []
         for vi in graph_inputs:
             if vi.name in self.constant_inputs:
                 self._freeze_input(vi)
             else:
                 inputs.append(self._add_input(vi))
-        for i, node in enumerate(_topological(g)):
+        for i, node in enumerate(_topological(g, set())):
             self._convert(node, i)
         outputs = []
         for vi in g.output:
@@ -287,7 +300,12 @@ class Importer:
             values=self.values,
             constants=self.constants,
             name=g.name or "model",
-            metadata={"source": "onnx", "opset": self.opset, "producer": self.proto.producer_name},
+            metadata={
+                "source": "onnx",
+                "opset": self.opset,
+                "producer": self.proto.producer_name,
+                **({"import_notes": list(self.notes)} if self.notes else {}),
+            },
         )
         return self._finish(graph, [vi.name for vi in g.output])
 
@@ -296,6 +314,19 @@ class Importer:
         ed = GraphEditor(graph)
         ed.name_outputs(onnx_outputs)
         return ed.build()
+
+    def inline(self, branch: onnx.GraphProto, where: str) -> list[str]:
+        """Convert a sub-graph's nodes in place (they may read the enclosing graph's values);
+        the IR names of its outputs."""
+        check_supported(branch, self.domains)
+        for t in branch.initializer:
+            self._add_initializer(t)
+        for i, node in enumerate(_topological(branch, set(self.alias))):
+            self._convert(node, i)
+        missing = [o.name for o in branch.output if o.name not in self.alias]
+        if missing:
+            raise ModelError(f"the sub-graph never computes its output(s) {missing}", where=where)
+        return [self.alias[o.name] for o in branch.output]
 
     def _add_initializer(self, t: onnx.TensorProto) -> None:
         arr = tensor_to_array(t, self.base_dir, self.external)
@@ -318,12 +349,86 @@ class Importer:
 
     def _freeze_input(self, vi: onnx.ValueInfoProto) -> None:
         value = self.constant_inputs[vi.name]
-        want = _IO_DTYPES.get(vi.type.tensor_type.elem_type)
-        if want is None or value.dtype != want.numpy:
+        tt = vi.type.tensor_type
+        want = _IO_DTYPES.get(tt.elem_type)
+        if want is None:
             raise ModelError(
-                f"constant_inputs['{vi.name}'] has dtype {value.dtype}; the model declares {want}"
+                f"input '{vi.name}' has element type {onnx_type_name(tt.elem_type)}, which "
+                "anekit cannot hold as a constant"
             )
+        if value.dtype != want.numpy:
+            cast = value.astype(want.numpy)
+            if value.dtype.kind not in "biuf" or not np.array_equal(cast, value):
+                raise ModelError(
+                    f"the constant for input '{vi.name}' is {value.tolist()!r} ({value.dtype}), "
+                    f"which the input's type {want} cannot hold exactly"
+                )
+            value = cast
+        if tt.HasField("shape"):
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            fits = len(declared) == value.ndim and all(
+                d is None or d == s for d, s in zip(declared, value.shape, strict=True)
+            )
+            if not fits:
+                dims = "x".join("?" if d is None else str(d) for d in declared) or "a scalar"
+                raise ModelError(
+                    f"the constant for input '{vi.name}' has shape {list(value.shape)}, "
+                    f"but the model declares {dims}"
+                )
         self.bind(vi.name, self.add_constant(value, vi.name))
+
+    def _check_static(self) -> None:
+        """One error naming every dynamic dimension of every input not fixed by the caller,
+        with a --shape hint the model imports with (or the symbolic names to fill in)."""
+        fixed = set(self.input_shapes) | set(self.constant_inputs)
+        # inputs that are not tensors of a supported type: _add_input says what is wrong
+        tensors = {
+            vi.name for vi in self.proto.graph.input
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in _IO_DTYPES
+        }  # fmt: skip
+        declared = [
+            d for d in declared_inputs(self.proto) if d.name not in fixed and d.name in tensors
+        ]
+        unfixed = [d for d in declared if d.dims is None or d.dynamic()]
+        if not unfixed:
+            return
+        message = f"{dynamic_dimensions_text(unfixed)}; anekit needs static shapes"
+        if any(d.dims is None for d in unfixed):
+            names = ", ".join(f"{d.name}=DIMS" for d in unfixed)
+            raise DynamicShapeError(
+                message, hint=f"give every shape: --shape {names} (input_shapes= in the API)"
+            )
+        shapes, how = self._suggested_shapes(unfixed)
+        if shapes is not None:
+            hint = f"fix them with {shape_option_text(shapes)}"
+            hint += f" ({how}; choose your own sizes)" if how else " (or the sizes you want)"
+        else:
+            hint = (
+                "fix them with "
+                + " ".join(f"--shape {k}={v}" for k, v in placeholder_shapes(unfixed).items())
+                + f", each name replaced by a size ({how})"
+            )
+        raise DynamicShapeError(message, hint=hint + "; input_shapes= in the API")
+
+    def _suggested_shapes(self, unfixed: list) -> tuple[dict | None, str]:
+        """Sizes the model imports with, found by trial imports (skipped for models whose
+        weights are large: each trial would convert them again)."""
+        if self.proto.ByteSize() > _TRIAL_LIMIT_BYTES or any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in self.proto.graph.initializer
+        ):
+            return None, "the model is too large to try sizes on"
+        known = dict(self.input_shapes)
+
+        def imports(shapes: dict) -> str | None:
+            try:
+                Importer(self.proto, self.base_dir, {**known, **shapes}, self.constant_inputs).run()
+            except AnekitError as exc:
+                return str(exc).splitlines()[0]
+            except MemoryError:
+                return "out of memory"
+            return None
+
+        return suggest_shapes(unfixed, imports)
 
     def _add_input(self, vi: onnx.ValueInfoProto) -> Value:
         tt = vi.type.tensor_type
@@ -349,31 +454,7 @@ class Importer:
                         f"input_shapes gives '{vi.name}' dimension {k} = {s}, but the model fixes it to {d.dim_value}"
                     )
         else:
-            if not tt.HasField("shape"):
-                raise ModelError(
-                    f"input '{vi.name}' has no declared shape",
-                    hint=f"pass input_shapes={{'{vi.name}': (...)}} or --shape {vi.name}=1x3x224x224",
-                )
-            shape_l = []
-            for k, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value") and d.dim_value >= 0:
-                    shape_l.append(int(d.dim_value))
-                else:
-                    if d.HasField("dim_value"):  # a negative size: invalid, not dynamic
-                        what = f" is declared {d.dim_value}, which is not a size"
-                    else:
-                        label = f" ('{d.dim_param}')" if d.dim_param else ""
-                        what = f"{label} is dynamic; anekit needs static shapes"
-                    # every unknown or invalid dimension shown as 1: a spec the parser accepts
-                    example = "x".join(
-                        str(x.dim_value) if x.HasField("dim_value") and x.dim_value >= 0 else "1"
-                        for x in tt.shape.dim
-                    )
-                    raise ModelError(
-                        f"input '{vi.name}' dimension {k}{what}",
-                        hint=f"fix it with input_shapes={{'{vi.name}': (...)}} or --shape "
-                        f"{vi.name}={example} (with the size you want for dimension {k})",
-                    )
+            shape_l = [int(d.dim_value) for d in tt.shape.dim]  # static: _check_static
             shape = tuple(shape_l)
         name = self.fresh(vi.name)
         value = Value(name, shape, _IO_DTYPES[tt.elem_type])
@@ -387,7 +468,9 @@ class Importer:
         ctx = NodeContext(self, node, name, self.opset)
         _check_inputs_present(node, self.opset, f"ONNX node '{name}' ({node.op_type})")
         try:
-            result = CONVERTERS[node.op_type](ctx)
+            domain = node.domain or ""
+            key = node.op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{node.op_type}"
+            result = CONVERTERS[key](ctx)
         except AnekitError as exc:
             exc.where = exc.where or f"ONNX node '{name}' ({node.op_type})"
             raise
@@ -409,6 +492,22 @@ class Importer:
                 f"output(s) {unbound} are not produced by anekit's converter",
                 where=f"ONNX node '{name}' ({node.op_type})",
             )
+
+    def inputs_feeding(self, value: str | None) -> list[str]:
+        """The graph inputs (by their ONNX names) that ``value`` is computed from."""
+        producer = {o: n for n in self.nodes for o in n.outputs}
+        onnx_name = {ir: onnx for onnx, ir in self.alias.items()}
+        found, seen, todo = [], set(), [value] if value else []
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in producer:
+                todo.extend(i for i in producer[v].inputs if i)
+            elif v not in self.constants:
+                found.append(onnx_name.get(v, v))
+        return sorted(found)
 
     def emit(
         self,
@@ -465,9 +564,10 @@ class Importer:
         return name
 
 
-def _topological(g: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes in dependency order (ONNX requires it, but not every exporter complies)."""
-    produced = {i.name for i in g.input} | {t.name for t in g.initializer}
+def _topological(g: onnx.GraphProto, outer: set[str]) -> list[onnx.NodeProto]:
+    """The nodes in dependency order (ONNX requires it, but not every exporter complies);
+    ``outer``: the enclosing graph's values a sub-graph may read."""
+    produced = outer | {i.name for i in g.input} | {t.name for t in g.initializer}
     ordered: list[onnx.NodeProto] = []
     pending = list(g.node)
     while pending:

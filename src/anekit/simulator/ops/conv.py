@@ -118,9 +118,14 @@ def conv(
     batch = x.shape[0]
     w = weight.reshape(g, c_out // g, -1)
     if not all(k == 1 for k in kernel) or not all(s == 1 for s in st) or g != 1:
-        out = _gathered_windows(x, w, kernel, st, dl, padding)
+        picks = _pick_weights(w)
+        out = _gathered_windows(x, w, kernel, st, dl, padding, picks)
         if out is not None:
             return _biased(out.reshape((batch, c_out, *out.shape[2 + n :])), bias, n)
+        if picks is None:  # real weights: one GEMM per group over the gathered windows
+            out = _product_of_columns(x, w, kernel, st, dl, padding)
+            if out is not None:
+                return _biased(out, bias, n)
     if any(p != (0, 0) for p in padding):
         x = np.pad(x, ((0, 0), (0, 0), *padding))
     if g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st):
@@ -159,7 +164,25 @@ def _biased(out: np.ndarray, bias: np.ndarray | None, n: int) -> np.ndarray:
     return out
 
 
-def _gathered_windows(
+def _out_sizes(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dl: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+) -> list[int] | None:
+    """The output's spatial sizes; None when a (padded) input is smaller than the kernel's
+    extent (windows() then raises the error)."""
+    sizes = [d + a + b for d, (a, b) in zip(x.shape[2:], padding, strict=True)]
+    out_sizes = []
+    for size, k, s, d in zip(sizes, kernel, st, dl, strict=True):
+        if size < (k - 1) * d + 1:
+            return None
+        out_sizes.append((size - (k - 1) * d - 1) // s + 1)
+    return out_sizes
+
+
+def _product_of_columns(
     x: np.ndarray,
     w: np.ndarray,
     kernel: Sequence[int],
@@ -167,18 +190,46 @@ def _gathered_windows(
     dl: Sequence[int],
     padding: Sequence[tuple[int, int]],
 ) -> np.ndarray | None:
+    """``w`` [g, C_out/g, C/g * K] times the windows of the unpadded ``x``, gathered by the
+    C window kernel straight into the im2col layout [N, g, C/g * K, O] (no padded copy, no
+    strided reshape copy): [N, C_out, *O]. The gather writes 0 + x, so a -0 input reads as
+    +0, which changes no sum (each output's accumulator starts at +0, and +0 + -0 = +0);
+    the matrices are the same shape and layout as numpy's im2col copy, so the product's
+    bits are too. None without the C module or when an input is not finite."""
+    out_sizes = _out_sizes(x, kernel, st, dl, padding)
+    if out_sizes is None or x.dtype != np.float32:
+        return None
+    batch, channels = x.shape[:2]
+    checked_shape((batch, channels * math.prod(kernel), math.prod(out_sizes)), "im2col")
+    # the channels as the leading axis: the gather runs in pieces over them
+    planes = x.reshape(batch * channels, 1, *x.shape[2:])
+    before = [a for a, _ in padding]
+    cols = window_kernels.gather(planes, kernel, st, dl, before, out_sizes)
+    if cols is None:
+        return None
+    g = w.shape[0]
+    out = np.matmul(w, cols.reshape(batch, g, w.shape[2], -1))
+    return out.reshape((batch, w.shape[0] * w.shape[1], *out_sizes))
+
+
+def _gathered_windows(
+    x: np.ndarray,
+    w: np.ndarray,
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dl: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    picked: np.ndarray | None,
+) -> np.ndarray | None:
     """The identity-pick conv (output channel c * K + t is window position t of input
     channel c) of the unpadded ``x`` by the C window gather: [N, C, *K, *O], or None when
-    the weights are not that, the C module is missing or an input is not finite."""
-    picked = _pick_weights(w)
+    the weights (``picked``: their picks) are not that, the C module is missing or an input
+    is not finite."""
     if picked is None or not _identity(picked, w.shape[2]):
         return None
-    sizes = [d + a + b for d, (a, b) in zip(x.shape[2:], padding, strict=True)]
-    out_sizes = []
-    for size, k, s, d in zip(sizes, kernel, st, dl, strict=True):
-        if size < (k - 1) * d + 1:
-            return None  # windows() raises the error
-        out_sizes.append((size - (k - 1) * d - 1) // s + 1)
+    out_sizes = _out_sizes(x, kernel, st, dl, padding)
+    if out_sizes is None:
+        return None
     checked_shape((x.shape[0], x.shape[1] * math.prod(kernel), math.prod(out_sizes)), "im2col")
     before = [a for a, _ in padding]
     return window_kernels.gather(x, kernel, st, dl, before, out_sizes)

@@ -3,6 +3,8 @@
 from anekit.frontend.onnx.converters import (  # noqa: F401
     attention,
     bitwise,
+    contrib,
+    control,
     elementwise,
     index,
     linalg,

@@ -13,7 +13,8 @@ CONVERTERS: dict[str, Converter] = {}
 
 
 def converter(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register a converter for ONNX op types (default domain)."""
+    """Register a converter for ONNX op types: a default-domain op by its name, another
+    domain's as "domain.Name" (e.g. "com.microsoft.Gelu")."""
 
     def wrap(fn: Converter) -> Converter:
         for t in op_types:

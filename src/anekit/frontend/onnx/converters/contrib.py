@@ -1,0 +1,255 @@
+"""Converters for the ``com.microsoft`` ops that onnxruntime's own tools write into models:
+its dynamic quantizer (``DynamicQuantizeLSTM``, ``DynamicQuantizeMatMul``) and its
+transformer optimizer's fusions (``Gelu``, ``FastGelu``, ``BiasGelu``, ``QuickGelu``,
+``GemmFastGelu``, ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
+``SimplifiedLayerNormalization``, ``FusedMatMul``, ``BiasAdd``, ``Attention``,
+``MultiHeadAttention``).
+
+Quantized weights are dequantized to float here, once: the engine computes in fp16, so the
+integer form would only be converted back. onnxruntime also quantizes the *activations* of
+these ops at run time (uint8 per tensor), which anekit does not: its answers are the float
+model's, and differ from onnxruntime's by that quantization noise (see the tests).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anekit.errors import ModelError
+from anekit.frontend.onnx.context import NodeContext
+from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
+from anekit.ir.dtypes import DType
+
+MS = "com.microsoft"
+
+
+def _dequantized(
+    cx: NodeContext, q: int, scale: int, zero: int, what: str, axis: int
+) -> np.ndarray:
+    """(q - zero_point) * scale in float32; a vector scale runs along ``axis`` of q."""
+    values = cx.require_const(q, what).astype(np.float32)
+    s = cx.require_const(scale, f"{what} scale").astype(np.float32)
+    z = cx.const(zero)
+    z = np.zeros_like(s) if z is None else z.astype(np.float32)
+    if s.ndim:  # per direction [D] or per channel [D, 4H]: align with q's axes
+        shape = [1] * values.ndim
+        shape[0] = s.shape[0]
+        if s.ndim == 2:
+            shape[axis] = s.shape[1]
+        s, z = s.reshape(shape), z.reshape(shape)
+    return (values - z) * s
+
+
+@converter(f"{MS}.DynamicQuantizeLSTM")
+def dynamic_quantize_lstm(cx: NodeContext):
+    # W [D, input, 4H] and R [D, H, 4H]: the quantizer transposed them; LSTM wants [D, 4H, *]
+    w = _dequantized(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
+    r = _dequantized(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
+    attrs = recurrent_attrs(cx, "lstm")
+    inputs = [cx.input(0), cx.constant(np.ascontiguousarray(w), "W"),
+              cx.constant(np.ascontiguousarray(r), "R"), *(cx.input(i) for i in range(3, 8))]  # fmt: skip
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    return cx.emit("lstm", inputs, attrs, final=True)
+
+
+@converter(f"{MS}.DynamicQuantizeMatMul")
+def dynamic_quantize_matmul(cx: NodeContext):
+    b = cx.require_const(1, "B").astype(np.float32)
+    s = cx.require_const(2, "b_scale").astype(np.float32)
+    z = cx.const(3)
+    z = np.zeros_like(s) if z is None else z.astype(np.float32)
+    y = cx.emit("matmul", [cx.input(0), cx.constant((b - z) * s, "B")], final=cx.input(4) is None)
+    return y if cx.input(4) is None else cx.emit("add", [y, cx.input(4)], final=True)
+
+
+def _plus_bias(cx: NodeContext, x: str, bias: int) -> str:
+    return x if cx.input(bias) is None else cx.emit("add", [x, cx.input(bias)])
+
+
+@converter(f"{MS}.Gelu")
+def gelu(cx: NodeContext):
+    return cx.emit("gelu", [cx.input(0)], {"approximate": "none"}, final=True)
+
+
+@converter(f"{MS}.BiasGelu")
+def bias_gelu(cx: NodeContext):
+    x = cx.emit("add", [cx.input(0), cx.input(1)])
+    return cx.emit("gelu", [x], {"approximate": "none"}, final=True)
+
+
+@converter(f"{MS}.FastGelu")
+def fast_gelu(cx: NodeContext):
+    return cx.emit("gelu", [_plus_bias(cx, cx.input(0), 1)], {"approximate": "tanh"}, final=True)
+
+
+@converter(f"{MS}.GemmFastGelu")
+def gemm_fast_gelu(cx: NodeContext):
+    y = _plus_bias(cx, cx.emit("matmul", [cx.input(0), cx.input(1)]), 2)
+    return cx.emit("gelu", [y], {"approximate": "tanh"}, final=True)
+
+
+@converter(f"{MS}.QuickGelu")
+def quick_gelu(cx: NodeContext):
+    x = cx.input(0)
+    alpha = cx.constant(np.asarray(cx.attr("alpha", 1.702), cx.type(0).dtype.numpy), "alpha")
+    gate = cx.emit("sigmoid", [cx.emit("mul", [x, alpha])])
+    return cx.emit("mul", [x, gate], final=True)
+
+
+@converter(f"{MS}.BiasAdd")
+def bias_add(cx: NodeContext):
+    return cx.emit("add", [cx.emit("add", [cx.input(0), cx.input(1)]), cx.input(2)], final=True)
+
+
+def _skip_norm(cx: NodeContext, *, simplified: bool) -> tuple[str, ...]:
+    """input + skip (+ bias), normalised over the last axis; outputs: output, mean,
+    inv_std_var, input_skip_bias_sum (the statistics only when asked for)."""
+    bias = 3 if simplified else 4
+    total = _plus_bias(cx, cx.emit("add", [cx.input(0), cx.input(1)]), bias)
+    eps = cx.attr("epsilon", 1e-12 if not simplified else 1e-5)
+    attrs = {"axis": -1, "epsilon": eps}
+    if simplified:
+        y = cx.emit("rms_norm", [total, cx.input(2)], attrs)
+    else:
+        y = cx.emit("layer_norm", [total, cx.input(2), cx.input(3)], attrs)
+    outs = list(cx.node.output)
+    if any(outs[1:3]):
+        raise ModelError("the mean and inv_std_var outputs (training) are not supported")
+    if len(outs) > 3 and outs[3]:
+        return (y, y, y, total)  # the unnamed statistics' places filled, then the sum
+    return (y,)
+
+
+@converter(f"{MS}.SkipLayerNormalization")
+def skip_layer_norm(cx: NodeContext):
+    return _skip_norm(cx, simplified=False)
+
+
+@converter(f"{MS}.SkipSimplifiedLayerNormalization")
+def skip_simplified_layer_norm(cx: NodeContext):
+    return _skip_norm(cx, simplified=True)
+
+
+@converter("SimplifiedLayerNormalization", f"{MS}.SimplifiedLayerNormalization")
+def simplified_layer_norm(cx: NodeContext):
+    """RMS normalisation (onnxruntime registers it in the default domain)."""
+    if len(cx.node.output) > 1 and any(cx.node.output[1:]):
+        raise ModelError("the inv_std_var output (training) is not supported")
+    attrs = {"axis": cx.attr("axis", -1), "epsilon": cx.attr("epsilon", 1e-5)}
+    return cx.emit("rms_norm", [cx.input(0), cx.input(1)], attrs, final=True)
+
+
+@converter(f"{MS}.FusedMatMul")
+def fused_matmul(cx: NodeContext):
+    """alpha * op(A) @ op(B), op a transpose of the last two axes when transA / transB."""
+    if cx.attr("transBatchA", 0) or cx.attr("transBatchB", 0):
+        raise ModelError("transBatchA / transBatchB are not supported")
+    a, b = cx.input(0), cx.input(1)
+    for flag, k in (("transA", 0), ("transB", 1)):
+        if cx.attr(flag, 0):
+            rank = len(cx.shape(k))
+            if rank < 2:
+                raise ModelError(f"{flag} needs an operand of rank 2 or more")
+            perm = (*range(rank - 2), rank - 1, rank - 2)
+            if k == 0:
+                a = cx.emit("transpose", [a], {"perm": perm})
+            else:
+                b = cx.emit("transpose", [b], {"perm": perm})
+    alpha = float(cx.attr("alpha", 1.0))
+    if alpha == 1.0:
+        return cx.emit("matmul", [a, b], final=True)
+    y = cx.emit("matmul", [a, b])
+    scale = cx.constant(np.asarray(alpha, cx.type(0).dtype.numpy), "alpha")
+    return cx.emit("mul", [y, scale], final=True)
+
+
+def _heads(cx: NodeContext, x: str, heads: int) -> str:
+    """[B, S, H * D] -> [B, H, S, D]."""
+    b, s, hidden = cx.shape_of(x)
+    if hidden % heads:
+        raise ModelError(f"a hidden size of {hidden} does not split into {heads} heads")
+    split = cx.emit("reshape", [x], {"shape": (b, s, heads, hidden // heads)})
+    return cx.emit("transpose", [split], {"perm": (0, 2, 1, 3)})
+
+
+def _merged(cx: NodeContext, y: str) -> str:
+    """[B, H, S, D] -> [B, S, H * D] under the node's output name."""
+    b, h, s, d = cx.shape_of(y)
+    back = cx.emit("transpose", [y], {"perm": (0, 2, 1, 3)})
+    return cx.emit("reshape", [back], {"shape": (b, s, h * d)}, final=True)
+
+
+def _key_mask(cx: NodeContext, index: int, batch: int, keys: int) -> str | None:
+    """A [B, L] mask of 1 (attend) and 0 (padding) as a bool [B, 1, 1, L], or None."""
+    if cx.input(index) is None:
+        return None
+    if cx.shape(index) != (batch, keys):
+        raise ModelError(
+            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s is supported here, "
+            f"not {list(cx.shape(index))} (mask_index's other forms: not yet)"
+        )
+    keep = cx.emit("cast", [cx.input(index)], {"to": DType.BOOL})
+    return cx.emit("reshape", [keep], {"shape": (batch, 1, 1, keys)})
+
+
+def _refuse_extras(cx: NodeContext, inputs: dict[int, str], outputs: dict[int, str]) -> None:
+    for i, what in inputs.items():
+        if cx.input(i) is not None:
+            raise ModelError(f"the {what} input is not supported yet")
+    for i, what in outputs.items():
+        if len(cx.node.output) > i and cx.node.output[i]:
+            raise ModelError(f"the {what} output is not supported yet")
+    if cx.attr("do_rotary", 0):
+        raise ModelError("do_rotary is not supported yet")
+
+
+@converter(f"{MS}.Attention")
+def contrib_attention(cx: NodeContext):
+    """BERT-style self-attention with packed Q, K, V weights (the transformer optimizer's
+    fusion): input [B, S, in] @ weights [in, 3 * hidden] + bias, num_heads heads, an
+    optional [B, S] key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
+    adds mask_filter_value, -10000: the same softmax to fp32 unless a row is fully masked)."""
+    _refuse_extras(cx, {4: "past", 5: "attention_bias", 6: "past_sequence_length"}, {1: "present"})
+    heads = cx.attr("num_heads")
+    b, s, _ = cx.shape(0)
+    sizes = cx.attr("qkv_hidden_sizes", ())
+    width = cx.shape(1)[1]
+    sizes = tuple(sizes) or (width // 3,) * 3
+    if sum(sizes) != width:
+        raise ModelError(f"qkv_hidden_sizes {list(sizes)} do not add up to the weights' {width}")
+    packed = cx.emit("matmul", [cx.input(0), cx.input(1)])
+    packed = _plus_bias(cx, packed, 2)
+    q, k, v = cx.emit("split", [packed], {"axis": 2, "sizes": sizes})
+    mask = _key_mask(cx, 3, b, s)
+    attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
+    y = cx.emit(
+        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+    )
+    return _merged(cx, y)
+
+
+@converter(f"{MS}.MultiHeadAttention")
+def multi_head_attention(cx: NodeContext):
+    """Separate query [B, S, D], key [B, L, D] and value [B, L, Dv] (3-d forms), an optional
+    bias [D + D + Dv] and [B, L] key padding mask; num_heads heads."""
+    _refuse_extras(
+        cx,
+        {5: "attention_bias", 6: "past_key", 7: "past_value"},
+        {1: "present_key", 2: "present_value"},
+    )
+    if cx.input(1) is None or cx.input(2) is None or len(cx.shape(1)) != 3:
+        raise ModelError("only separate 3-d query, key and value inputs are supported here")
+    heads = cx.attr("num_heads")
+    q, k, v = cx.input(0), cx.input(1), cx.input(2)
+    if cx.input(3) is not None:
+        d, dv = cx.shape(0)[2], cx.shape(2)[2]
+        bq, bk, bv = cx.emit("split", [cx.input(3)], {"axis": 0, "sizes": (d, d, dv)})
+        q, k, v = (cx.emit("add", [x, bias]) for x, bias in ((q, bq), (k, bk), (v, bv)))
+    mask = _key_mask(cx, 4, cx.shape(0)[0], cx.shape(1)[1])
+    attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
+    y = cx.emit(
+        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+    )
+    return _merged(cx, y)

@@ -1,0 +1,268 @@
+"""The com.microsoft ops onnxruntime's quantizer and transformer optimizer write, against
+onnxruntime running the same models.
+
+``DynamicQuantizeLSTM`` comes from onnxruntime's own ``quantize_dynamic`` on a float LSTM.
+onnxruntime also quantizes the LSTM's activations to uint8 at run time, which anekit does
+not, so two oracles: the float LSTM carrying the same dequantized weights on onnxruntime
+(equal to fp32 rounding), and the quantized model on onnxruntime (within its activation
+quantization noise).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anekit
+
+RNG = np.random.default_rng(11)
+MS = "com.microsoft"
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+
+
+def _model(nodes: list, inputs: dict, outputs: list[str], inits: dict) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "contrib",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def _check(model: onnx.ModelProto, feeds: dict, oracle: onnx.ModelProto | None = None) -> None:
+    expected = _ort(oracle or model, feeds)
+    compiled = anekit.compile(model, "m4", approximate_gelu=False)  # exact erf GELU kept
+    names = [o.name for o in model.graph.output]
+    reference = compiled.run(feeds, "reference")
+    for name, want in zip(names, expected, strict=True):
+        np.testing.assert_allclose(reference[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+    sim = compiled.run(feeds, "sim")
+    for name, want in zip(names, expected, strict=True):
+        np.testing.assert_allclose(sim[name], want, rtol=2e-2, atol=3e-2, err_msg=name)
+
+
+def _f(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal(shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op", ["Gelu", "FastGelu", "QuickGelu"])
+def test_gelu_family(op: str) -> None:
+    x = _f(2, 5, 16, scale=2.0)
+    attrs = {"alpha": 1.5} if op == "QuickGelu" else {}
+    model = _model([helper.make_node(op, ["x"], ["y"], domain=MS, **attrs)], {"x": x}, ["y"], {})
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["FastGelu", "BiasGelu"])
+def test_gelu_with_bias(op: str) -> None:
+    x, b = _f(2, 5, 16, scale=2.0), _f(16)
+    model = _model([helper.make_node(op, ["x", "b"], ["y"], domain=MS)], {"x": x}, ["y"], {"b": b})
+    _check(model, {"x": x})
+
+
+def test_gemm_fast_gelu() -> None:
+    """onnxruntime's CPU provider has no GemmFastGelu: its definition, MatMul then FastGelu
+    with the bias, is the oracle."""
+    x, w, b = _f(3, 8), _f(8, 12, scale=0.3), _f(12)
+    inits = {"w": w, "b": b}
+    node = helper.make_node("GemmFastGelu", ["x", "w", "b"], ["y"], domain=MS)
+    oracle = _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("FastGelu", ["m", "b"], ["y"], domain=MS),
+        ],
+        {"x": x},
+        ["y"],
+        inits,
+    )
+    _check(_model([node], {"x": x}, ["y"], inits), {"x": x}, oracle)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_skip_layer_normalization(with_bias: bool) -> None:
+    x, skip = _f(2, 6, 32, scale=3.0), _f(2, 6, 32)
+    inits = {"g": _f(32), "beta": _f(32)} | ({"bias": _f(32)} if with_bias else {})
+    names = ["x", "skip", "g", "beta", *(["bias"] if with_bias else [])]
+    outs = ["y", "", "", "sum"] if with_bias else ["y"]
+    node = helper.make_node("SkipLayerNormalization", names, outs, domain=MS, epsilon=1e-5)
+    model = _model([node], {"x": x, "skip": skip}, [o for o in outs if o], inits)
+    _check(model, {"x": x, "skip": skip})
+
+
+def test_skip_simplified_and_simplified_layer_normalization() -> None:
+    x, skip = _f(2, 6, 32, scale=3.0), _f(2, 6, 32)
+    nodes = [
+        helper.make_node(
+            "SkipSimplifiedLayerNormalization", ["x", "skip", "g"], ["h"], domain=MS, epsilon=1e-6
+        ),
+        helper.make_node("SimplifiedLayerNormalization", ["h", "g2"], ["y"], epsilon=1e-6),
+    ]
+    model = _model(nodes, {"x": x, "skip": skip}, ["h", "y"], {"g": _f(32), "g2": _f(32)})
+    _check(model, {"x": x, "skip": skip})
+
+
+@pytest.mark.parametrize(("trans_a", "trans_b", "alpha"), [(0, 0, 1.0), (1, 0, 0.5), (0, 1, 2.0)])
+def test_fused_matmul(trans_a: int, trans_b: int, alpha: float) -> None:
+    a = _f(2, 8, 4) if trans_a else _f(2, 4, 8)
+    b = _f(6, 8) if trans_b else _f(8, 6)
+    node = helper.make_node(
+        "FusedMatMul", ["a", "b"], ["y"], domain=MS, transA=trans_a, transB=trans_b, alpha=alpha
+    )
+    _check(_model([node], {"a": a}, ["y"], {"b": b}), {"a": a})
+
+
+def test_dynamic_quantize_matmul() -> None:
+    a = _f(3, 16)
+    bq = RNG.integers(-127, 128, (16, 8)).astype(np.int8)
+    scale, bias = np.array(0.02, np.float32), _f(8)
+    node = helper.make_node("DynamicQuantizeMatMul", ["a", "bq", "s", "", "bias"], ["y"], domain=MS)
+    model = _model([node], {"a": a}, ["y"], {"bq": bq, "s": scale, "bias": bias})
+    float_model = _model(
+        [
+            helper.make_node("MatMul", ["a", "b"], ["m"]),
+            helper.make_node("Add", ["m", "bias"], ["y"]),
+        ],
+        {"a": a},
+        ["y"],
+        {"b": bq.astype(np.float32) * scale, "bias": bias},
+    )
+    compiled = anekit.compile(model, "m4")
+    got = compiled.run({"a": a}, "reference")["y"]
+    np.testing.assert_allclose(got, _ort(float_model, {"a": a})[0], rtol=1e-5, atol=1e-5)
+    # onnxruntime quantizes `a` to uint8 per tensor: within that noise (1% of the range)
+    noisy = _ort(model, {"a": a})[0]
+    assert np.abs(got - noisy).max() <= 0.01 * np.abs(noisy).max()
+
+
+def _lstm_model(direction: str, hidden: int = 12, features: int = 6) -> onnx.ModelProto:
+    dirs = 2 if direction == "bidirectional" else 1
+    w = _f(dirs, 4 * hidden, features, scale=0.4)
+    r = _f(dirs, 4 * hidden, hidden, scale=0.3)
+    b = _f(dirs, 8 * hidden, scale=0.1)
+    node = helper.make_node(
+        "LSTM", ["x", "W", "R", "B"], ["y", "h", "c"], hidden_size=hidden, direction=direction
+    )
+    return _model([node], {"x": _f(5, 1, features)}, ["y", "h", "c"], {"W": w, "R": r, "B": b})
+
+
+def _dequantized_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The quantized model's LSTM as a float LSTM with its weights dequantized."""
+    (node,) = [n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+    def weight(q: str, s: str, z: str) -> np.ndarray:
+        scale, zero = inits[s].astype(np.float32), inits[z].astype(np.float32)
+        if scale.ndim == 2:
+            scale, zero = scale[:, None, :], zero[:, None, :]
+        elif scale.ndim == 1:
+            scale, zero = scale[:, None, None], zero[:, None, None]
+        return ((inits[q].astype(np.float32) - zero) * scale).transpose(0, 2, 1)
+
+    w = weight(node.input[1], node.input[8], node.input[9])
+    r = weight(node.input[2], node.input[10], node.input[11])
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+    lstm = helper.make_node("LSTM", ["x", "W", "R", node.input[3]], list(node.output), **attrs)
+    x = model.graph.input[0]
+    return _model(
+        [lstm],
+        {x.name: _f(5, 1, 6)},
+        list(node.output),
+        {"W": w, "R": r, node.input[3]: inits[node.input[3]]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("direction", "per_channel"), [("forward", False), ("bidirectional", True), ("reverse", False)]
+)
+def test_dynamic_quantize_lstm_from_onnxruntimes_quantizer(
+    tmp_path: Path, direction: str, per_channel: bool
+) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, quantized = tmp_path / "lstm.onnx", tmp_path / "lstm.q.onnx"
+    onnx.save(_lstm_model(direction), source)
+    quantize_dynamic(
+        source, quantized, op_types_to_quantize=["LSTM"], per_channel=per_channel,
+        weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    model = onnx.load(quantized)
+    assert [n.op_type for n in model.graph.node] == ["DynamicQuantizeLSTM"]
+    x = _f(5, 1, 6)
+    compiled = anekit.compile(model, "m4")
+    names = ["y", "h", "c"]
+    reference = compiled.run({"x": x}, "reference")
+    exact = _ort(_dequantized_as_float(model), {"x": x})
+    for name, want in zip(names, exact, strict=True):
+        np.testing.assert_allclose(reference[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    noisy = _ort(model, {"x": x})
+    for name, want in zip(names, noisy, strict=True):
+        np.testing.assert_allclose(reference[name], want, atol=0.03, err_msg=name)
+    sim = compiled.run({"x": x}, "sim")
+    for name, want in zip(names, exact, strict=True):
+        np.testing.assert_allclose(sim[name], want, atol=1e-2, err_msg=name)
+
+
+@pytest.mark.parametrize(("masked", "causal"), [(False, False), (True, False), (False, True)])
+def test_packed_attention(masked: bool, causal: bool) -> None:
+    b, s, hidden, heads = 2, 6, 16, 4
+    x = _f(b, s, hidden)
+    inits = {"w": _f(hidden, 3 * hidden, scale=0.3), "bias": _f(3 * hidden, scale=0.1)}
+    names = ["x", "w", "bias"]
+    feeds = {"x": x}
+    inputs = {"x": x}
+    if masked:  # the last two keys of the second sequence are padding
+        mask = np.ones((b, s), np.int32)
+        mask[1, -2:] = 0
+        names.append("mask")
+        feeds["mask"] = mask
+    node = helper.make_node(
+        "Attention", names, ["y"], domain=MS, num_heads=heads, unidirectional=int(causal)
+    )
+    graph_inputs = [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in inputs.items()
+    ]
+    if masked:
+        graph_inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, [b, s]))
+    graph = helper.make_graph(
+        [node], "attn", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    )
+    _check(model, feeds)
+
+
+def test_multi_head_attention_with_bias_and_key_padding() -> None:
+    b, s, kv, hidden, heads = 2, 5, 7, 16, 2
+    q, k, v = _f(b, s, hidden), _f(b, kv, hidden), _f(b, kv, hidden)
+    mask = np.ones((b, kv), np.int32)
+    mask[0, -3:] = 0
+    node = helper.make_node(
+        "MultiHeadAttention", ["q", "k", "v", "bias", "mask"], ["y"], domain=MS, num_heads=heads
+    )
+    graph = helper.make_graph(
+        [node], "mha",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in (("q", q), ("k", k), ("v", v))]
+        + [helper.make_tensor_value_info("mask", TensorProto.INT32, [b, kv])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_f(3 * hidden, scale=0.1), "bias")],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    )
+    _check(model, {"q": q, "k": k, "v": v, "mask": mask})
