@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import print_table
+from anekit.cli.common import parse_feeds, print_table
 from anekit.errors import InputError
 
 COLUMNS = ("kind", "layer", "nodes", "finding", "remedy")
@@ -21,32 +20,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the model on the fp16 simulator and report overflow, underflow to zero "
         "and precision lost against fp32, per layer, with remedies",
     )
-    p.add_argument(
-        "--inputs",
-        metavar="DATA.npz",
-        help="inputs for --numerics: an .npz with one array per model input "
-        "(default: synthetic standard-normal inputs)",
-    )
 
 
 def analyse(compiled: Any, args: argparse.Namespace) -> dict[str, Any] | None:
     """The numerics report as a dict, or None without --numerics."""
     if not args.numerics:
-        if args.inputs:
-            raise InputError("--inputs is used by --numerics", hint="add --numerics")
+        if args.inputs or args.input:
+            raise InputError("--input and --inputs are used by --numerics", hint="add --numerics")
         return None
     from anekit import numerics
 
-    feeds = None
-    if args.inputs:
-        path = Path(args.inputs)
-        if not path.is_file():
-            raise InputError(f"inputs file '{path}' does not exist")
-        feeds = numerics.load_feeds(str(path), compiled.graph)
+    given = parse_feeds(args)
+    feeds = dict(numerics.check_feeds(compiled.graph, given)) if given else None
     return numerics.analyse(compiled, feeds).as_dict()
 
 
-def render(report: dict[str, Any], file: Any = None) -> None:
+def render(report: dict[str, Any], file: Any = None, fmt: str = "plain") -> None:
     out = file or sys.stdout
     rows = [
         [f["kind"], f["layer"], ", ".join(f["nodes"]), f["detail"], f["remedy"]]
@@ -59,4 +48,4 @@ def render(report: dict[str, Any], file: Any = None) -> None:
         print(f"{title}: no overflow, underflow or precision loss found", file=out)
         return
     styles = [_STYLES.get(f["kind"]) for f in report["findings"]]
-    print_table(title, COLUMNS, rows, out, min_width=120, styles=styles)
+    print_table(title, COLUMNS, rows, out, fmt=fmt, styles=styles)

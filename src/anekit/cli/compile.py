@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from anekit.cli.common import (
+    add_command,
     add_shape_option,
     compression_line,
     compression_summary,
@@ -24,8 +25,19 @@ MAX_CPU_ROWS = 10
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
+    p = add_command(
+        sub,
+        "compile",
+        help="compile a model into an anekit bundle (MIL + weight.bin per segment)",
+        description="Compile an ONNX model for a chip into an anekit bundle: one MIL program "
+        "and weight file per engine or CPU segment, a manifest with the digest of every file "
+        "and the placement report; optionally also a Core ML .mlpackage, or H13 .hwx programs.",
+        examples=[
+            "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit",
+            "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit --mlpackage digits.mlpackage",
+            "anekit compile examples/digits_cnn.onnx -t m4 --compress int8 --json",
+        ],
+        json_help="print what was written as JSON",
     )
     p.add_argument("model", help="an ONNX model file")
     p.add_argument("--target", "-t", default="m4", help="chip name or engine code (default: m4)")
@@ -52,7 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bundle: MIL + weight.bin per segment (default); hwx: one H13 .hwx per engine "
         "segment and the dispatch descriptor program.e5 into the directory -o (M1 targets)",
     )
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
     p.set_defaults(func=run)
 
