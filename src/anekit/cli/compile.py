@@ -65,7 +65,77 @@ def register(sub: argparse._SubParsersAction) -> None:
         "segment and the dispatch descriptor program.e5 into the directory -o (M1 targets)",
     )
     add_shape_option(p)
+    _add_coreml_options(p)
     p.set_defaults(func=run)
+
+
+def _add_coreml_options(p: argparse.ArgumentParser) -> None:
+    from anekit.codegen.coreml_options import COLOR_LAYOUTS, COMPUTE_UNITS, IO_DTYPES
+
+    g = p.add_argument_group("Core ML package (with --mlpackage)")
+    g.add_argument("--io-dtype", choices=IO_DTYPES, default=None,
+                   help="the type of float inputs and outputs (default fp32; fp16 is the engine's)")  # fmt: skip
+    g.add_argument("--image", action="append", default=[], metavar="NAME=LAYOUT",
+                   help=f"take input NAME as an image, LAYOUT one of {', '.join(COLOR_LAYOUTS)} "
+                   "(repeatable)")  # fmt: skip
+    g.add_argument("--image-scale", type=float, default=1.0, metavar="S",
+                   help="images feed the model pixel * S + bias (default 1)")  # fmt: skip
+    g.add_argument("--image-bias", default="0", metavar="B[,G,R]",
+                   help="one bias, or one per channel in the layout's order (default 0)")  # fmt: skip
+    g.add_argument("--class-labels", metavar="FILE|A,B,...",
+                   help="make the package a classifier: a file with one label per line, or "
+                   "labels separated by commas")  # fmt: skip
+    g.add_argument("--classifier-output", metavar="NAME",
+                   help="the output holding the class probabilities (default: the only float one)")  # fmt: skip
+    g.add_argument("--author")
+    g.add_argument("--license")
+    g.add_argument("--description", help="the model's short description")
+    g.add_argument("--model-version", metavar="VERSION", help="the model's version string")
+    g.add_argument("--compute-units", choices=COMPUTE_UNITS, default=None,
+                   help="the compute units Core ML is asked to load it on (kept in its metadata)")  # fmt: skip
+    g.add_argument("--deployment-target", metavar="PLATFORM",
+                   help="the minimum deployment target, e.g. iOS18 or macOS15 (default: what "
+                   "the chip's MIL opset needs)")  # fmt: skip
+
+
+_COREML_FLAGS = {"io_dtype": "--io-dtype", "image": "--image", "class_labels": "--class-labels",
+                 "classifier_output": "--classifier-output", "author": "--author",
+                 "license": "--license", "description": "--description",
+                 "model_version": "--model-version", "compute_units": "--compute-units",
+                 "deployment_target": "--deployment-target"}  # fmt: skip
+
+
+def coreml_options(args: argparse.Namespace) -> Any:
+    """The Core ML options the command line gives (None without --mlpackage)."""
+    from anekit.codegen.coreml_options import CoreMLOptions, ImageInput, read_class_labels
+
+    given = [flag for key, flag in _COREML_FLAGS.items() if getattr(args, key)]
+    if not args.mlpackage:
+        if given:
+            raise AnekitError(f"{given[0]} describes the Core ML package", hint="add --mlpackage PATH")
+        return None
+    try:
+        bias = tuple(float(b) for b in args.image_bias.split(","))
+    except ValueError:
+        raise AnekitError(f"--image-bias '{args.image_bias}' is not numbers separated by commas") from None
+    images = {}
+    for spec in args.image:
+        name, sep, layout = spec.partition("=")
+        if not sep or not name:
+            raise AnekitError(f"--image '{spec}' is not NAME=LAYOUT", hint="e.g. --image image=RGB")
+        images[name] = ImageInput(layout, scale=args.image_scale, bias=bias)
+    return CoreMLOptions(
+        io_dtype=args.io_dtype or "fp32",
+        images=images,
+        class_labels=read_class_labels(args.class_labels) if args.class_labels else None,
+        classifier_output=args.classifier_output,
+        author=args.author,
+        license=args.license,
+        description=args.description,
+        version=args.model_version,
+        compute_units=args.compute_units or "all",
+        deployment_target=args.deployment_target,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     check_target(output, not_a_bundle, "an anekit bundle")
     if args.mlpackage:
         check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
+    options = coreml_options(args)  # checked before the work
     shapes = parse_shapes(args.shape) or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
@@ -100,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         package = None
         if args.mlpackage:
             step("exporting the .mlpackage", None)
-            package = compiled.save_mlpackage(args.mlpackage)
+            package = compiled.save_mlpackage(args.mlpackage, options)
     if args.json:
         print_json(_json(compiled, written, package))
         return 0

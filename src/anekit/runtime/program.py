@@ -213,13 +213,19 @@ class Program:
 
     # --- export --------------------------------------------------------------------------
 
-    def save_mlpackage(self, path: str | os.PathLike[str]) -> Path:
-        """The whole model as one Core ML mlprogram (needs the ``coreml`` extra)."""
+    def save_mlpackage(self, path: str | os.PathLike[str], options: Any = None, **fields: Any) -> Path:
+        """The whole model as one Core ML mlprogram (needs the ``coreml`` extra); ``options``
+        (`anekit.codegen.coreml_options.CoreMLOptions`) or its fields as keywords: fp16 I/O,
+        image inputs, class labels, metadata, compute units, deployment target."""
+        from anekit.codegen.coreml_options import CoreMLOptions
         from anekit.codegen.mlpackage import export_mlpackage
 
+        if options is not None and fields:
+            raise AnekitError("give options= or its fields as keywords, not both")
+        options = options or CoreMLOptions(**fields)
         readers = [_reader(w) for w in self.weights]
         try:
-            return export_mlpackage(self.manifest, self.programs, readers, path)
+            return export_mlpackage(self.manifest, self.programs, readers, path, options)
         finally:
             for r in readers:
                 if r is not None:
