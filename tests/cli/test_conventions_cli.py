@@ -171,3 +171,14 @@ def test_format_table_draws_a_table_without_wrapping_names() -> None:
     report = json.loads(_cli("check", str(DIGITS), "-t", "m1", "--json").stdout)
     for row in report["ops"]:
         assert row["node"] in proc.stdout, row["node"]
+
+
+def test_loading_an_onnx_file_says_compile_it_first() -> None:
+    import anekit
+    from anekit.errors import AnekitError
+
+    with pytest.raises(AnekitError) as caught:
+        anekit.load(DIGITS)
+    text = str(caught.value)
+    assert "not a compiled program" in text and "load_or_compile" in text
+    assert "NUL byte" not in text

@@ -246,7 +246,20 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
             recover(p)  # finish (or clear away) a weight update a killed process left
         return _load_bundle(read_bundle(p, verify=verify))
     regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    if p.suffix.lower() in _MODEL_SUFFIXES:  # a model, not a compiled program
+        raise FormatError(
+            f"{_MODEL_SUFFIXES[p.suffix.lower()]} is a model, not a compiled program: "
+            "anekit.load reads what anekit.compile saved (an .anekit bundle) or MIL text",
+            where=str(p),
+            hint=f"compile it first (anekit.compile('{p}', 'm4').save('model.anekit'), or "
+            f"`anekit compile {p} -o model.anekit`), or use anekit.load_or_compile('{p}', 'm4'), "
+            "which compiles it once and keeps the program in the cache",
+        )
     return _load_mil_file(p)
+
+
+# files anekit.load is sometimes given that are models to compile, by suffix
+_MODEL_SUFFIXES = {".onnx": "an ONNX file"}
 
 
 def _load_bundle(bundle: Bundle) -> Program:
