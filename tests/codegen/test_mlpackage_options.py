@@ -126,3 +126,21 @@ def test_command_line_options(tmp_path, capsys) -> None:
     code = main(["compile", str(DIGITS), "-o", str(tmp_path / "e.anekit"), "--author", "me"])
     assert code == 2 and "add --mlpackage" in capsys.readouterr().err
     assert not (tmp_path / "e.anekit").exists()
+
+
+def test_export_prints_nothing_but_its_result(tmp_path) -> None:
+    """No coremltools import warnings (its native proxies, untested torch/scikit-learn
+    versions) and no progress bars, in a fresh process where coremltools is first imported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "anekit", "compile", str(DIGITS), "-o", str(tmp_path / "d.anekit"),
+         "--mlpackage", str(tmp_path / "d.mlpackage")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.splitlines()[1] == f"wrote {tmp_path / 'd.mlpackage'}"

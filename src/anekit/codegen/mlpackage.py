@@ -300,10 +300,12 @@ def _build(
     manifest: Manifest,
     programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
-    options: CoreMLOptions,
-    names: dict[str, str],
+    options: CoreMLOptions | None = None,
+    names: dict[str, str] | None = None,
 ) -> Any:
-    """The pymil program; ``names`` is filled with each port's name in it."""
+    """The pymil program; ``names``, when given, is filled with each port's name in it."""
+    options = options or CoreMLOptions()
+    names = {} if names is None else names
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, types
     from coremltools.converters.mil.mil import Program as PyProgram
