@@ -7,7 +7,9 @@ segment's operations are replayed in order through ``coremltools.converters.mil.
 it is cast between the two programs' dtypes (fp16 on the engine, fp32 on the CPU) and its
 engine I/O padding is dropped, since inside one function there is no surface to pad. Core ML
 then decides placement itself. Model inputs and outputs keep the model's names (made valid
-identifiers) and dtypes (floats as fp32, integers as int32).
+identifiers) and dtypes (floats as fp32, or fp16 with ``io_dtype="fp16"``; integers as int32).
+`CoreMLOptions` (codegen/coreml_options.py) adds image inputs, classifier labels, metadata,
+compute units and the deployment target.
 
 Every op is type-checked by coremltools as it is built; the shapes and dtypes it infers must
 equal the ones our MIL declares, or the export stops with an internal error.
@@ -121,8 +123,8 @@ def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
             raise AnekitError(f"image input '{name}' is not an input of the model",
                               hint=f"its inputs: {', '.join(ports)}")  # fmt: skip
         shape = tuple(port.shape)
-        if port.dtype not in ("fp32", "fp16") or len(shape) != 4 or shape[0] != 1 \
-                or shape[1] != image.channels:  # fmt: skip
+        fits = len(shape) == 4 and shape[0] == 1 and shape[1] == image.channels
+        if port.dtype not in ("fp32", "fp16") or not fits:
             raise AnekitError(
                 f"input '{name}' ({port.dtype}{list(shape)}) cannot be a {image.color_layout} "
                 f"image: an image input is a float [1, {image.channels}, height, width]"
