@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check
 # coremltools' torch converter needs numpy < 2.4; torch is pinned (a bare `torch` pulls CUDA).
 PINS   := "numpy<2.4" "torch==2.13.0"
 
-.PHONY: demo test lint bench clean fashion-mnist train-demo chromium
+.PHONY: demo test lint bench clean fashion-mnist train-demo chromium graphviz
 
 $(VENV)/.core: pyproject.toml setup.py src/anekit/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ demo: $(VENV)/.core
 	@bash examples/demo.sh $(VENV)/bin/anekit
 
 # Two pytest workers on two cores: one BLAS/OpenMP thread each, or they oversubscribe the CPU.
-test: $(VENV)/.dev chromium
+test: $(VENV)/.dev chromium graphviz
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -p no:cacheprovider
 
 lint: $(VENV)/.dev
@@ -48,6 +48,12 @@ chromium:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is not installed: sudo apt-get install chromium" >&2; exit 2; fi; }
+
+# Debian's graphviz: `anekit report` lays its graph out with `dot` (a plain layout without it).
+graphviz:
+	@command -v dot >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	  else echo "graphviz is not installed: sudo apt-get install graphviz" >&2; exit 2; fi; }
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -145,13 +145,14 @@ class CompiledModel:
 
         return save(self, path, **options)
 
-    def save_mlpackage(self, path: str | os.PathLike[str]) -> Any:
-        """Export the whole model as one Core ML ``.mlpackage`` (needs the `coreml` extra)."""
+    def save_mlpackage(self, path: str | os.PathLike[str], options: Any = None, **fields: Any) -> Any:
+        """Export the whole model as one Core ML ``.mlpackage`` (needs the `coreml` extra);
+        options as `anekit.runtime.Program.save_mlpackage` takes them."""
         from anekit.errors import os_error, path_argument
 
         path = path_argument(path, "the .mlpackage path")
         try:
-            return self.program.save_mlpackage(path)
+            return self.program.save_mlpackage(path, options, **fields)
         except OSError as exc:
             raise os_error(exc, f"write the .mlpackage '{path}'") from None
 

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from anekit import targets
 from anekit.cli import main
-from anekit.cli.check import EXIT_CPU_FALLBACK, _render_plain
+from anekit.cli.check import EXIT_CPU_FALLBACK, render
 
 RNG = np.random.default_rng(9)
 
@@ -128,9 +128,9 @@ def test_plain_rendering_without_rich(capsys) -> None:
         "target": "m4",
         "ops": [{"node": "a", "op": "relu", "placement": "ane", "layer": "a", "reason": None}],
     }
-    _render_plain(report, "1 nodes -> 1 engine layers", sys.stdout)
+    render(report, "1 nodes -> 1 engine layers", sys.stdout, fmt="plain")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "target m4" and out[1].split() == [
+    assert out[0] == "anekit check: target m4" and out[1].split() == [
         "node",
         "op",
         "placement",

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from anekit.cli.common import print_json
+from anekit.cli.common import add_command, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "cache",
         help="show or clear the program cache (ANEKIT_CACHE_DIR)",
-        description="The cache of compiled programs, keyed by content and shared by processes.",
+        description="The cache of compiled programs (anekit.load_or_compile), keyed by "
+        "content and shared by processes: its folder (ANEKIT_CACHE_DIR), size and bound "
+        "(ANEKIT_CACHE_MAX_BYTES), or clear it.",
+        examples=["anekit cache info", "anekit cache clear --json"],
+        json_help="print JSON on stdout",
     )
     parser.add_argument(
         "action",
         choices=("info", "clear"),
         help="info: size and entries; clear: remove every entry",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     parser.set_defaults(func=run)
 
 

@@ -9,12 +9,16 @@ from typing import Any
 
 from anekit.cli import check_numerics
 from anekit.cli.common import (
+    add_command,
+    add_feeds_options,
+    add_format_option,
     add_shape_option,
     add_target_option,
-    aligned_lines,
     existing_model_file,
+    output_format,
     parse_shapes,
     print_json,
+    print_table,
 )
 
 EXIT_CPU_FALLBACK = 3
@@ -24,12 +28,23 @@ _STYLES = {"ane": "green", "cpu": "red", "folded": "cyan", "removed": "dim"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "check", help="show where every op of a model runs on a chip (engine, CPU, folded)"
+    p = add_command(
+        sub,
+        "check",
+        help="show where every op of a model runs on a chip (engine, CPU, folded)",
+        description="Compile a model for a chip and show, node by node, whether it runs on the "
+        "engine, on the CPU or is folded away, and why; with --numerics, also run it in fp16 "
+        "and report overflow, underflow and lost precision per layer.",
+        examples=[
+            "anekit check examples/digits_cnn.onnx --target m1",
+            "anekit check examples/digits_cnn.onnx -t m4 --strict --format plain",
+            "anekit check examples/digits_cnn.onnx -t m4 --numerics --input image=examples/digit.npy",
+        ],
+        json_help="print the report as JSON",
     )
     p.add_argument("model", help="an ONNX model file")
     add_target_option(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_format_option(p)
     p.add_argument(
         "--strict",
         action="store_true",
@@ -38,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_shape_option(p)
     check_numerics.add_arguments(p)
     check_numerics.add_remedy_options(p)
+    add_feeds_options(p, "inputs for --numerics (default: ranges, then synthetic inputs)")
     p.set_defaults(func=run)
 
 
@@ -53,14 +69,15 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     report = compiled.report
     numerics = check_numerics.analyse(compiled, args)
-    if args.json:
+    fmt = output_format(args)
+    if fmt == "json":
         print_json(report if numerics is None else {**report, "numerics": numerics})
     else:
-        render(report, compiled.summary_line())
+        render(report, compiled.summary_line(), fmt=fmt)
         if report.get("estimate"):  # the cost model: one line for this target
             print(report["estimate"]["summary"])
         if numerics is not None:
-            check_numerics.render(numerics, model=args.model)
+            check_numerics.render(numerics, fmt=fmt, model=args.model)
     errors = [d for d in compiled.diagnostics if d.severity == "error"]
     if errors:  # nodes code generation cannot emit: `anekit compile` would fail on them
         for d in errors:
@@ -73,29 +90,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(report: Mapping[str, Any], summary: str, file: Any = None) -> None:
-    """Print the per-node table and the summary (a rich table when rich is installed)."""
+def render(report: Mapping[str, Any], summary: str, file: Any = None, fmt: str = "plain") -> None:
+    """Print the per-node table and the summary."""
     out = file or sys.stdout
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        _render_plain(report, summary, out)
-        return
-    table = Table(title=f"anekit check: target {report['target']}", title_justify="left")
-    for col in COLUMNS:
-        table.add_column(col, overflow="fold")
-    for row in report["ops"]:
-        style = _STYLES.get(row["placement"])
-        table.add_row(*(str(row[c] or "") for c in COLUMNS), style=style)
-    console = Console(file=out, width=max(120, Console(file=out).width))
-    console.print(table)
-    console.print(summary, highlight=False)
-
-
-def _render_plain(report: Mapping[str, Any], summary: str, out: Any) -> None:
     rows = [[str(r[c] or "") for c in COLUMNS] for r in report["ops"]]
-    print(f"target {report['target']}", file=out)
-    for line in aligned_lines(COLUMNS, rows):
-        print(line, file=out)
+    styles = [_STYLES.get(r["placement"]) for r in report["ops"]]
+    title = f"anekit check: target {report['target']}"
+    print_table(title, COLUMNS, rows, out, fmt=fmt, styles=styles)
     print(summary, file=out)

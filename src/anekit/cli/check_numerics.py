@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
-from anekit.cli.common import print_table
+from anekit.cli.common import parse_feeds, print_table
 from anekit.errors import InputError
 
 COLUMNS = ("kind", "layer", "nodes", "finding", "remedy")
@@ -82,36 +81,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "and name: audio/waveform/pcm inputs int16 scale, images 0..255 or 0..1 as the model "
         "rescales them, other floats standard normal)",
     )
-    p.add_argument(
-        "--inputs",
-        metavar="DATA.npz",
-        help="inputs for --numerics: an .npz with one array per model input "
-        "(default: synthetic standard-normal inputs)",
-    )
 
 
 def analyse(compiled: Any, args: argparse.Namespace) -> dict[str, Any] | None:
     """The numerics report as a dict, or None without --numerics."""
     if not args.numerics:
-        if args.inputs or args.input_range:
+        if args.inputs or args.input or args.input_range:
             raise InputError(
-                "--inputs and --input-range are used by --numerics", hint="add --numerics"
+                "--input, --inputs and --input-range are used by --numerics", hint="add --numerics"
             )
         return None
     from anekit import numerics
     from anekit.numerics.ranges import parse_input_ranges
 
     ranges = parse_input_ranges(args.input_range)
-    feeds = None
-    if args.inputs:
-        path = Path(args.inputs)
-        if not path.is_file():
-            raise InputError(f"inputs file '{path}' does not exist")
-        feeds = numerics.load_feeds(str(path), compiled.graph)
+    given = parse_feeds(args)
+    feeds = dict(numerics.check_feeds(compiled.graph, given)) if given else None
     return numerics.analyse(compiled, feeds, ranges).as_dict()
 
 
-def render(report: dict[str, Any], file: Any = None, model: str = "MODEL") -> None:
+def render(
+    report: dict[str, Any], file: Any = None, fmt: str = "plain", model: str = "MODEL"
+) -> None:
     out = file or sys.stdout
     rows = [
         [f["kind"] + ("" if f["severity"] == "hazard" else " (info)"), f["layer"],
@@ -127,7 +118,7 @@ def render(report: dict[str, Any], file: Any = None, model: str = "MODEL") -> No
         print(f"{title}: no overflow, underflow or precision loss found", file=out)
         return
     styles = [_STYLES.get(f["kind"]) for f in report["findings"]]
-    print_table(title, COLUMNS, rows, out, min_width=120, styles=styles)
+    print_table(title, COLUMNS, rows, out, fmt=fmt, styles=styles)
     options = list(dict.fromkeys(
         f["option"] for f in report["findings"] if f["severity"] == "hazard" and f["option"]
     ))  # fmt: skip

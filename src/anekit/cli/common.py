@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -25,6 +26,76 @@ def add_target_option(parser: Any) -> None:
         default=DEFAULT_TARGET,
         help=f"chip name or engine code (default: {DEFAULT_TARGET})",
     )
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; the examples epilog kept line for line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    examples: Sequence[str],
+    json_help: str = "print the result as JSON on stdout",
+) -> argparse.ArgumentParser:
+    """A subcommand as every command is: a description, examples in ``--help`` and ``--json``."""
+    parser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in examples),
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help=json_help)
+    return parser
+
+
+FORMATS = ("table", "plain", "json")
+
+
+def add_format_option(parser: Any) -> None:
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="table: boxed columns (the default on a terminal, with rich installed); plain: "
+        "aligned columns, names never wrapped (the default otherwise); json: as --json",
+    )
+
+
+def output_format(args: Any, stream: Any = None) -> str:
+    """What to print: json (``--json``), the ``--format`` asked for, else a table only when
+    ``stream`` is a terminal and rich is installed, plain text otherwise."""
+    if getattr(args, "json", False):
+        return "json"
+    chosen = getattr(args, "format", None)
+    if chosen:
+        return chosen
+    stream = stream or sys.stdout
+    return "table" if _isatty(stream) and _has_rich() else "plain"
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _has_rich() -> bool:
+    try:
+        import rich.table  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def add_shape_option(parser: Any) -> None:
@@ -52,6 +123,29 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def add_feeds_options(parser: Any, what: str = "inputs") -> None:
+    """The one feeds syntax: ``--input NAME=FILE.npy`` (repeatable) and ``--inputs FILE.npz``."""
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                        help=f"one of the {what}: an input's name and an .npy file (repeatable)")  # fmt: skip
+    parser.add_argument("--inputs", metavar="FILE.npz",
+                        help=f"the {what} from an .npz file, one array per input name")  # fmt: skip
+
+
+def parse_feeds(args: Any) -> dict[str, np.ndarray]:
+    """The feeds of ``--input`` and ``--inputs`` together (an input given twice is an error)."""
+    feeds: dict[str, np.ndarray] = {}
+    if getattr(args, "inputs", None):
+        from anekit.formats.npy import read_arrays
+
+        feeds.update(read_arrays(args.inputs, "--inputs file"))
+    for name, arr in parse_inputs(getattr(args, "input", None) or []).items():
+        if name in feeds:
+            raise InputError(f"input '{name}' is given twice (--input and --inputs {args.inputs})",
+                             hint="give each input once")  # fmt: skip
+        feeds[name] = arr
+    return feeds
+
+
 def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     """'name=file.npy' -> {'name': array}, with clear errors for missing or bad files."""
     feeds: dict[str, np.ndarray] = {}
@@ -59,6 +153,8 @@ def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise InputError(f"--input '{spec}' is not NAME=FILE.npy", hint="e.g. --input x=x.npy")
+        if name in feeds:
+            raise InputError(f"--input '{name}' is given twice", hint="give each input once")
         feeds[name] = load_array(Path(path), name)
     return feeds
 
@@ -187,23 +283,30 @@ def print_table(
     rows: Sequence[Sequence[str]],
     out: Any,
     *,
-    min_width: int = 100,
+    fmt: str = "plain",
     right: Sequence[str] = (),
     styles: Sequence[str | None] | None = None,
 ) -> None:
-    """A rich table when rich is installed (``right``: right-aligned columns; ``styles``: one
-    per row), else the title and plain aligned lines."""
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
+    """Rows under a title: a rich table for ``fmt == "table"`` (``right``: right-aligned
+    columns; ``styles``: one per row), else plain aligned lines. Neither wraps a cell of any
+    column but the last: names stay whole, for people and for grep."""
+    if fmt != "table" or not _has_rich():
         print(title, file=out)
         for line in aligned_lines(columns, rows):
             print(line, file=out)
         return
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, justify="right" if col in right else "left", overflow="fold")
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title), title_justify="left")
+    last = len(columns) - 1
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if col in right else "left",
+                         no_wrap=i != last, overflow="fold")  # fmt: skip
     for i, row in enumerate(rows):
-        table.add_row(*row, style=None if styles is None else styles[i])
-    Console(file=out, width=max(min_width, Console(file=out).width)).print(table)
+        table.add_row(*(Text(cell) for cell in row), style=None if styles is None else styles[i])
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    needed = sum(widths[:last]) + 3 * len(columns) + 30  # whole names, and room for the last
+    console = Console(file=out)
+    Console(file=out, width=max(needed, console.width)).print(table)

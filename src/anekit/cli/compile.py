@@ -11,6 +11,7 @@ from typing import Any
 
 from anekit.cli.check_numerics import add_remedy_options, remedy_options
 from anekit.cli.common import (
+    add_command,
     add_shape_option,
     add_target_option,
     compression_line,
@@ -26,8 +27,19 @@ MAX_CPU_ROWS = 10
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compile", help="compile a model into an anekit bundle (MIL + weight.bin per segment)"
+    p = add_command(
+        sub,
+        "compile",
+        help="compile a model into an anekit bundle (MIL + weight.bin per segment)",
+        description="Compile an ONNX model for a chip into an anekit bundle: one MIL program "
+        "and weight file per engine or CPU segment, a manifest with the digest of every file "
+        "and the placement report; optionally also a Core ML .mlpackage, or H13 .hwx programs.",
+        examples=[
+            "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit",
+            "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit --mlpackage digits.mlpackage",
+            "anekit compile examples/digits_cnn.onnx -t m4 --compress int8 --json",
+        ],
+        json_help="print what was written as JSON",
     )
     p.add_argument("model", help="an ONNX model file")
     add_target_option(p)
@@ -56,7 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "directory -o (H13 targets: m1, m1-pro, m1-max, m1-ultra); anec: the same, plus an "
         ".anec beside each .hwx for the Asahi Linux ANE driver",
     )
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     add_shape_option(p)
     add_remedy_options(p)
     p.add_argument(
@@ -67,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fix an input to a constant so that shape logic and If branches on it fold, "
         "e.g. --const sr=16000 (a list: --const axes=0,2; repeatable)",
     )
+    _add_coreml_options(p)
     p.set_defaults(func=run)
 
 
@@ -90,6 +102,75 @@ def parse_constants(specs: list[str]) -> dict[str, Any]:
     return constants
 
 
+def _add_coreml_options(p: argparse.ArgumentParser) -> None:
+    from anekit.codegen.coreml_options import COLOR_LAYOUTS, COMPUTE_UNITS, IO_DTYPES
+
+    g = p.add_argument_group("Core ML package (with --mlpackage)")
+    g.add_argument("--io-dtype", choices=IO_DTYPES, default=None,
+                   help="the type of float inputs and outputs (default fp32; fp16 is the engine's)")  # fmt: skip
+    g.add_argument("--image", action="append", default=[], metavar="NAME=LAYOUT",
+                   help=f"take input NAME as an image, LAYOUT one of {', '.join(COLOR_LAYOUTS)} "
+                   "(repeatable)")  # fmt: skip
+    g.add_argument("--image-scale", type=float, default=1.0, metavar="S",
+                   help="images feed the model pixel * S + bias (default 1)")  # fmt: skip
+    g.add_argument("--image-bias", default="0", metavar="B[,G,R]",
+                   help="one bias, or one per channel in the layout's order (default 0)")  # fmt: skip
+    g.add_argument("--class-labels", metavar="FILE|A,B,...",
+                   help="make the package a classifier: a file with one label per line, or "
+                   "labels separated by commas")  # fmt: skip
+    g.add_argument("--classifier-output", metavar="NAME",
+                   help="the output holding the class probabilities (default: the only float one)")  # fmt: skip
+    g.add_argument("--author")
+    g.add_argument("--license")
+    g.add_argument("--description", help="the model's short description")
+    g.add_argument("--model-version", metavar="VERSION", help="the model's version string")
+    g.add_argument("--compute-units", choices=COMPUTE_UNITS, default=None,
+                   help="the compute units Core ML is asked to load it on (kept in its metadata)")  # fmt: skip
+    g.add_argument("--deployment-target", metavar="PLATFORM",
+                   help="the minimum deployment target, e.g. iOS18 or macOS15 (default: what "
+                   "the chip's MIL opset needs)")  # fmt: skip
+
+
+_COREML_FLAGS = {"io_dtype": "--io-dtype", "image": "--image", "class_labels": "--class-labels",
+                 "classifier_output": "--classifier-output", "author": "--author",
+                 "license": "--license", "description": "--description",
+                 "model_version": "--model-version", "compute_units": "--compute-units",
+                 "deployment_target": "--deployment-target"}  # fmt: skip
+
+
+def coreml_options(args: argparse.Namespace) -> Any:
+    """The Core ML options the command line gives (None without --mlpackage)."""
+    from anekit.codegen.coreml_options import CoreMLOptions, ImageInput, read_class_labels
+
+    given = [flag for key, flag in _COREML_FLAGS.items() if getattr(args, key)]
+    if not args.mlpackage:
+        if given:
+            raise AnekitError(f"{given[0]} describes the Core ML package", hint="add --mlpackage PATH")
+        return None
+    try:
+        bias = tuple(float(b) for b in args.image_bias.split(","))
+    except ValueError:
+        raise AnekitError(f"--image-bias '{args.image_bias}' is not numbers separated by commas") from None
+    images = {}
+    for spec in args.image:
+        name, sep, layout = spec.partition("=")
+        if not sep or not name:
+            raise AnekitError(f"--image '{spec}' is not NAME=LAYOUT", hint="e.g. --image image=RGB")
+        images[name] = ImageInput(layout, scale=args.image_scale, bias=bias)
+    return CoreMLOptions(
+        io_dtype=args.io_dtype or "fp32",
+        images=images,
+        class_labels=read_class_labels(args.class_labels) if args.class_labels else None,
+        classifier_output=args.classifier_output,
+        author=args.author,
+        license=args.license,
+        description=args.description,
+        version=args.model_version,
+        compute_units=args.compute_units or "all",
+        deployment_target=args.deployment_target,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from anekit import targets
     from anekit.atomic import check_target
@@ -111,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     check_target(output, not_a_bundle, "an anekit bundle")
     if args.mlpackage:
         check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
+    options = coreml_options(args)  # checked before the work
     shapes = parse_shapes(args.shape) or None
     constants = parse_constants(args.const) or None
     with _progress(quiet=args.json) as step:
@@ -130,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         package = None
         if args.mlpackage:
             step("exporting the .mlpackage", None)
-            package = compiled.save_mlpackage(args.mlpackage)
+            package = compiled.save_mlpackage(args.mlpackage, options)
     if args.json:
         print_json(_json(compiled, written, package))
         return 0

@@ -18,21 +18,23 @@ from typing import Any
 
 import numpy as np
 
-from anekit.cli.common import print_json
+from anekit.cli.common import add_command, print_json
 from anekit.targets import DEFAULT_TARGET
 
 EXIT_MISSING = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "doctor",
         help="check that programs run on the Neural Engine and agree with the simulator",
         description="Compile a small program, run it on 'ane' and 'sim', compare, time, and "
         "check that a weight update takes effect. Exit 2 when the engine is unavailable or a "
         "check fails.",
+        examples=["anekit doctor", "anekit doctor --json"],
+        json_help="print JSON on stdout",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
     parser.set_defaults(func=run)
 
 

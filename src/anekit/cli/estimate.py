@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from anekit.cli.common import (
+    add_command,
+    add_format_option,
     add_shape_option,
     existing_model_file,
+    output_format,
     parse_shapes,
     print_json,
     print_table,
@@ -31,11 +34,20 @@ COLUMNS = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "estimate",
         help="estimate a model's latency on each chip, and what bounds it",
         description="Compile a model for each chip, schedule its engine segments under the "
-        "on-chip budget and estimate its latency (compute, memory, dispatch and CPU time).",
+        "on-chip budget and estimate its latency (compute, memory, dispatch and CPU time). "
+        "'bound' names the largest of the compute, memory and dispatch times; 'ANE util' is "
+        "the engine's achieved share of its peak compute over the engine's time, so a small "
+        "model can be compute-bound at a low utilisation.",
+        examples=[
+            "anekit estimate examples/digits_cnn.onnx --target all",
+            "anekit estimate examples/digits_cnn.onnx -t m1,m4 --json --detail",
+        ],
+        json_help="print the estimates as JSON",
     )
     p.add_argument("model", help="an ONNX model file")
     p.add_argument(
@@ -45,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a chip name or engine code, several separated by commas, or 'all' "
         f"(default: {DEFAULT_TARGET})",
     )
-    p.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    add_format_option(p)
     p.add_argument("--detail", action="store_true", help="with --json: every layer and tensor")
     p.add_argument("--plot", metavar="OUT.png", help="draw the partition timeline and pressure")
     add_shape_option(p)
@@ -74,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         from anekit.cost.plot import plot_estimates
 
         plot_estimates(estimates, Path(args.plot), title=path.name)
-    if args.json:
+    fmt = output_format(args)
+    if fmt == "json":
         print_json({"model": str(path), "estimates": [e.as_dict(args.detail) for e in estimates]})
     else:
-        render(estimates, path.name)
+        render(estimates, path.name, fmt=fmt)
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0
@@ -100,9 +113,9 @@ def _row(est: Any) -> list[str]:
     ]
 
 
-def render(estimates: Sequence[Any], name: str, file: Any = None) -> None:
-    """A table: one row per chip (a rich table when rich is installed)."""
+def render(estimates: Sequence[Any], name: str, file: Any = None, fmt: str = "plain") -> None:
+    """One row per chip."""
     out = file or sys.stdout
     rows = [_row(e) for e in estimates]
     right = [c for c in COLUMNS if c not in ("target", "bound")]
-    print_table(f"anekit estimate: {name}", COLUMNS, rows, out, right=right)
+    print_table(f"anekit estimate: {name}", COLUMNS, rows, out, fmt=fmt, right=right)

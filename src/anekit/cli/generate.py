@@ -8,18 +8,24 @@ import json
 import sys
 from typing import Any
 
-from anekit.cli.common import compression_line, compression_summary
+from anekit.cli.common import add_command, compression_line, compression_summary
 from anekit.codegen.compress import SCHEMES
 from anekit.targets import DEFAULT_TARGET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "generate",
         help="generate text with a Hugging Face language model folder",
         description="Load a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2), compile "
         "its prefill and decode programs for the target and generate on the simulator, "
         "streaming tokens as they come.",
+        examples=[
+            'anekit generate tests/data/llm/tiny-llama --prompt "def mean(data):" -n 64',
+            'anekit generate tests/data/llm/tiny-gpt2 -p "Hello" -n 16 --compress int8 --json',
+        ],
+        json_help="print one JSON object instead of streaming",
     )
     p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files)")
     p.add_argument("--prompt", "-p", required=True, help="the text to continue")
@@ -35,7 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
     p.add_argument("--max-context", type=int, default=None, help="decode cache length in positions")
     p.add_argument("--compress", choices=SCHEMES, default=None, help="compress the weights")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=run)
 
 

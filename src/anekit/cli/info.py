@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import argparse
 
-from anekit.cli.common import add_shape_option, load_model_graph, parse_shapes, print_json
+from anekit.cli.common import (
+    add_command,
+    add_shape_option,
+    load_model_graph,
+    parse_shapes,
+    print_json,
+)
 from anekit.ir.graph import Graph
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="show a model's inputs, outputs, parameters and ops")
+    p = add_command(
+        sub,
+        "info",
+        help="show a model's inputs, outputs, parameters and ops",
+        description="Read an ONNX model and show its inputs and outputs with their shapes, its "
+        "parameter count and how many nodes of each op it has.",
+        examples=["anekit info examples/digits_cnn.onnx",
+                  "anekit info model.onnx --shape input_ids=1x64 --json"],  # fmt: skip
+    )
     p.add_argument("model", help="an ONNX model file")
     add_shape_option(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from anekit.cli.common import add_command, add_format_option, output_format
 from anekit.cli.inspect_kinds import (
     bundle,
     dispatch,
@@ -79,15 +80,15 @@ def inspect_path(path: Path) -> tuple[Kind, dict[str, Any]]:
     return kind, kind.describe(path)
 
 
-def print_tree(title: str, root: Node) -> None:
-    try:
-        from rich.console import Console
-        from rich.text import Text
-        from rich.tree import Tree
-    except ImportError:
+def print_tree(title: str, root: Node, fancy: bool = False) -> None:
+    """An indented tree; with ``fancy`` (a terminal), drawn with rich's guide lines."""
+    if not fancy:
         print(f"{title}: {root.label}")
         _print_plain(root.children, "  ")
         return
+    from rich.console import Console
+    from rich.text import Text
+    from rich.tree import Tree
 
     def build(tree: Tree, node: Node) -> None:
         for child in node.children:
@@ -106,15 +107,19 @@ def _print_plain(nodes: list[Node], indent: str) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "inspect",
         help="show what is inside a .hwx, weight.bin, MIL, netplist, bundle or ONNX file",
         description=f"Detect the kind of FILE ({KNOWN}) and print its decoded contents.",
+        examples=[
+            "anekit inspect tests/data/apple/hwx/h13_relu.hwx",
+            "anekit inspect digits.anekit --json",
+        ],
+        json_help="print the decoded contents as JSON on stdout",
     )
     parser.add_argument("file", type=Path, help="the file (or bundle directory) to inspect")
-    parser.add_argument(
-        "--json", action="store_true", help="print the decoded contents as JSON on stdout"
-    )
+    add_format_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -123,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise AnekitError("no such file or directory", where=str(path))
     kind, doc = inspect_path(path)
-    if args.json:
+    if output_format(args) == "json":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif kind.render is not None:
-        print_tree(path.name, kind.render(doc))
+        print_tree(path.name, kind.render(doc), fancy=output_format(args) == "table")
     return 0

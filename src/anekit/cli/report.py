@@ -7,14 +7,32 @@ import os
 import tempfile
 from pathlib import Path
 
-from anekit.cli.common import add_shape_option, add_target_option, existing_model_file, parse_shapes
+from anekit.cli.common import (
+    add_command,
+    add_feeds_options,
+    add_shape_option,
+    add_target_option,
+    existing_model_file,
+    parse_feeds,
+    parse_shapes,
+    print_json,
+)
 from anekit.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "report",
         help="write one HTML page: graph placement, CPU fallbacks, estimates per chip, fp16 numerics",
+        description="Compile a model and write one self-contained HTML page (no scripts, prints "
+        "as is): the graph with each node's placement and reason, the CPU fallbacks, the "
+        "per-layer estimate, timelines per chip and the fp16 numerics findings.",
+        examples=[
+            "anekit report examples/digits_cnn.onnx -t m4 -o report.html",
+            "anekit report examples/digits_cnn.onnx -t m1 -o report.html --input image=examples/digit.npy",
+        ],
+        json_help="print what was written as JSON",
     )
     p.add_argument("model", help="an ONNX model file")
     add_target_option(p)
@@ -24,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="m1,m2,m3,m4,m5",
         help="comma-separated chips for the timelines (default: m1,m2,m3,m4,m5)",
     )
-    p.add_argument("--inputs", metavar="DATA.npz", help="inputs for the numerics section")
+    add_feeds_options(p, "inputs for the numerics section (default: synthetic standard-normal inputs)")
     p.add_argument("--no-numerics", action="store_true", help="leave out the fp16 numerics run")
     add_shape_option(p)
     p.set_defaults(func=run)
@@ -58,14 +76,15 @@ def run(args: argparse.Namespace) -> int:
         targets.get(name)  # an unknown chip fails before the model loads
     out = _writable(Path(args.output))
     path = existing_model_file(args.model)
-    feeds = None
-    if args.inputs:
+    feeds = parse_feeds(args) or None
+    if feeds:
         if args.no_numerics:
-            raise InputError("--inputs is for the numerics section", hint="drop --no-numerics")
-        from anekit import numerics
+            raise InputError("--input and --inputs are for the numerics section",
+                             hint="drop --no-numerics")  # fmt: skip
         from anekit.compiler import load_graph
+        from anekit.ir.interpret import check_feeds
 
-        feeds = numerics.load_feeds(args.inputs, load_graph(path, parse_shapes(args.shape) or None))
+        feeds = dict(check_feeds(load_graph(path, parse_shapes(args.shape) or None), feeds))
     page = build_report(
         path, args.target, input_shapes=parse_shapes(args.shape) or None, chips=chips,
         feeds=feeds, numerics=not args.no_numerics, title=path.name,
@@ -78,5 +97,9 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    print(f"wrote {out} ({len(page.encode()) / 1024:.0f} KiB)")
+    size = len(page.encode())
+    if args.json:
+        print_json({"output": str(out), "bytes": size})
+    else:
+        print(f"wrote {out} ({size / 1024:.0f} KiB)")
     return 0

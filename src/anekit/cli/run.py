@@ -9,12 +9,15 @@ from pathlib import Path
 import numpy as np
 
 from anekit.cli.common import (
+    add_command,
+    add_feeds_options,
     add_shape_option,
     check_npz_target,
     describe_array,
     load_model_graph,
-    parse_inputs,
+    parse_feeds,
     parse_shapes,
+    print_json,
     save_npz,
 )
 from anekit.errors import AnekitError
@@ -106,19 +109,26 @@ DEFAULT_BACKENDS: dict[str, str] = {".mil": "sim", ".anekit": "sim", ".hwx": "en
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a model on inputs from .npy files")
+    p = add_command(
+        sub,
+        "run",
+        help="run a model, a compiled bundle or an Apple program on inputs from .npy/.npz files",
+        description="Run a model and show (or save) its outputs: an anekit bundle (.anekit "
+        "folder) or MIL text on the fp16 simulator, an H13 .hwx program on the engine "
+        "emulator, an ONNX model or an Apple netplist on the fp32 reference backend.",
+        examples=[
+            "anekit run digits.anekit --input image=examples/digit.npy",
+            "anekit run digits.anekit --inputs feeds.npz -o out.npz --backend sim-fp32",
+            "anekit run tests/data/apple/hwx/h13_conv.hwx --input image=rgb.npy",
+        ],
+        json_help="print every output (shape, dtype and values) as JSON",
+    )
     p.add_argument(
         "model",
-        help="an ONNX model file, a MIL program (.mil), a netplist (.plist) or an H13 program (.hwx)",
+        help="an anekit bundle (.anekit folder), a MIL program (.mil), an H13 program (.hwx), "
+        "an ONNX model file or a netplist (.plist)",
     )
-    p.add_argument(
-        "--input",
-        "-i",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="an input (repeatable)",
-    )
+    add_feeds_options(p)
     p.add_argument("--output", "-o", metavar="OUT.npz", help="save every output into an .npz file")
     p.add_argument(
         "--backend",
@@ -138,16 +148,32 @@ def run(args: argparse.Namespace) -> int:
         regular_file(path, "model", hint="pass an .anekit bundle folder or a model file")
     if args.output:
         check_npz_target(Path(args.output))  # before the work, not after it
-    feeds = parse_inputs(args.input)
+    feeds = parse_feeds(args)
     from anekit.runtime.hwx_chain import is_chain
 
     default = "engine" if is_chain(path) else DEFAULT_BACKENDS.get(path.suffix.lower(), "reference")
     backend = args.backend or default
     outputs = _runner_for(path)(path, feeds, backends.get(backend), parse_shapes(args.shape))
+    if args.output:
+        save_npz(Path(args.output), outputs)
+    if args.json:
+        print_json({
+            "backend": backend,
+            "outputs": {name: _as_json(np.asarray(arr)) for name, arr in outputs.items()},
+            "saved": args.output,
+        })  # fmt: skip
+        return 0
     width = max((len(k) for k in outputs), default=0)
     for name, arr in outputs.items():
         print(f"{name:<{width}}  {describe_array(np.asarray(arr))}")
     if args.output:
-        save_npz(Path(args.output), outputs)
         print(f"saved {len(outputs)} output(s) to {args.output}")
     return 0
+
+
+JSON_MAX_VALUES = 65536  # larger outputs: shape and dtype only (save them with -o)
+
+
+def _as_json(arr: np.ndarray) -> dict:
+    values = arr.tolist() if arr.size <= JSON_MAX_VALUES else None
+    return {"shape": list(arr.shape), "dtype": str(arr.dtype), "values": values}

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from anekit import targets
-from anekit.cli.common import aligned_lines
+from anekit.cli.common import add_command, add_format_option, aligned_lines, output_format
 from anekit.targets import Target
 
 _SUMMARY_COLUMNS = (
@@ -29,27 +29,32 @@ _SUMMARY_COLUMNS = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "targets",
         help="list the Apple Neural Engine chips anekit knows, with sourced figures",
-        description="List every chip (or one chip in full, with the source of every figure).",
+        description="List every chip (or one chip in full, with the source of every figure). "
+        "Targets are Mac chips (M1 to M5 and their Pro, Max and Ultra variants) and their "
+        "engine codes (h13 to h17s); A-series (iPhone) chips are not in the database.",
+        examples=["anekit targets", "anekit targets m4 --json", "anekit targets h13"],
+        json_help="print JSON on stdout",
     )
     parser.add_argument("name", nargs="?", help="a chip name or engine code (m4, m1-max, h17s)")
-    parser.add_argument("--json", action="store_true", help="print JSON on stdout")
+    add_format_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     chosen = [targets.get(args.name)] if args.name else targets.all_targets()
-    if args.json:
+    fmt = output_format(args)
+    if fmt == "json":
         json.dump({"targets": [t.to_dict() for t in chosen]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.name:
-        _print_detail(chosen[0])
+        _print_detail(chosen[0], fmt)
     else:
-        _print_table(
-            "Apple Neural Engine targets", _SUMMARY_COLUMNS, [_summary_row(t) for t in chosen]
-        )
+        rows = [_summary_row(t) for t in chosen]
+        _print_table("Apple Neural Engine targets", _SUMMARY_COLUMNS, rows, fmt)
     return 0
 
 
@@ -104,25 +109,23 @@ def _detail_rows(t: Target) -> list[list[str]]:
     return rows
 
 
-def _print_detail(t: Target) -> None:
+def _print_detail(t: Target, fmt: str) -> None:
     aliases = ", ".join(t.aliases) or "none"
     title = f"{t.name}: engine {t.engine} (generation {t.generation}), aliases: {aliases}"
     if t.notes:
         title += f"\n{t.notes}"
-    _print_table(title, ("figure", "value", "kind", "source"), _detail_rows(t))
+    _print_table(title, ("figure", "value", "kind", "source"), _detail_rows(t), fmt)
 
 
-def _print_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
-    except ImportError:  # rich is a dev extra: fall back to aligned plain text
+def _print_table(title: str, columns: tuple[str, ...], rows: list[list[str]], fmt: str) -> None:
+    if fmt != "table":
         _print_plain(title, columns, rows)
         return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console()
-    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
-        console = Console(width=200)
     # Text() keeps "[seed000]" literal instead of reading it as rich markup.
     table = Table(title=Text(title), title_justify="left", show_lines=len(columns) == 4)
     for column in columns:

@@ -13,16 +13,27 @@ from typing import Any
 
 import numpy as np
 
-from anekit.cli.common import existing_model_file, print_json, print_table
+from anekit.cli.common import (
+    add_command,
+    add_format_option,
+    add_shape_option,
+    existing_model_file,
+    output_format,
+    parse_shapes,
+    print_json,
+    print_table,
+)
 from anekit.errors import AnekitError, InputError, PathError
 from anekit.files import regular_file
 from anekit.targets import DEFAULT_TARGET
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
+DEFAULT_BATCH = 32  # when neither --batch-size nor the model fixes one
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "train",
         help="train an ONNX model on the simulator (forward, backward and optimizer in one program)",
         description="Train an ONNX model on batches from an .npz file (one array per model "
@@ -30,6 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pass and the optimizer compiled into one step program for the target and run on "
         "the simulator in fp16. Writes a checkpoint after every epoch with --checkpoint and "
         "the trained ONNX model with --output.",
+        examples=[
+            "anekit train examples/digits_cnn.onnx --data train.npz --eval test.npz --epochs 3 "
+            "--batch-size 1 -o trained.onnx --checkpoint run.ckpt",
+            "anekit train --resume run.ckpt --data train.npz --eval test.npz --epochs 6 -o trained6.onnx",
+            "anekit train model.onnx --shape input=32x784 --data train.npz --batch-size 32",
+        ],
+        json_help="print one JSON summary",
     )
     p.add_argument("model", nargs="?", help="the ONNX model (omit with --resume)")
     p.add_argument("--data", required=True, metavar="TRAIN.npz",
@@ -45,7 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="linear warm-up, then cosine decay to 0 over the run")  # fmt: skip
     p.add_argument("--epochs", type=int, default=1, help="epochs in all (a resumed run counts "
                    "the ones already done)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="rows per step (default: the model's batch when its input fixes one, "
+                   "else 32; a resumed run keeps its own)")  # fmt: skip
     p.add_argument("--max-grad-norm", type=float, default=None, help="clip by global norm")
     p.add_argument("--freeze", action="append", default=[], metavar="PATTERN",
                    help="keep the initializers matching this glob fixed (repeatable)")  # fmt: skip
@@ -58,20 +78,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32", "reference"),
                    help="sim: fp16 engine segments (default); sim-fp32 or reference: fp32")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the data order")
-    p.add_argument("--checkpoint", metavar="CKPT", help="write a checkpoint here after every epoch")
-    p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
+    p.add_argument("--checkpoint", metavar="CKPT", help="write a checkpoint here after every "
+                   "epoch (with --resume, the default is the resumed checkpoint)")  # fmt: skip
+    p.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint (its --eval "
+                   "data and batch size are kept unless given again)")  # fmt: skip
     p.add_argument("--output", "-o", metavar="TRAINED.onnx", help="write the trained model")
     p.add_argument("--plot", metavar="LOSS.png", help="plot the loss curve (needs matplotlib)")
     p.add_argument("--check", action="store_true",
                    help="compile the step for the first batch and list what runs on the CPU")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    add_shape_option(p)
+    add_format_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from anekit.formats.npy import read_arrays
 
-    if args.epochs < 1 or args.batch_size < 1:
+    if args.epochs < 1 or (args.batch_size is not None and args.batch_size < 1):
         raise InputError("--epochs and --batch-size must be at least 1")
     if args.plot:
         from anekit.train.trainer import check_plotting
@@ -81,18 +104,30 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint:
         _checkpoint_target(Path(args.checkpoint))
     data = read_arrays(args.data, "training data")
-    test = read_arrays(args.eval, "evaluation data") if args.eval else None
     trainer = _trainer(args, data)
-    data = _checked_rows(trainer, data, "--data", args.batch_size)
+    if args.resume and not args.checkpoint:
+        args.checkpoint = args.resume  # read as a checkpoint: a resumed run keeps it up to date
+    batch = _batch_size(args, trainer)
+    eval_path = args.eval or trainer.meta.get("eval")
+    trainer.meta.update(eval=eval_path, batch_size=batch)
+    test = read_arrays(eval_path, "evaluation data") if eval_path else None
+    data = _checked_rows(trainer, data, "--data", batch)
     if test is not None:
         test = _checked_rows(trainer, test, "--eval", 1)
-    first = {k: v[: args.batch_size] for k, v in data.items()}
+    first = {k: v[:batch] for k, v in data.items()}
     if args.check:
-        return _report_check(trainer.check(first), args.json)
+        return _report_check(trainer.check(first), args)
+    if not (output or args.checkpoint) and trainer.epoch < args.epochs:
+        print("anekit train: warning: nothing will be written: the trained model is lost "
+              "when the run ends; add -o TRAINED.onnx or --checkpoint CKPT", file=sys.stderr)  # fmt: skip
+    elif trainer.epoch >= args.epochs:
+        print(f"anekit train: warning: the checkpoint has done {trainer.epoch} epoch(s), "
+              f"--epochs {args.epochs} asks for no more; nothing is trained (--epochs counts "
+              "the epochs already done)", file=sys.stderr)  # fmt: skip
     quiet = args.json or not sys.stderr.isatty()
     epochs = []
     while trainer.epoch < args.epochs:
-        losses = trainer.fit(data, trainer.epoch + 1, args.batch_size, progress=not quiet)
+        losses = trainer.fit(data, trainer.epoch + 1, batch, progress=not quiet)
         row: dict[str, Any] = {"epoch": trainer.epoch, "steps": len(losses),
                                "mean_loss": float(np.mean(losses)) if losses else None}  # fmt: skip
         if test is not None:
@@ -132,20 +167,61 @@ def _trainer(args: argparse.Namespace, data: dict[str, np.ndarray]) -> Any:
                 "give the model or --resume, not both: a checkpoint holds its model",
                 hint=f"anekit train --resume {args.resume} --data {args.data}",
             )
+        if args.shape:
+            raise InputError("--shape goes with a model; a checkpoint's shapes are fixed",
+                             hint="drop --shape")  # fmt: skip
         return Trainer.load(regular_file(args.resume, "checkpoint"), backend=args.backend)
     if not args.model:
         raise InputError("no model to train", hint="anekit train MODEL.onnx --data TRAIN.npz")
-    steps = args.epochs * (_rows(data) // args.batch_size)
+    model = existing_model_file(args.model)
+    shapes = parse_shapes(args.shape)
+    batch = args.batch_size or _declared_batch(model, shapes) or DEFAULT_BATCH
+    steps = args.epochs * (_rows(data) // batch)
     return Trainer(
-        str(existing_model_file(args.model)),
+        str(model),
         args.loss,
         _optimizer(args, steps),
+        input_shapes=shapes or None,
         target=args.target,
         backend=args.backend,
         freeze=args.freeze,
         max_grad_norm=args.max_grad_norm,
         seed=args.seed,
     )
+
+
+def _declared_batch(path: Path, shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """The batch an ONNX model's first input fixes (its first axis), without loading weights."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    weights = {t.name for t in proto.graph.initializer}
+    for vi in proto.graph.input:
+        if vi.name in weights:
+            continue
+        if vi.name in shapes:
+            return shapes[vi.name][0] if shapes[vi.name] else None
+        dims = vi.type.tensor_type.shape.dim
+        return int(dims[0].dim_value) if dims and dims[0].dim_value > 0 else None
+    return None
+
+
+def _batch_size(args: argparse.Namespace, trainer: Any) -> int:
+    """--batch-size, checked against the batch the model's inputs fix (its first axis)."""
+    fixed = {v.shape[0] for v in trainer.model.inputs if len(v.shape)}
+    model_batch = fixed.pop() if len(fixed) == 1 else None
+    batch = args.batch_size or trainer.meta.get("batch_size") or model_batch or DEFAULT_BATCH
+    if model_batch is not None and batch != model_batch:
+        first = trainer.model.inputs[0]
+        dims = "x".join(["N", *map(str, first.shape[1:])])
+        raise InputError(
+            f"--batch-size {batch}, but the model's batch is fixed at {model_batch} (input "
+            f"'{first.name}' has shape {list(first.shape)})",
+            hint=f"use --batch-size {model_batch}, or export the model with a dynamic batch "
+            f"axis and fix it with --shape {first.name}={dims.replace('N', str(batch))}"
+            if not args.resume else f"use --batch-size {model_batch}",
+        )
+    return int(batch)
 
 
 def _optimizer(args: argparse.Namespace, steps: int) -> Any:
@@ -227,8 +303,9 @@ def _checkpoint_target(path: Path) -> None:
                         hint=f"create it first (mkdir -p '{path.parent}')")  # fmt: skip
 
 
-def _report_check(rows: list[dict[str, Any]], as_json: bool) -> int:
-    if as_json:
+def _report_check(rows: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    fmt = output_format(args)
+    if fmt == "json":
         print_json({"cpu_parts": rows})
         return 0
     if not rows:
@@ -236,7 +313,7 @@ def _report_check(rows: list[dict[str, Any]], as_json: bool) -> int:
         return 0
     table = [[r["node"], r["op"], r.get("reason") or ""] for r in rows]
     print_table(f"{len(rows)} ops of the step run on the CPU", ("node", "op", "why"), table,
-                sys.stdout)  # fmt: skip
+                sys.stdout, fmt=fmt)  # fmt: skip
     return 0
 
 

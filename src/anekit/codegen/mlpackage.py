@@ -7,7 +7,9 @@ segment's operations are replayed in order through ``coremltools.converters.mil.
 it is cast between the two programs' dtypes (fp16 on the engine, fp32 on the CPU) and its
 engine I/O padding is dropped, since inside one function there is no surface to pad. Core ML
 then decides placement itself. Model inputs and outputs keep the model's names (made valid
-identifiers) and dtypes (floats as fp32, integers as int32).
+identifiers) and dtypes (floats as fp32, or fp16 with ``io_dtype="fp16"``; integers as int32).
+`CoreMLOptions` (codegen/coreml_options.py) adds image inputs, classifier labels, metadata,
+compute units and the deployment target.
 
 Every op is type-checked by coremltools as it is built; the shapes and dtypes it infers must
 equal the ones our MIL declares, or the export stops with an internal error.
@@ -15,15 +17,19 @@ equal the ones our MIL declares, or the export stops with an internal error.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from anekit import atomic
+from anekit.codegen.coreml_options import CoreMLOptions
 from anekit.codegen.names import Namer
 from anekit.errors import AnekitError, InternalError, MissingDependencyError
 from anekit.files import read_file
@@ -40,11 +46,36 @@ def _numpy(dtype: str) -> np.dtype:
 
 
 def _coremltools() -> Any:
+    """coremltools, imported without its import-time warnings: off macOS it cannot load its
+    native Core ML proxies (anekit never loads a model through them), and it warns about
+    torch and scikit-learn versions it has not been tested with; none concerns an export."""
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     try:
         import coremltools
     except ImportError as exc:
         raise MissingDependencyError("coremltools", "coreml", "exporting an .mlpackage") from exc
+    finally:
+        logger.setLevel(level)
     return coremltools
+
+
+@contextlib.contextmanager
+def _quiet_conversion() -> Iterator[None]:
+    """No progress bars from coremltools' pass pipeline (its tqdm), nor its info logging."""
+    from coremltools.converters.mil.mil.passes import pass_pipeline
+
+    bar = pass_pipeline.tqdm
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    pass_pipeline.tqdm = functools.partial(bar, disable=True)
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        pass_pipeline.tqdm = bar
+        logger.setLevel(level)
 
 
 def export_mlpackage(
@@ -52,19 +83,126 @@ def export_mlpackage(
     programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
     path: str | os.PathLike[str],
+    options: CoreMLOptions | None = None,
 ) -> Path:
     """Build the whole model as one mlprogram and save it at ``path`` (atomically)."""
+    options = options or CoreMLOptions()
+    _check_options(manifest, options)
     ct = _coremltools()
-    pymil = _build(ct, manifest, programs, weights)
-    model = ct.convert(
-        pymil,
-        convert_to="mlprogram",
-        minimum_deployment_target=_deployment_target(ct, manifest.target.opset),
-        compute_precision=ct.precision.FLOAT32,  # our programs already carry their dtypes
-        pass_pipeline=ct.PassPipeline.EMPTY,
-        skip_model_load=True,
-    )
+    target = _minimum_target(ct, manifest.target.opset, options.deployment_target)
+    names: dict[str, str] = {}
+    pymil = _build(ct, manifest, programs, weights, options, names)
+    classifier = None
+    if options.class_labels is not None:
+        probabilities = options.classifier_output or _float_outputs(manifest)[0]
+        classifier = ct.ClassifierConfig(list(options.class_labels),
+                                         predicted_probabilities_output=names[probabilities])  # fmt: skip
+    with _quiet_conversion():
+        model = ct.convert(
+            pymil,
+            convert_to="mlprogram",
+            inputs=_input_types(ct, manifest, options, names),
+            minimum_deployment_target=target,
+            compute_precision=ct.precision.FLOAT32,  # our programs already carry their dtypes
+            pass_pipeline=ct.PassPipeline.EMPTY,
+            classifier_config=classifier,
+            skip_model_load=True,
+        )
+    _describe(model, options)
     return _save(model, Path(path))
+
+
+def _float_outputs(manifest: Manifest) -> list[str]:
+    return [p.name for p in manifest.outputs if p.dtype in ("fp32", "fp16")]
+
+
+def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
+    """Options that name inputs and outputs the model has, with shapes that fit them."""
+    ports = {p.name: p for p in manifest.inputs}
+    for name, image in options.images.items():
+        port = ports.get(name)
+        if port is None:
+            raise AnekitError(f"image input '{name}' is not an input of the model",
+                              hint=f"its inputs: {', '.join(ports)}")  # fmt: skip
+        shape = tuple(port.shape)
+        fits = len(shape) == 4 and shape[0] == 1 and shape[1] == image.channels
+        if port.dtype not in ("fp32", "fp16") or not fits:
+            raise AnekitError(
+                f"input '{name}' ({port.dtype}{list(shape)}) cannot be a {image.color_layout} "
+                f"image: an image input is a float [1, {image.channels}, height, width]"
+            )
+    if options.class_labels is not None:
+        floats = _float_outputs(manifest)
+        name = options.classifier_output
+        if name is None and len(floats) != 1:
+            raise AnekitError(f"the model has {len(floats)} float outputs; say which holds the "
+                              "class probabilities", hint="classifier_output= (CLI: --classifier-output)")  # fmt: skip
+        name = name or floats[0]
+        port = next((p for p in manifest.outputs if p.name == name), None)
+        if port is None or name not in floats:
+            raise AnekitError(f"classifier output '{name}' is not a float output of the model",
+                              hint=f"its float outputs: {', '.join(floats)}")  # fmt: skip
+        classes = int(np.prod(port.shape))
+        if classes != len(options.class_labels) or max(port.shape) != classes:
+            raise AnekitError(
+                f"{len(options.class_labels)} class labels for output '{name}' of shape "
+                f"{list(port.shape)}: give one label per class"
+            )
+
+
+def _minimum_target(ct: Any, opset: str, asked: str | None) -> Any:
+    """The deployment target asked for, at least the one the program's opset needs."""
+    needed = _deployment_target(ct, opset)
+    if asked is None:
+        return needed
+    chosen = getattr(ct.target, asked, None)
+    if chosen is None:
+        known = ", ".join(t.name for t in ct.target)
+        raise AnekitError(f"coremltools has no deployment target {asked!r}", hint=f"one of {known}")
+    same_platform = {t.name: t for t in ct.target if t.name.startswith(asked.rstrip("0123456789"))}
+    floor = next((t for t in same_platform.values() if t.value >= needed.value), None)
+    if chosen.value < needed.value:
+        raise AnekitError(
+            f"deployment target {asked} is older than the {opset} opset this chip's programs "
+            f"use, which needs {floor.name if floor is not None else needed.name} or later",
+            hint="choose a later deployment target, or compile for an older chip",
+        )
+    return chosen
+
+
+def _input_types(ct: Any, manifest: Manifest, options: CoreMLOptions, names: dict) -> list:
+    """Every input as coremltools types it: images with their preprocessing, the rest tensors."""
+    types = []
+    for port in manifest.inputs:
+        name, shape = names[port.name], tuple(port.shape)
+        image = options.images.get(port.name)
+        if image is None:
+            dtype = _port_dtype(port.dtype, options)
+            types.append(ct.TensorType(name=name, shape=shape, dtype=_numpy(dtype)))
+            continue
+        biases = image.biases()
+        types.append(ct.ImageType(
+            name=name, shape=shape, scale=float(image.scale),
+            bias=biases[0] if image.channels == 1 else biases,
+            color_layout=getattr(ct.colorlayout, {"G": "GRAYSCALE"}.get(
+                image.color_layout, image.color_layout.replace("G_", "GRAYSCALE_"))),
+        ))  # fmt: skip
+    return types
+
+
+def _port_dtype(dtype: str, options: CoreMLOptions) -> str:
+    """A model input's or output's type in the package: floats as ``io_dtype``."""
+    io = _IO_DTYPE[dtype]
+    return options.io_dtype if io in ("fp32", "fp16") else io
+
+
+def _describe(model: Any, options: CoreMLOptions) -> None:
+    for attribute, value in (("author", options.author), ("license", options.license),
+                             ("short_description", options.description),
+                             ("version", options.version)):  # fmt: skip
+        if value is not None:
+            setattr(model, attribute, value)
+    model.user_defined_metadata["com.anekit.compute_units"] = options.compute_units
 
 
 def _deployment_target(ct: Any, opset: str) -> Any:
@@ -166,7 +304,12 @@ def _build(
     manifest: Manifest,
     programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
+    options: CoreMLOptions | None = None,
+    names: dict[str, str] | None = None,
 ) -> Any:
+    """The pymil program; ``names``, when given, is filled with each port's name in it."""
+    options = options or CoreMLOptions()
+    names = {} if names is None else names
     from coremltools.converters.mil.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, types
     from coremltools.converters.mil.mil import Program as PyProgram
@@ -177,8 +320,10 @@ def _build(
     input_names = {}
     for port in manifest.inputs:
         name = namer.fresh(port.name)
-        input_names[port.name] = name
-        dtype = types.string_to_builtin(_IO_DTYPE[port.dtype])
+        input_names[port.name] = names[port.name] = name
+        image = options.images.get(port.name)
+        io = "fp16" if image is not None and image.color_layout == "G_FLOAT16" else "fp32"
+        dtype = types.string_to_builtin(_port_dtype(port.dtype, options) if image is None else io)
         placeholders[name] = mb.placeholder(shape=port.shape, dtype=dtype)
     opset = _deployment_target(ct, manifest.target.opset)
     prog = PyProgram()
@@ -213,8 +358,9 @@ def _build(
                 values[(segment.index, io.value)] = var
         outputs = []
         for port in manifest.outputs:
-            var = replay.cast(values[port.source.key], _IO_DTYPE[port.dtype])
-            outputs.append(mb.identity(x=var, name=namer.fresh(port.name)))
+            var = replay.cast(values[port.source.key], _port_dtype(port.dtype, options))
+            names[port.name] = namer.fresh(port.name)
+            outputs.append(mb.identity(x=var, name=names[port.name]))
         func.set_outputs(outputs)
         prog.add_function("main", func)
     return prog

@@ -82,10 +82,11 @@ def export_onnx(
                 proto = program.model_proto
             else:
                 buffer = io.BytesIO()
-                torch.onnx.export(
-                    module, args, buffer, dynamo=False, input_names=names,
-                    output_names=outs, opset_version=opset, verbose=False,
-                )  # fmt: skip
+                with _native_output_discarded():  # its C++ side prints the graph on failure
+                    torch.onnx.export(
+                        module, args, buffer, dynamo=False, input_names=names,
+                        output_names=outs, opset_version=opset, verbose=False,
+                    )  # fmt: skip
                 proto = onnx.load_model_from_string(buffer.getvalue())
         except Exception as exc:  # noqa: BLE001 - any exporter failure is the model's problem
             missing = _missing_module(exc)
@@ -140,6 +141,39 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         yield
+
+
+@contextlib.contextmanager
+def _native_output_discarded() -> Iterator[None]:
+    """Discard what native code writes to the process's stdout and stderr (file descriptors
+    1 and 2): the TorchScript exporter's C++ logging dumps the whole Torch IR graph there
+    when an export fails, before the exception anekit turns into one message."""
+    import os
+    import sys
+    import tempfile
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved: list[int] = []
+    try:
+        for fd in (1, 2):
+            saved.append(os.dup(fd))
+    except OSError:  # no such descriptors (an embedded interpreter): nothing to redirect
+        for fd in saved:
+            os.close(fd)
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def _missing_module(exc: BaseException) -> str | None:

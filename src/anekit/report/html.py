@@ -29,6 +29,10 @@ table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;paddin
 th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}
 .legend span{display:inline-block;padding:2px 8px;margin-right:6px;color:#fff;border-radius:4px}
 .scroll{overflow:auto;max-height:900px;border:1px solid #eee}
+#graph{width:100%}#graph svg.band{display:block;height:auto;margin-bottom:10px}
+tr.total td{font-weight:bold;border-top:2px solid #999}.note{color:#444;font-size:13px;max-width:1100px}
+@media print{body{margin:0;max-width:none}.scroll{overflow:visible;max-height:none;border:none}
+h2{break-after:avoid}tr{break-inside:avoid}}
 .finding-overflow{background:#fde2e2}.finding-underflow{background:#f3e1f7}.finding-precision{background:#fff5d6}
 """
 
@@ -45,7 +49,7 @@ def _table(
             else f"<td>{escape(str(v))}</td>"
             for i, v in enumerate(row)
         )
-        attr = f' class="{escape(cls[k])}"' if cls else ""
+        attr = f' class="{escape(cls[k])}"' if cls and cls[k] else ""
         body.append(f"<tr{attr}>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -90,20 +94,33 @@ def _fallbacks(ops: Sequence[Mapping[str, Any]]) -> str:
     return _table(("node", "op", "why it runs on the CPU"), rows)
 
 
+def _placements(ops: Sequence[Mapping[str, Any]]) -> str:
+    """Every node's placement and reason as text: what the graph's hover shows, in print too."""
+    rows = [(r["node"], r["op"], r["placement"], r["layer"] or "", r["reason"] or "") for r in ops]
+    return _table(("node", "op", "placement", "engine layer", "reason"), rows,
+                  cls=[f"placement-{r['placement']}" for r in ops])  # fmt: skip
+
+
 def _layer_rows(estimate: Any) -> str:
-    rows = []
+    """The per-layer estimate, slowest first, with the totals in the last row."""
+    rows: list[tuple[float, tuple]] = []
     for seg in estimate.segments:
         if seg.device != "ane":
-            rows.append(
-                (f"CPU segment {seg.index}", "cpu", "", "", f"{seg.time_s * 1e6:.1f}", "cpu")
-            )
+            rows.append((seg.time_s, (f"CPU segment {seg.index}", "cpu", "", 0, seg.time_s, "cpu")))
             continue
         for c in seg.layers:
-            rows.append(
-                (c.name, c.unit, f"s{seg.index}p{c.partition}", f"{c.flops:,}",
-                 f"{c.time_s * 1e6:.2f}", c.bound)
-            )  # fmt: skip
-    return _table(("layer", "unit", "partition", "flops", "time (us)", "bound"), rows, {3, 4})
+            rows.append((c.time_s, (c.name, c.unit, f"s{seg.index}p{c.partition}", c.flops,
+                                    c.time_s, c.bound)))  # fmt: skip
+    rows.sort(key=lambda item: -item[0])
+    total_flops = sum(r[3] for _, r in rows)
+    total_s = sum(r[4] for _, r in rows)
+    shown = [(n, u, p, f"{f:,}", f"{t * 1e6:.2f}", f"{t / total_s:.1%}" if total_s else "", b)
+             for _, (n, u, p, f, t, b) in rows]  # fmt: skip
+    shown.append((f"total ({len(rows)} rows)", "", "", f"{total_flops:,}", f"{total_s * 1e6:.2f}",
+                  "100%" if total_s else "", ""))  # fmt: skip
+    classes = [""] * len(rows) + ["total"]
+    return _table(("layer", "unit", "partition", "flops", "time (us)", "share", "bound"), shown,
+                  {3, 4, 5}, cls=classes)  # fmt: skip
 
 
 def _numerics(report: Mapping[str, Any] | None, error: str | None) -> str:
@@ -158,11 +175,18 @@ def build_report(
         f"<p>{escape(cm.summary_line())}</p><p>{escape(estimate.summary())}</p>",
         "<h2>Graph</h2>",
         f'<p class="legend">fill: where a node runs {legend} outline: its engine layer '
-        "(nodes fused into one layer share a colour); hover a node for its layer and reason.</p>",
-        f'<div class="scroll">{graph_svg(cm.source.nodes, {r["node"]: r for r in ops})}</div>',
+        "(nodes fused into one layer share a colour). The graph reads left to right, band "
+        "after band; a dashed edge from a grey \u201cfrom\u201d label comes from a node in an "
+        "earlier band. Every node's layer and reason are in the table below.</p>",
+        graph_svg(cm.source.nodes, {r["node"]: r for r in ops}),
         "<h2>CPU fallbacks</h2>",
         _fallbacks(ops),
+        "<h2>Every node: placement and reason</h2>",
+        _placements(ops),
         f"<h2>Per-layer estimates on {escape(chip.name)}</h2>",
+        '<p class="note">Slowest first; the last row sums the column. <b>bound</b> names what '
+        "limits a layer: <i>compute</i> (its multiply-adds at the engine's peak take longest), "
+        "<i>memory</i> (moving its tensors and weights) or <i>dispatch</i>.</p>",
         _layer_rows(estimate),
         "<h2>Timeline per chip</h2>",
         '<p class="legend">'
@@ -170,7 +194,15 @@ def build_report(
             f'<span style="background:{c}">{escape(k)}</span>' for k, c in TIMELINE_COLOURS.items()
         )
         + "</p>",
+        '<p class="note"><b>dispatch</b>: handing a program to the engine; <b>transition</b>: '
+        "converting its inputs and outputs between fp32 and fp16; <b>ane0</b> and <b>ane1</b>: "
+        "the engine's partitions (runs of layers whose tensors fit in its on-chip memory), "
+        "shaded alternately so that neighbours can be told apart; <b>cpu</b>: a CPU segment.</p>",
         timeline_svg(per_chip),
+        '<p class="note"><b>bound</b> is what limits the whole model on that chip (the largest '
+        "of its compute, memory and dispatch times). A small model can be compute-bound and "
+        "still use little of the engine: <code>anekit estimate</code>'s <b>ANE util</b> is the "
+        "share of the engine's peak its layers achieve over the whole run, dispatch included.</p>",
         _table(
             ("chip", "estimate (ms)", "bound", "dispatches", "partitions"),
             [

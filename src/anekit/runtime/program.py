@@ -232,13 +232,19 @@ class Program:
 
     # --- export --------------------------------------------------------------------------
 
-    def save_mlpackage(self, path: str | os.PathLike[str]) -> Path:
-        """The whole model as one Core ML mlprogram (needs the ``coreml`` extra)."""
+    def save_mlpackage(self, path: str | os.PathLike[str], options: Any = None, **fields: Any) -> Path:
+        """The whole model as one Core ML mlprogram (needs the ``coreml`` extra); ``options``
+        (`anekit.codegen.coreml_options.CoreMLOptions`) or its fields as keywords: fp16 I/O,
+        image inputs, class labels, metadata, compute units, deployment target."""
+        from anekit.codegen.coreml_options import CoreMLOptions
         from anekit.codegen.mlpackage import export_mlpackage
 
+        if options is not None and fields:
+            raise AnekitError("give options= or its fields as keywords, not both")
+        options = options or CoreMLOptions(**fields)
         readers = [_reader(w) for w in self.weights]
         try:
-            return export_mlpackage(self.manifest, self.programs, readers, path)
+            return export_mlpackage(self.manifest, self.programs, readers, path, options)
         finally:
             for r in readers:
                 if r is not None:
@@ -264,7 +270,20 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Program:
         program.folder_id = (folder.st_dev, folder.st_ino)  # a recompile replaces the folder
         return program
     regular_file(p, "program", hint="pass an .anekit bundle directory or a .mil file")
+    if p.suffix.lower() in _MODEL_SUFFIXES:  # a model, not a compiled program
+        raise FormatError(
+            f"{_MODEL_SUFFIXES[p.suffix.lower()]} is a model, not a compiled program: "
+            "anekit.load reads what anekit.compile saved (an .anekit bundle) or MIL text",
+            where=str(p),
+            hint=f"compile it first (anekit.compile('{p}', 'm4').save('model.anekit'), or "
+            f"`anekit compile {p} -o model.anekit`), or use anekit.load_or_compile('{p}', 'm4'), "
+            "which compiles it once and keeps the program in the cache",
+        )
     return _load_mil_file(p)
+
+
+# files anekit.load is sometimes given that are models to compile, by suffix
+_MODEL_SUFFIXES = {".onnx": "an ONNX file"}
 
 
 def from_bundle(bundle: Bundle) -> Program:

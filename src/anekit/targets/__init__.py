@@ -52,6 +52,9 @@ DEFAULT_TARGET = "m4"
 _VARIANT_RE = re.compile(r"^(m\d+)(pro|max|ultra)$")
 
 
+_A_SERIES = re.compile(r"a\d{1,2}(-?(pro|bionic|x|z))?$")
+
+
 def _normalize(name: str) -> str:
     """'M1 Pro', 'm1_pro' and 'm1pro' all become 'm1-pro'."""
     key = re.sub(r"[\s_]+", "-", name.strip().lower())
@@ -68,6 +71,14 @@ def get(name: str | Target) -> Target:
         return found
     valid = ", ".join(t.name for t in db.targets)
     codes = ", ".join(f"{alias} ({t.name})" for alias, t in aliases().items())
+    if _A_SERIES.match(_normalize(str(name))):  # an iPhone chip: no near miss to suggest
+        raise TargetError(
+            f"unknown target {name!r}: anekit's targets are Mac chips (M1 to M5 and their "
+            "Pro, Max and Ultra variants); there are no A-series (iPhone and iPad) targets",
+            hint="by lineage an A-series chip shares its engine with an M chip (A14 with M1, "
+            "A15 with M2, A16 with M3, A17 Pro with M4; `anekit targets m1` notes it under "
+            "a_class): choose that M chip, or run `anekit targets` to list them",
+        )
     close = difflib.get_close_matches(_normalize(str(name)), list(db.index), n=1, cutoff=0.5)
     raise TargetError(
         f"unknown target {name!r}; valid names: {valid}; engine codes: {codes}",

@@ -45,9 +45,13 @@ def select_parameters(graph: Graph, freeze: Sequence[str] = ()) -> list[str]:
     return [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in freeze)]
 
 
-def _as_graph(model: Any) -> tuple[Graph, Any]:
-    """(graph, ONNX ModelProto if the model came as ONNX)."""
+def _as_graph(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, Any]:
+    """(graph, ONNX ModelProto if the model came as ONNX); ``input_shapes`` fixes an ONNX
+    model's dynamic dimensions (its batch, as a training export leaves it)."""
     if isinstance(model, Graph):
+        if input_shapes:
+            raise ModelError("input_shapes fixes an ONNX model's dynamic dimensions; a Graph's "
+                             "shapes are fixed when it is built")  # fmt: skip
         return model, None
     import onnx
 
@@ -60,7 +64,7 @@ def _as_graph(model: Any) -> tuple[Graph, Any]:
         path = path_argument(model, "the model to train")
         load_model(path)  # sniffed and size-checked first: a file that is not ONNX is refused
         proto = onnx.load(os.fspath(path))
-    return from_onnx(proto), proto
+    return from_onnx(proto, input_shapes), proto
 
 
 class Trainer:
@@ -85,15 +89,18 @@ class Trainer:
         loss_scale: float | None = None,
         seed: int = 0,
         flat_update: bool = True,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
     ):
         if not isinstance(target, str):
             raise InputError(f"target must be a chip name such as 'm4', not {target!r}")
         if backend not in BACKENDS:
             raise InputError(f"unknown training backend {backend!r}",
                              hint=f"choose one of {', '.join(BACKENDS)}")  # fmt: skip
-        self.model, self._onnx = _as_graph(model)
+        self.model, self._onnx = _as_graph(model, input_shapes)
         if not self.model.output_names:
             raise ModelError("the model has no outputs to train", hint="its first output is the loss's input")
+        # the caller's own settings, kept in checkpoints (the CLI keeps its --eval there)
+        self.meta: dict[str, Any] = {}
         self.loss = loss
         self._loss_fn = resolve(loss)
         self.optimizer = optimizer or Adam()
@@ -405,7 +412,7 @@ class Trainer:
             "target": self.chip, "backend": self.backend, "resident_state": self.resident_state,
             "freeze": list(self.freeze), "params": self.params,
             "max_grad_norm": self.max_grad_norm, "history": self.history,
-            "overflows": self.overflows,
+            "overflows": self.overflows, "meta": self.meta,
             "onnx": self._onnx.SerializeToString().hex() if self._onnx is not None else None,
         }  # fmt: skip
         return checkpoint.write(path, manifest, doc, arrays)
@@ -464,6 +471,7 @@ class Trainer:
         t.history = list(manifest["history"])
         t.overflows = list(manifest.get("overflows", []))  # absent from older checkpoints
         checkpoint.check_position(t, len(t.order) if t.order is not None else None)
+        t.meta = dict(manifest.get("meta") or {})
         return t
 
 
