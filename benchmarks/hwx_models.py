@@ -28,7 +28,7 @@ for entry in (str(_HERE), str(ROOT)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from _common import machine, write_json  # noqa: E402
+from _common import add_smoke, machine, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.codegen.h13.program import emit_program  # noqa: E402
@@ -149,7 +149,7 @@ def measure(name: str, model: Path, workdir: Path, runs: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="the two test models, one run each")
+    add_smoke(parser)  # the two test models, one run each
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     load = os.getloadavg()
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(name, model, work, runs))
     doc = {"benchmark": "hwx_models", "smoke": args.smoke, "target": "m1", "rows": rows,
            "machine": machine(load)}  # fmt: skip
-    out = args.out or (RESULTS.with_name("hwx_models_smoke.json") if args.smoke else RESULTS)
+    out = args.out or results_path(RESULTS, args.smoke)
     write_json(out, doc)
     for row in rows:
         print(f"{row['model']}: {row['engine_layers']} engine layers in {row['programs']} "

@@ -47,7 +47,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _common import machine, write_json  # noqa: E402
+from _common import add_smoke, machine, results_path, write_json  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "real_models.json"
 SMOKE_DATA = REPO / "tests" / "data" / "real_models"
@@ -479,14 +479,15 @@ def smoke_cases() -> dict[str, tuple[str, Callable[[], Any], float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="shipped models only, one input each")
+    add_smoke(parser)  # the shipped models only, one input each
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--target", default="m4")
     parser.add_argument(
         "--cache", type=Path, default=Path.home() / ".cache" / "anekit" / "real_models"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.out = args.out or results_path(RESULTS, args.smoke)
     load_before = os.getloadavg()
 
     import onnxruntime

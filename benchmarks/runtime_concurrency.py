@@ -47,7 +47,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from _common import machine, write_json  # noqa: E402
+from _common import add_smoke, machine, results_path, write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "runtime_concurrency.json"
 N = 128  # the model's width: small programs, so that most time goes to the files
@@ -224,11 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--smoke", action="store_true", help="5 processes (every role) for 3 seconds")
+    add_smoke(parser)  # 5 processes (every role) for 3 seconds
     args = parser.parse_args(argv)
     if args.smoke:
         args.processes, args.seconds = 5, 3.0
-    out = args.out or (Path(tempfile.mkdtemp()) / "smoke.json" if args.smoke else RESULTS)
+    out = args.out or results_path(RESULTS, args.smoke)
     doc = run(args.processes, args.seconds)
     write_json(out, doc)
     print(f"{doc['processes']} processes, {doc['seconds']} s: {doc['operations']} operations, "
