@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.llm.plan import plan_programs
-from anekit.llm.programs import MASKED, decode_feeds, prefill_feeds
 from anekit import targets
 from anekit.llm.config import parse_config
+from anekit.llm.plan import plan_programs
+from anekit.llm.programs import MASKED, decode_feeds, prefill_feeds
 
 LLAMA = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 8, "intermediate_size": 128, "max_position_embeddings": 4096}  # fmt: skip

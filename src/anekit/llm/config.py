@@ -34,6 +34,7 @@ class Family:
     mlp: str = "gated"  # "gated": down(act(gate) * up) | "plain": down(act(up)) (GPT-2)
     activations: frozenset[str] = _SILU
     activation_key: str = "hidden_act"
+    default_activation: str = "silu"  # when config.json names none (transformers' default)
     bias: str = "none"  # "all" | "qkv" | "none"
     qk_norm: bool = False  # RMSNorm of each query and key head before the rotation (Qwen3, Gemma 3)
     sandwich: bool = False  # norms after attention and around the MLP (Gemma 3)
@@ -46,14 +47,16 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family(prefix="transformer.", positions="learned", norm="layer_norm", mlp="plain",
-                   activations=_GELU_TANH, activation_key="activation_function", bias="all",
+                   activations=_GELU_TANH, activation_key="activation_function",
+                   default_activation="gelu_new", bias="all",
                    tied_default=True),
     "llama": Family(),
     "mistral": Family(sliding="all"),
     "qwen2": Family(bias="qkv", sliding="layer_types"),
     "qwen3": Family(qk_norm=True, sliding="layer_types"),
     "gemma3_text": Family(norm_offset=1.0, activations=_GELU_TANH,
-                          activation_key="hidden_activation", qk_norm=True, sandwich=True,
+                          activation_key="hidden_activation", default_activation="gelu_pytorch_tanh",
+                          qk_norm=True, sandwich=True,
                           embed_scale=True, attn_scale_key="query_pre_attn_scalar",
                           sliding="layer_types", tied_default=True),
     "phi3": Family(fused=True, sliding="all"),
@@ -208,8 +211,8 @@ def _missing(what: list[str], family: str, where: str) -> None:
         )
 
 
-def _activation(raw: dict[str, Any], rec: Family, where: str, default: str) -> str:
-    act = raw.get(rec.activation_key, default)
+def _activation(raw: dict[str, Any], rec: Family, where: str) -> str:
+    act = raw.get(rec.activation_key, rec.default_activation)
     if not isinstance(act, str):
         raise ModelError(f"'{rec.activation_key}' must be a string, got {act!r}", where=where)
     if act not in rec.activations:
@@ -223,7 +226,7 @@ def _activation(raw: dict[str, Any], rec: Family, where: str, default: str) -> s
 
 def _gpt2(raw: dict[str, Any], rec: Family, where: str) -> LMConfig:
     hidden, heads = _int(raw, "n_embd", where), _int(raw, "n_head", where)
-    activation = _activation(raw, rec, where, "gelu_new")
+    activation = _activation(raw, rec, where)
     missing = []
     if raw.get("scale_attn_by_inverse_layer_idx") or raw.get("reorder_and_upcast_attn"):
         missing.append("scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn")
@@ -325,7 +328,7 @@ def _decoder(raw: dict[str, Any], family: str, rec: Family, where: str) -> LMCon
                          "and config.json gives no head_dim", where=where)  # fmt: skip
     else:
         head_dim = hidden // heads
-    activation = _activation(raw, rec, where, "silu")
+    activation = _activation(raw, rec, where)
     missing: list[str] = []
     params = raw.get("rope_parameters") or raw.get("rope_scaling")
     sliding_params = None

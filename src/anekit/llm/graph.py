@@ -418,7 +418,7 @@ def program_graph(
             x = ops.reduce_sum(x * last, axes=3)
         outputs = b.logits(x, max_channels)
     else:
-        outputs = [ops.identity(x, name="hidden")]
+        outputs = [ops.identity(x, name="hidden_out")]
     return graph(outputs + kv_outputs, inputs=inputs, name=f"{cfg.family}_{spec.name}")
 
 

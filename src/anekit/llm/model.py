@@ -183,7 +183,7 @@ class LanguageModel:
             names = {p.name for p in compiled.program.inputs}
             given = {k: v for k, v in feeds.items() if k in names}
             if "hidden" in names:
-                given["hidden"] = outputs.pop("hidden")
+                given["hidden"] = outputs.pop("hidden_out")
             out = sessions[i].run(given) if sessions else compiled.program.run(given, backend)
             outputs.update(out)
         return outputs

@@ -8,8 +8,9 @@ the chip and the context; `anekit.llm.graph.program_graph` builds any program it
 - **Chunks.** Consecutive layers are grouped so that each program's fp16 weights stay
   under the chip's per-program weight limit (`Target.limits.max_program_weight_bytes`);
   the first chunk also gathers the embeddings (`embeds`), the last ends with the final norm
-  and the vocabulary head (`head`). The hidden state passes between chunks as
-  ``hidden`` [1, hidden, 1, S]. A head that alone exceeds the limit gets a chunk of its own.
+  and the vocabulary head (`head`). The hidden state passes between chunks: a chunk's
+  output ``hidden_out`` [1, hidden, 1, S] is the next chunk's input ``hidden``. A head
+  that does not fit beside the last layers gets a chunk of its own.
 - **Head splits.** The vocabulary head is cut into convolutions of at most
   `Target.limits.max_channels` output channels (outputs ``logits_<i>``).
 - **Prefill buckets.** A prompt runs through the smallest bucket that holds it; a prompt
