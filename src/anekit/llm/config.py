@@ -263,6 +263,8 @@ def _rope(params: Any, raw: dict[str, Any], theta_key: str, default_theta: float
     if params is not None and not isinstance(params, dict):
         raise ModelError(f"the rotary parameters must be an object, got {params!r}", where=where)
     params = params or {}
+    if raw.get(theta_key) is not None:  # a top-level value is checked even when the parameters override it
+        _float(raw, theta_key, where, default_theta)
     theta = _float({theta_key: params.get("rope_theta", raw.get(theta_key))}, theta_key, where,
                    default_theta)  # fmt: skip
     kind = params.get("rope_type", params.get("type", "default"))

@@ -157,6 +157,11 @@ class LanguageModel:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise InputError("this model folder has no tokenizer; pass token ids")
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InputError(f"the prompt is not valid text: {exc.reason} at character {exc.start}",
+                                 hint="pass UTF-8 text") from None  # fmt: skip
             ids = self.tokenizer.encode(prompt)
         elif isinstance(prompt, Sequence | np.ndarray):
             bad_type = [t for t in prompt if isinstance(t, bool | np.bool_)

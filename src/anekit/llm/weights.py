@@ -194,8 +194,10 @@ def to_fp16(source: np.ndarray, name: str, conversion: Conversion, where: str) -
         if not finite.all():
             bad += int(block.size - np.count_nonzero(finite))
             continue
-        magnitude = np.abs(block)
-        over += int(np.count_nonzero(magnitude >= _FP16_OVERFLOW))
+        beyond = int(np.count_nonzero(np.abs(block) >= _FP16_OVERFLOW))
+        if beyond:
+            over += beyond
+            continue
         converted = block.astype(np.float16)
         flushed += int(np.count_nonzero((converted == 0) & (block != 0)))
         out[start : start + block.size] = converted
@@ -214,12 +216,6 @@ def to_fp16(source: np.ndarray, name: str, conversion: Conversion, where: str) -
         )
     conversion.flushed_to_zero += flushed
     return out.reshape(source.shape)
-
-
-def tensor_bytes(folder: Path) -> int:
-    """The checkpoint's stored tensor bytes, from the headers alone (nothing read)."""
-    with Checkpoint(folder) as ckpt:
-        return sum(int(np.prod(ckpt.shape(n) or (), dtype=np.int64)) * 2 for n in ckpt.names())
 
 
 def _import_safetensors() -> None:
