@@ -221,7 +221,7 @@ def test_an_unused_3_gib_tensor_is_never_read(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(out["tokens"]) == 4 and out["read"] < 10 << 20
-    assert out["peak_kb"] < 512 << 10  # far below the 3 GiB the header announces
+    assert out["peak_kb"] < 1 << 20, out  # a third of the 3 GiB the header announces
 
 
 def test_errors_are_anekit_errors() -> None:

@@ -32,8 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from anekit.frontend.builder import ops
-from anekit.frontend.builder.tensor import Tensor, constant, graph, input
+from anekit.frontend.builder.tensor import Tensor, graph, input
+from anekit.float16 import share
+from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph
+from anekit.ir.registry import TensorType
 from anekit.llm.config import LMConfig, Rope
 from anekit.llm.plan import ProgramSpec, head_splits
 from anekit.llm.weights import Checkpoint
@@ -102,7 +105,8 @@ def _gpt2_weights(cfg: LMConfig, ws: Checkpoint) -> ModelWeights:
         return ws.take(f"{name}.weight", (c,)), ws.take(f"{name}.bias", (c,))
 
     def conv1d(name: str, n_in: int, n_out: int) -> Linear:  # HF Conv1D stores [in, out]
-        return ws.take(f"{name}.weight", (n_in, n_out)).T, ws.take(f"{name}.bias", (n_out,))
+        weight = share(np.ascontiguousarray(ws.take(f"{name}.weight", (n_in, n_out)).T))
+        return weight, ws.take(f"{name}.bias", (n_out,))
 
     layers = []
     for i in range(cfg.layers):
@@ -193,8 +197,12 @@ def head_chunks(vocab: int, max_channels: int) -> list[tuple[int, int]]:
 
 
 def _const(value: np.ndarray, name: str | None = None) -> Tensor:
-    """A weight as an IR constant (the IR computes in float32; the program stores fp16)."""
-    return constant(value, name=name, dtype="float32")
+    """A weight as an IR constant. The model's arrays (float32 holding fp16 values, read-only,
+    `anekit.float16.share`d) are used in place, so every program's graph holds the same
+    copy; anything else is converted."""
+    if value.dtype != np.float32 or not value.flags.c_contiguous:
+        value = np.ascontiguousarray(value, dtype=np.float32)
+    return Tensor(TensorType(value.shape, dtype_of_array(value)), name=name, array=value)
 
 
 def conv_weight(name: str, weight: np.ndarray) -> Tensor:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import InputError
+from anekit.float16 import share
 from anekit.llm import programs as progs
 from anekit.llm.config import LMConfig
 from anekit.llm.graph import ModelWeights, program_graph, slides
@@ -86,6 +87,8 @@ class LanguageModel:
         self.last_result: GenerateResult | None = None  # the latest generate, when it ended
         self.plan = plan_programs(config, self.target, max_context)
         self.head_pieces = len(self.plan.head_splits)
+        # the head's pieces are the programs' constants: shared by the simulator's copies too
+        self._head_views = [share(weights.head[a:b]) for a, b in self.plan.head_splits]
         windows = [w for w in config.windows if w is not None]
         self.window = min(windows) if slides(config, max_context) else None
 

@@ -7,7 +7,8 @@ through its own typed path (``ml_dtypes`` gives numpy the bfloat16 type). Only t
 model uses are read, one at a time, each checked against the memory budget first; a tensor
 the model never asks for is never read.
 
-Each tensor becomes fp16 once, here, and every program of the model shares that copy. A
+Each tensor becomes fp16 once, here, held as float32 (the simulator computes in float32 on
+fp16 values) in one read-only copy that every program of the model shares. A
 value fp16 cannot hold is never saturated silently: a NaN or infinity, or a finite value
 beyond fp16's largest (65504), is refused naming the tensor and the count; values too small
 for fp16's smallest subnormal become zero and are counted in `Conversion`.
@@ -25,6 +26,7 @@ import numpy as np
 
 from anekit import budget
 from anekit.errors import ModelError
+from anekit.float16 import share
 from anekit.llm.files import member, read_json
 
 SINGLE = "model.safetensors"
@@ -149,7 +151,9 @@ class Checkpoint:
         return None if entry is None else entry[3]
 
     def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """Tensor ``name`` as an fp16 array of ``shape`` (checked), read now."""
+        """Tensor ``name`` of ``shape`` (checked), read now, rounded to fp16 and held as a
+        read-only float32 array (the simulator's storage of fp16 values), shared with every
+        program through `anekit.float16.share`."""
         entry = self._entries.get(name)
         if entry is None:
             raise ModelError(
@@ -167,19 +171,20 @@ class Checkpoint:
             raise ModelError(f"tensor '{name}' is {dtype}, not a float type (BF16, F16, F32)",
                              where=self.where)  # fmt: skip
         count = int(np.prod(shape, dtype=np.int64))
-        budget.check(count * (_DTYPES[dtype] + 2), f"reading tensor '{name}'", where=self.where)
+        budget.check(count * (_DTYPES[dtype] + 6), f"reading tensor '{name}'", where=self.where)
         from safetensors import SafetensorError
 
         try:
             source = handle.get_tensor(key)
         except (SafetensorError, OSError, ValueError, TypeError) as exc:
             raise ModelError(f"cannot read tensor '{name}': {exc}", where=self.where) from None
-        out = to_fp16(source, name, self.conversion, self.where)
+        half = to_fp16(source, name, self.conversion, self.where)
+        del source
         self.conversion.tensors += 1
         self.conversion.bytes_read += count * _DTYPES[dtype]
-        self.conversion.fp16_bytes += out.nbytes
+        self.conversion.fp16_bytes += half.nbytes
         self.conversion.source_dtypes.add(dtype)
-        return out
+        return share(widen(half))
 
 
 def to_fp16(source: np.ndarray, name: str, conversion: Conversion, where: str) -> np.ndarray:
@@ -216,6 +221,13 @@ def to_fp16(source: np.ndarray, name: str, conversion: Conversion, where: str) -
         )
     conversion.flushed_to_zero += flushed
     return out.reshape(source.shape)
+
+
+def widen(half: np.ndarray) -> np.ndarray:
+    """fp16 values as float32 (exact), C-ordered."""
+    out = np.empty(half.shape, np.float32)
+    out[...] = half
+    return out
 
 
 def _import_safetensors() -> None:
