@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit.float16 import share
 from anekit.frontend.builder import ops
 from anekit.frontend.builder.tensor import Tensor, graph, input
-from anekit.float16 import share
 from anekit.ir.dtypes import dtype_of_array
 from anekit.ir.graph import Graph
 from anekit.ir.registry import TensorType
@@ -42,7 +42,7 @@ from anekit.llm.plan import ProgramSpec, head_splits
 from anekit.llm.weights import Checkpoint
 from anekit.passes.decompose.norms import SCALE_FLOOR
 
-# A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out] (fp16).
+# A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out].
 Linear = tuple[np.ndarray, np.ndarray | None]
 Norm = tuple[np.ndarray, np.ndarray | None]
 
@@ -66,31 +66,13 @@ class LayerWeights:
 
 @dataclass(frozen=True)
 class ModelWeights:
-    """A model's weights, fp16, one copy shared by every program."""
+    """A model's weights: fp16 values held once as read-only float32, which every program uses."""
 
     embed: np.ndarray  # [vocab, hidden]
     positions: np.ndarray | None  # learned [max_positions, hidden]
     layers: tuple[LayerWeights, ...]
     final_norm: Norm
     head: np.ndarray  # [vocab, hidden]
-
-    @property
-    def nbytes(self) -> int:
-        seen: dict[int, int] = {}
-
-        def add(a: object) -> None:
-            if isinstance(a, np.ndarray):
-                base = a.base if a.base is not None else a
-                seen[id(base)] = base.nbytes  # type: ignore[union-attr]
-            elif isinstance(a, tuple):
-                for x in a:
-                    add(x)
-            elif a is not None and hasattr(a, "__dataclass_fields__"):
-                for f in a.__dataclass_fields__:
-                    add(getattr(a, f))
-
-        add(self)
-        return sum(seen.values())
 
 
 def model_weights(cfg: LMConfig, ckpt: Checkpoint) -> ModelWeights:
@@ -189,11 +171,6 @@ def rotary_tables(rope: Rope, head_dim: int, length: int) -> tuple[np.ndarray, n
     angles = np.outer(np.arange(length, dtype=np.float64), inverse_frequencies(rope, head_dim))
     angles = np.concatenate([angles, angles], axis=1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
-def head_chunks(vocab: int, max_channels: int) -> list[tuple[int, int]]:
-    """[start, stop) row ranges of the vocabulary head (`anekit.llm.plan.head_splits`)."""
-    return head_splits(vocab, max_channels)
 
 
 def _const(value: np.ndarray, name: str | None = None) -> Tensor:
@@ -336,7 +313,7 @@ class _Builder:
         x = self.norm(x, self.w.final_norm, "final_norm")
         return [
             ops.conv2d(x, conv_weight(f"head_{i}.weight", self.w.head[a:b]), name=f"logits_{i}")
-            for i, (a, b) in enumerate(head_chunks(self.cfg.vocab_size, max_channels))
+            for i, (a, b) in enumerate(head_splits(self.cfg.vocab_size, max_channels))
         ]
 
     def layer(

@@ -16,7 +16,6 @@ for fp16's smallest subnormal become zero and are counted in `Conversion`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,13 +141,6 @@ class Checkpoint:
 
     def has(self, name: str) -> bool:
         return name in self._entries
-
-    def names(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def shape(self, name: str) -> tuple[int, ...] | None:
-        entry = self._entries.get(name)
-        return None if entry is None else entry[3]
 
     def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Tensor ``name`` of ``shape`` (checked), read now, rounded to fp16 and held as a
