@@ -14,7 +14,10 @@ published. For each model and each context (256, 2048, 4096 positions):
 - agreement: tokens equal to transformers' (random weights make logits nearly flat, so
   fp16 may flip a near tie: the first differing step is recorded) and the first step's
   logits cosine;
-- memory: peak RSS against the model's fp16 weight bytes plus its KV cache (goal 1.5x).
+- memory: peak RSS against the model's fp16 weight bytes plus its KV cache (goal 1.5x);
+  anekit runs under ``ANEKIT_MAX_MEMORY`` (``--max-memory``, default the machine's available
+  memory less 1 GiB), so a model that will not fit is refused before any weight is read
+  and its row says what it needs.
 
 Writes ``benchmarks/results/llm_scale.json`` (``--smoke``: the same code paths on each
 configuration cut to 2 layers and a 2048-wide vocabulary, one context, 4 tokens; writes
@@ -99,10 +102,24 @@ def make_checkpoint(config: dict, folder: Path) -> None:
     subprocess.run([sys.executable, "-c", script], check=True, env=_env(), timeout=3600)
 
 
+MAX_MEMORY: list[str] = []  # ANEKIT_MAX_MEMORY for the anekit children (--max-memory)
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo (bytes): what this shared machine can give a run now."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 8 << 30
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env.update({"PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": str(THREADS),
                 "OPENBLAS_NUM_THREADS": "1", "ANEKIT_NUM_THREADS": str(THREADS)})  # fmt: skip
+    if MAX_MEMORY:
+        env["ANEKIT_MAX_MEMORY"] = MAX_MEMORY[0]
     return env
 
 
@@ -117,10 +134,17 @@ def _child(script: str) -> dict:
 
 def anekit_run(folder: Path, context: int, prompt: list[int], new: int) -> dict:
     return _child(f"""
-        import json, resource, time
+        import json, resource, sys, time
         import anekit.llm
+        from anekit.errors import MemoryBudgetError
         start = time.perf_counter()
-        model = anekit.llm.load({str(folder)!r}, max_context={context})
+        try:
+            model = anekit.llm.load({str(folder)!r}, max_context={context})
+        except MemoryBudgetError as exc:  # refused before any weight is read
+            print(json.dumps({{"refused": str(exc), "needs": exc.requested, "budget": exc.limit,
+                              "seconds": time.perf_counter() - start,
+                              "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
+            sys.exit(0)
         load_s = time.perf_counter() - start
         result = model.generate({prompt}, max_new_tokens={new}, stop_at_eos=False, return_logits=True)
         est = model.estimate({len(prompt)})
@@ -183,7 +207,7 @@ def measure(name: str, config: dict, contexts: list[int], new: int, work: Path) 
     for context in contexts:
         ours = anekit_run(folder, context, prompt, new)
         entry = {k: v for k, v in ours.items() if k != "first_logits"}
-        if "error" not in ours and "error" not in ref:
+        if "error" not in ours and "error" not in ref and "refused" not in ours:
             a, b = np.array(ours["first_logits"]), np.array(ref["first_logits"])
             same = [x == y for x, y in zip(ours["tokens"], ref["tokens"], strict=True)]
             entry["tokens_equal"] = all(same)
@@ -211,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--merge", action="store_true", help="keep other models' rows already in the output")
+    parser.add_argument("--max-memory", default=None,
+                        help="ANEKIT_MAX_MEMORY for anekit (default: the machine's available memory less 1 GiB)")
     args = parser.parse_args(argv)
+    MAX_MEMORY[:] = [args.max_memory or str(max(available_memory() - (1 << 30), 1 << 30))]
     names = args.model or list(PUBLISHED)
     contexts = [int(c) for c in args.contexts.split(",")]
     new = args.new_tokens
@@ -230,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                     "load_average": os.getloadavg()},
         "prompt_tokens": PROMPT_TOKENS, "new_tokens": new, "contexts": contexts,
+        "anekit_max_memory": MAX_MEMORY[0],
         "models": [rows[n] for n in PUBLISHED if n in rows],
+        "note": "anekit runs under ANEKIT_MAX_MEMORY (the machine's available memory less 1 GiB when "
+                "not given): a model predicted not to fit is refused before any weight is read "
+                "and its row records what it needs. Wall-clock speeds were measured on a machine "
+                "shared with other sessions (load_average).",
     })  # fmt: skip
     print(f"wrote {output}")
     return 0

@@ -80,7 +80,7 @@ def test_the_program_cache_is_bounded_by_bytes(tmp_path) -> None:
          torch.float32)  # fmt: skip
     anekit.llm.clear_cache()
     model = anekit.llm.load(tmp_path, max_context=32)
-    one = model.plan.chunks[0].weight_bytes * programs.FOOTPRINT
+    one = int(model.plan.chunks[0].weight_bytes * programs.FOOTPRINT)
     try:
         programs.set_cache_limit(one)  # room for one program
         model.prefill_program(16)

@@ -71,12 +71,12 @@ def load(
 
 
 def resident_bytes(config: LMConfig, context: int) -> int:
-    """What a loaded model keeps at least: its fp16 weights, one program's copy of them
-    (the weight file and the simulator's float32 widening: `programs.FOOTPRINT`) and the
-    float32 decode cache."""
-    from anekit.llm.programs import FOOTPRINT
+    """What generating with a model needs at least on the simulator: the one float32 copy of
+    its fp16 weights, a prefill and a decode program's own bytes (`programs.FOOTPRINT` each)
+    and the float32 decode cache (measured peaks: `benchmarks/results/llm_scale.json`)."""
+    from anekit.llm.programs import FOOTPRINT, SHARED
 
-    return (1 + FOOTPRINT) * weight_bytes(config) + kv_bytes(config, context)
+    return int((SHARED + 2 * FOOTPRINT) * weight_bytes(config)) + kv_bytes(config, context)
 
 
 __all__ = [

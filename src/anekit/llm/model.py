@@ -112,7 +112,7 @@ class LanguageModel:
         key = (*self._fingerprint, spec.kind, c.first, c.stop, spec.seq, spec.context)
         found, new = progs.cached(key, lambda: program_graph(
             self.config, self.weights, spec, self.max_context, self.target.limits.max_channels),
-            self._compile, c.weight_bytes * progs.FOOTPRINT)  # fmt: skip
+            self._compile, int(c.weight_bytes * progs.FOOTPRINT))  # fmt: skip
         return found.model, found.seconds if new else 0.0
 
     def prefill_program(self, seq: int) -> tuple[Any, float]:

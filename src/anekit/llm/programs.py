@@ -5,8 +5,8 @@ The cache key is the model's weight files (path, size, modification time), the t
 compression, the context and the program (`anekit.llm.plan.ProgramSpec`), so a second
 `generate` in the same process, even through a second `anekit.llm.load` of the same
 folder, compiles nothing. The cache holds at most `cache_limit()` bytes of programs (each
-counted by what it keeps: its fp16 weight file and the simulator's float32 copy) and
-forgets the least recently used beyond it.
+counted by what it keeps of its own, `FOOTPRINT` x its fp16 weights) and forgets the least
+recently used beyond it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from anekit.ir.graph import Graph
 # The additive mask value of a hidden position: fp16-safe (never -inf, which turns an
 # all-masked softmax row into NaN) and far below any real attention score.
 MASKED = -1e4
-# Bytes a program keeps per fp16 weight byte: its weight file (1) and, once run, the
-# simulator's float32 copy (2).
-FOOTPRINT = 3
+# Bytes a program keeps per fp16 weight byte of its chunk: its weight file (1), the
+# simulator's inlined fp16 literals (1) and its working set (3.2 in all, measured by
+# tests/llm/test_one_copy.py); the float32 weights themselves are shared (`SHARED`).
+FOOTPRINT = 3.2
+SHARED = 2  # the one float32 copy of the fp16 weights every program uses
 
 
 @dataclass
