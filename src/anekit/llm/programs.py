@@ -27,9 +27,11 @@ from anekit.ir.graph import Graph
 # all-masked softmax row into NaN) and far below any real attention score.
 MASKED = -1e4
 # Bytes a program keeps per fp16 weight byte of its chunk: its weight file (1), the
-# simulator's inlined fp16 literals (1) and its working set (3.2 in all, measured by
-# tests/llm/test_one_copy.py); the float32 weights themselves are shared (`SHARED`).
-FOOTPRINT = 3.2
+# simulator's inlined fp16 literals (1), float32 gather tables of the CPU segment and its
+# working set; measured 3.6 (SmolLM2-135M) and 4.5 (Qwen3-0.6B, whose large tied vocabulary
+# is both a float32 gather table and an fp16 head) in benchmarks/results/llm_scale.json. The
+# float32 weights themselves are shared (`SHARED`).
+FOOTPRINT = 4.5
 SHARED = 2  # the one float32 copy of the fp16 weights every program uses
 
 
