@@ -11,6 +11,10 @@ them (the tests compare them on every tie and on random bit patterns).
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import weakref
+
 import numpy as np
 
 try:  # built by setup.py where a C compiler is found; optional, so numpy is the fallback
@@ -44,3 +48,30 @@ def narrow_into(values: np.ndarray, out: np.ndarray) -> None:
         return
     with np.errstate(over="ignore"):
         out[...] = values
+
+
+# --- one copy of each widened weight per process ---------------------------------------------
+# The simulator keeps fp16 weights as float32 holding fp16 values. Programs made from one model
+# (a language model's prefill buckets, decode rungs and chunks) carry the same weights, and the
+# model's own fp16-valued float32 arrays (its IR constants) hold the same bytes: `share` hands
+# every holder of equal bytes one read-only array, keyed by a digest of its bytes. Arrays
+# are kept only while someone holds them.
+_SHARED: weakref.WeakValueDictionary[tuple, np.ndarray] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+MIN_SHARED_BYTES = 1 << 16  # smaller arrays cost less than their digest
+
+
+def share(array: np.ndarray) -> np.ndarray:
+    """``array`` (C-contiguous; marked read-only) or a read-only array of the same dtype and
+    bytes seen before, reshaped to ``array``'s shape."""
+    if array.nbytes < MIN_SHARED_BYTES or not array.flags.c_contiguous:
+        return array
+    array.flags.writeable = False
+    digest = hashlib.blake2b(memoryview(array).cast("B"), digest_size=20).digest()
+    key = (array.dtype.str, array.nbytes, digest)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            _SHARED[key] = array  # kept while its holder keeps it
+            return array
+    return found.reshape(array.shape)

@@ -18,9 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub,
         "generate",
         help="generate text with a Hugging Face language model folder",
-        description="Load a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2), compile "
-        "its prefill and decode programs for the target and generate on the simulator, "
-        "streaming tokens as they come.",
+        description="Load a Hugging Face model folder (GPT-2, Llama 1-3, Mistral, Qwen2/2.5/3, "
+        "Gemma 3 text, Phi-3, SmolLM2; bf16, fp16 or fp32 safetensors), compile its programs "
+        "for the target (cut into chunks under the chip's limits) and generate on the "
+        "simulator, streaming tokens as they come.",
         examples=[
             'anekit generate tests/data/llm/tiny-llama --prompt "def mean(data):" -n 64',
             'anekit generate tests/data/llm/tiny-gpt2 -p "Hello" -n 16 --compress int8 --json',
@@ -39,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
-    p.add_argument("--max-context", type=int, default=None, help="decode cache length in positions")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="decode cache length in positions (default: the model's, at most 2048)")
     p.add_argument("--compress", choices=SCHEMES, default=None, help="compress the weights")
     p.set_defaults(func=run)
 
@@ -86,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _speeds(model: Any, result: Any) -> dict[str, Any]:
+    first_decode = model.plan.decode(model.plan.context_for(len(result.prompt_ids)))[0]
     return {
         "prefill_tokens_per_s": result.prefill_tokens_per_s,
         "decode_tokens_per_s": result.decode_tokens_per_s,
         "compile_s": result.compile_seconds,
         "stop_reason": result.stop_reason,
         "estimate": model.estimate(len(result.prompt_ids)),
-        "compression": compression_summary(model.decode_program()[0].compression_report),
+        "compression": compression_summary(model.program(first_decode)[0].compression_report),
+        "programs": model.plan.as_dict(),
+        "weights": model.conversion.as_dict() if model.conversion else None,
     }

@@ -7,10 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import ModelError
+from anekit import budget
+from anekit.errors import AnekitError, ModelError
 from anekit.llm.files import member
 
 MAX_TOKENIZER_BYTES = 64 << 20
+# The tokenizers library holds about 12 bytes per byte of tokenizer.json once parsed (a 60 MB
+# file took 715 MB): the budget is checked for that before it parses.
+PARSED_PER_BYTE = 12
 
 
 class Tokenizer:
@@ -37,13 +41,15 @@ def load_tokenizer(folder: Path) -> Tokenizer:
 
     try:
         if (path := member(folder, "tokenizer.json", MAX_TOKENIZER_BYTES)) is not None:
+            _check_budget(path)
             return Tokenizer(HFTokenizer.from_file(str(path)), str(path))
         vocab = member(folder, "vocab.json", MAX_TOKENIZER_BYTES)
         merges = member(folder, "merges.txt", MAX_TOKENIZER_BYTES)
         if vocab is not None and merges is not None:
+            _check_budget(vocab, merges)
             return Tokenizer(ByteLevelBPETokenizer(str(vocab), str(merges)), str(vocab))
     except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
-        if isinstance(exc, ModelError):
+        if isinstance(exc, AnekitError):
             raise
         raise ModelError(f"cannot read the tokenizer: {exc}", where=str(folder)) from None
     raise ModelError(
@@ -51,6 +57,12 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         hint="the folder needs tokenizer.json, or vocab.json and merges.txt; "
         "or pass the prompt as token ids",
     )
+
+
+def _check_budget(*paths: Path) -> None:
+    size = sum(p.stat().st_size for p in paths)
+    budget.check(size * PARSED_PER_BYTE, f"parsing the tokenizer ({budget.describe(size)})",
+                 where=str(paths[0]))  # fmt: skip
 
 
 class StreamDecoder:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import FormatError
+from anekit.float16 import share
 from anekit.formats.blob import BlobReader
 from anekit.formats.mil import BlobFile, DictValue, ListValue, Scalar, Tensor, TupleValue
 from anekit.formats.mil.types import DTYPES
@@ -55,7 +56,7 @@ def from_literal(value: Any) -> Any:
         if value.dtype == "string":
             return value.data
         data = widen_fp16(value.data) if value.dtype == "fp16" else value.data
-        return frozen(np.array(data, dtype=STORAGE[value.dtype], order="C"))
+        return share(frozen(np.array(data, dtype=STORAGE[value.dtype], order="C", copy=False)))
     raise FormatError(f"{type(value).__name__} literals are not supported by the simulator")
 
 
@@ -135,7 +136,8 @@ class BlobFiles:
             array = array.astype(STORAGE[t.dtype], copy=False)
         else:  # bf16 and fp8 have no MIL text spelling, so cannot be declared
             raise FormatError(f"BLOBFILE of {t.dtype} data is not supported")
-        return frozen(np.asarray(array, order="C"))
+        # one copy per process of weights equal to another program's (float16.share)
+        return share(frozen(np.asarray(array, order="C")))
 
     def close(self) -> None:
         for reader in self._readers.values():
