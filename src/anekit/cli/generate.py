@@ -20,12 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "its prefill and decode programs for the target and generate on the simulator, "
         "streaming tokens as they come.",
     )
-    p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files)")
+    p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files), "
+                   "or an export folder (anekit export), whose packages run as written")
     p.add_argument("--prompt", "-p", required=True, help="the text to continue")
     p.add_argument("-n", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--target", "-t", default="m4", help="the chip to compile for (default m4)")
-    p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32"),
-                   help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin")  # fmt: skip
+    p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32", "ane"),
+                   help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin; "
+                   "ane: an export's packages through Core ML's e5rt (macOS)")  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0 = all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
@@ -79,11 +81,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _speeds(model: Any, result: Any) -> dict[str, Any]:
+    from anekit.llm import ExportedModel
+
     return {
         "prefill_tokens_per_s": result.prefill_tokens_per_s,
         "decode_tokens_per_s": result.decode_tokens_per_s,
         "compile_s": result.compile_seconds,
         "stop_reason": result.stop_reason,
         "estimate": model.estimate(len(result.prompt_ids)),
-        "compression": compression_summary(model.decode_program()[0].compression_report),
+        "compression": None if isinstance(model, ExportedModel)  # an export reports no recompression
+        else compression_summary(model.decode_program()[0].compression_report),
     }

@@ -16,6 +16,8 @@ from typing import Any
 from anekit import targets
 from anekit.errors import ModelError
 from anekit.llm.config import LMConfig, read_config
+from anekit.llm.export import is_export
+from anekit.llm.exported import ExportedModel, load_export
 from anekit.llm.graph import PREFIXES, model_weights
 from anekit.llm.model import GenerateResult, LanguageModel, Token
 from anekit.llm.programs import clear_cache
@@ -32,8 +34,9 @@ def load(
     target: Any = "m4",
     max_context: int | None = None,
     compress: str | None = None,
-) -> LanguageModel:
-    """Load a Hugging Face-style folder (config.json, safetensors, tokenizer files).
+) -> LanguageModel | ExportedModel:
+    """Load a Hugging Face-style folder (config.json, safetensors, tokenizer files), or an
+    export folder (`LanguageModel.export`), which runs its packages as written.
 
     ``max_context`` is the decode cache's length in positions (default: the model's own
     limit, at most 256); ``compress`` compresses every projection's weights (see
@@ -42,6 +45,8 @@ def load(
     folder = Path(path)
     if not folder.is_dir():
         raise ModelError(f"'{folder}' is not a folder", hint="pass a Hugging Face model folder")
+    if is_export(folder):
+        return load_export(folder)
     config = read_config(folder)
     context = max_context or min(config.max_positions, DEFAULT_MAX_CONTEXT)
     if isinstance(context, bool) or not isinstance(context, int) or not 2 <= context <= config.max_positions:
@@ -65,6 +70,7 @@ def load(
 
 
 __all__ = [
+    "ExportedModel",
     "GenerateResult",
     "LMConfig",
     "LanguageModel",
