@@ -9,7 +9,7 @@ import pytest
 import anekit.llm
 from anekit.errors import ModelError, UnsupportedModelError
 from anekit.llm.config import parse_config
-from anekit.llm.weights import WeightSet, read_weights
+from anekit.llm.weights import Checkpoint
 
 LLAMA = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 128,
@@ -22,16 +22,17 @@ def test_families_and_their_recipes() -> None:
     assert (cfg.positions, cfg.norm, cfg.mlp, cfg.kv_heads, cfg.head_dim) == (
         "learned",
         "layer_norm",
-        "gelu",
+        "plain",
         4,
         8,
     )
     assert cfg.intermediate == 128 and cfg.tied_embeddings
     llama = parse_config(LLAMA)
-    assert (llama.positions, llama.norm, llama.mlp, llama.group) == (
+    assert (llama.positions, llama.norm, llama.mlp, llama.activation, llama.group) == (
         "rotary",
         "rms_norm",
-        "swiglu",
+        "gated",
+        "silu",
         4,
     )
     assert llama.rope_theta == 10000.0
@@ -52,7 +53,6 @@ def test_families_and_their_recipes() -> None:
         ({"model_type": "bert", "architectures": ["BertModel"]}, "model_type 'bert' (BertModel)"),
         ({**LLAMA, "hidden_act": "gelu"}, "the activation 'gelu'"),
         ({**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "the rotary scaling 'yarn'"),
-        ({**LLAMA, "model_type": "mistral", "sliding_window": 16}, "sliding attention window"),
         ({**LLAMA, "num_key_value_heads": 3}, "divisible by num_key_value_heads 3"),
         ({"model_type": "gpt2", "vocab_size": 50, "n_embd": 32, "n_layer": 1, "n_head": 4,
           "n_positions": 64, "activation_function": "relu"}, "the activation 'relu'"),
@@ -83,10 +83,11 @@ def test_weights_that_do_not_match_the_config(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     save_file({"model.embed_tokens.weight": np.zeros((100, 32), np.float32)},
               str(tmp_path / "model.safetensors"))  # fmt: skip
-    with pytest.raises(ModelError, match="no tensor 'layers.0.input_layernorm.weight'"):
+    with pytest.raises(ModelError, match="no tensor 'layers.0.self_attn.q_proj.weight'"):
         anekit.llm.load(tmp_path)
-    ws = WeightSet(read_weights(tmp_path), ("model.",), "here")
-    with pytest.raises(ModelError, match=r"'embed_tokens.weight' has the shape \[100, 32\]"):
+    with Checkpoint(tmp_path, ("model.",)) as ws, pytest.raises(
+        ModelError, match=r"'embed_tokens.weight' has the shape \[100, 32\]"
+    ):
         ws.take("embed_tokens.weight", (100, 64))
 
 

@@ -175,3 +175,47 @@ def test_export_estimate_counts_every_function(exported) -> None:  # noqa: ANN00
     assert set(est["prefill"]) == {"16", "64"}
     assert est["decode_ms_per_token"] == pytest.approx(model.estimate(10)["decode_ms_per_token"])
     assert np.isclose(est["decode_tokens_per_s"] * est["decode_ms_per_token"], 1e3)
+
+
+# --- every family, and a model cut into chunks --------------------------------------------------
+
+
+def _export_matches(tmp_path: Path, family: str, target, steps: int) -> dict:  # noqa: ANN001
+    from tests.llm.test_families import CONFIGS, PROMPT, greedy, save
+
+    hf = save(tmp_path / "hf", CONFIGS[family](), torch.float32)
+    model = anekit.llm.load(tmp_path / "hf", target=target, max_context=CONTEXT)
+    manifest = model.export(tmp_path / "out", buckets=(16,))
+    shipped = anekit.llm.load(tmp_path / "out")
+    got = shipped.generate(PROMPT, max_new_tokens=steps, stop_at_eos=False)
+    want = model.generate(PROMPT, max_new_tokens=steps, stop_at_eos=False)
+    assert got.token_ids == want.token_ids == greedy(hf, PROMPT, steps), family
+    return manifest
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gemma3", "llama-bias-tied", "llama3", "mistral-window", "phi3",
+                                    "qwen2-window", "qwen3"])  # fmt: skip
+def test_every_family_exports(family: str, tmp_path: Path) -> None:
+    _export_matches(tmp_path, family, "m4", 32)
+
+
+def test_a_model_cut_into_chunks_exports_one_package_per_chunk(tmp_path: Path) -> None:
+    from anekit.llm import plan
+    from anekit.llm.config import parse_config
+    from tests.llm.test_families import CONFIGS
+    from tests.llm.test_plan import limited
+
+    cfg = parse_config(CONFIGS["qwen2-window"]().to_dict())
+    manifest = _export_matches(tmp_path, "qwen2-window", limited(plan.layer_bytes(cfg) + 1), 32)
+    chunks = manifest["chunks"]
+    layers = cfg.layers  # one layer per chunk, then the head alone
+    assert [c["package"] for c in chunks] == [f"chunk_{i}.mlpackage" for i in range(layers + 1)]
+    assert [[s["name"] for s in c["states"]] for c in chunks] == [
+        [f"k_cache_{i}", f"v_cache_{i}"] for i in range(layers)] + [[]]  # fmt: skip
+    assert [p["name"] for p in chunks[1]["functions"]["decode"]["inputs"]][0] == "hidden"
+    assert [p["name"] for p in chunks[0]["functions"]["decode"]["outputs"]] == ["hidden_out"]
+    assert manifest["estimate"]["decode_dispatches"] >= layers + 1  # an engine program per chunk

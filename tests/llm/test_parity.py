@@ -84,7 +84,7 @@ def test_the_cache_stays_resident_on_the_engine_surface(which: str, request) -> 
 
     model = request.getfixturevalue(which)
     decode, _ = model.decode_program()
-    session = open_session(decode, "sim", model.config.layers)
+    session = open_session(decode, "sim", range(model.config.layers))
     expected = {f"{k}_cache_{i}" for i in range(model.config.layers) for k in "kv"}
     assert set(session.resident) == expected
     # one engine dispatch per step; the embedding gathers are the CPU segment before it

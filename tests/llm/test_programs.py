@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from anekit.llm.programs import MASKED, bucket_for, decode_feeds, prefill_feeds
+from anekit import targets
+from anekit.llm.config import parse_config
+from anekit.llm.plan import plan_programs
+from anekit.llm.programs import MASKED, decode_feeds, prefill_feeds
+
+LLAMA = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 8, "intermediate_size": 128, "max_position_embeddings": 4096}  # fmt: skip
+
+
+def bucket_for(n: int, context: int) -> int:
+    return plan_programs(parse_config(LLAMA), targets.get("m4"), context).bucket(n)
 
 
 def test_buckets() -> None:
     assert [bucket_for(n, 256) for n in (1, 16, 17, 64, 65, 200)] == [16, 16, 32, 64, 128, 256]
-    assert bucket_for(100, 100) == 100  # past the last bucket that fits: the context itself
+    assert bucket_for(99, 100) == 100  # past the last bucket that fits: the context itself
     assert bucket_for(40, 48) == 48
+    assert bucket_for(2000, 4096) == 512  # longer prompts are prefilled in pieces of 512
 
 
 def test_prefill_mask_is_causal_and_hides_padding() -> None:
@@ -25,7 +36,7 @@ def test_prefill_mask_is_causal_and_hides_padding() -> None:
 
 
 def test_decode_feeds_write_one_slot_and_see_the_past() -> None:
-    f = decode_feeds(token=9, position=4, context=8)
+    f = decode_feeds([9], 4, 1, 8)
     assert f["ids"].tolist() == [[9]] and f["positions"].tolist() == [[4]]
     assert f["mask"][0, 0, 0].tolist() == [0.0] * 5 + [MASKED] * 3
     assert f["write"][0, 0, 0].tolist() == [0, 0, 0, 0, 1, 0, 0, 0]

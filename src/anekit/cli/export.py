@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             f"'{args.model}' is already an export", hint="export the Hugging Face model folder"
         )
-    buckets = _buckets(args.buckets) or default_buckets(model.max_context)
+    buckets = _buckets(args.buckets) or default_buckets(model)
     result: dict[str, Any] = {}
     if args.output is not None:
         manifest = export(model, args.output, buckets=buckets)

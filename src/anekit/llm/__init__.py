@@ -10,22 +10,22 @@ See docs/llm.md.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
-from anekit import targets
-from anekit.errors import ModelError
+from anekit import budget, targets
+from anekit.errors import ModelError, path_argument
 from anekit.llm.config import LMConfig, read_config
 from anekit.llm.export import is_export
 from anekit.llm.exported import ExportedModel, load_export
-from anekit.llm.graph import PREFIXES, model_weights
+from anekit.llm.graph import model_weights
 from anekit.llm.model import GenerateResult, LanguageModel, Token
-from anekit.llm.programs import clear_cache
+from anekit.llm.plan import Chunk, ProgramPlan, ProgramSpec, kv_bytes, plan_programs, weight_bytes
+from anekit.llm.programs import clear_cache, set_cache_limit
 from anekit.llm.sampling import SamplingOptions
 from anekit.llm.tokenizer import Tokenizer, load_tokenizer
-from anekit.llm.weights import WeightSet, read_weights, shard_files
+from anekit.llm.weights import Checkpoint, shard_files
 
-DEFAULT_MAX_CONTEXT = 256
+DEFAULT_MAX_CONTEXT = 2048
 
 
 def load(
@@ -39,37 +39,59 @@ def load(
     export folder (`LanguageModel.export`), which runs its packages as written.
 
     ``max_context`` is the decode cache's length in positions (default: the model's own
-    limit, at most 256); ``compress`` compresses every projection's weights (see
-    `anekit.compile`). Programs are compiled on first use and cached for the process.
+    limit, at most 2048); ``compress`` compresses every projection's weights (see
+    `anekit.compile`). The weights are read once, converted to fp16 and shared by every
+    program; programs are compiled on first use and cached for the process. A model whose
+    weights and cache exceed the memory budget (``ANEKIT_MAX_MEMORY``) is refused before
+    any weight is read.
     """
-    folder = Path(path)
+    folder = path_argument(path, "the model folder")
     if not folder.is_dir():
         raise ModelError(f"'{folder}' is not a folder", hint="pass a Hugging Face model folder")
     if is_export(folder):
         return load_export(folder)
     config = read_config(folder)
-    context = max_context or min(config.max_positions, DEFAULT_MAX_CONTEXT)
+    context = min(config.max_positions, DEFAULT_MAX_CONTEXT) if max_context is None else max_context
     if isinstance(context, bool) or not isinstance(context, int) or not 2 <= context <= config.max_positions:
         raise ModelError(
             f"max_context must be an integer in [2, {config.max_positions}] (the model's "
             f"max_position_embeddings), got {max_context!r}"
         )
-    files = shard_files(folder)
-    weights = model_weights(config, WeightSet(read_weights(folder), PREFIXES[config.family], str(folder)))
-    has_tokenizer = any((folder / n).exists() for n in ("tokenizer.json", "vocab.json"))
-    tokenizer = load_tokenizer(folder) if has_tokenizer else None
     chip = targets.get(target)
     if compress is not None:
         from anekit.codegen.compress import check_scheme
 
         check_scheme(compress, chip.mil.opset)
+    budget.check(resident_bytes(config, context), f"the model ({config.family}, {config.layers} "
+                 f"layers) with a {context}-position cache", where=str(folder))  # fmt: skip
+    files = shard_files(folder)
+    with Checkpoint(folder, (config.prefix,)) as ckpt:
+        weights = model_weights(config, ckpt)
+    has_tokenizer = any((folder / n).exists() for n in ("tokenizer.json", "vocab.json"))
+    tokenizer = load_tokenizer(folder) if has_tokenizer else None
     stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     fingerprint = (str(folder.resolve()), stamp, chip.name, compress, context)
     return LanguageModel(folder, config, weights, tokenizer, target=chip, max_context=context,
-                         compress=compress, fingerprint=fingerprint)  # fmt: skip
+                         compress=compress, fingerprint=fingerprint, conversion=ckpt.conversion)  # fmt: skip
+
+
+def resident_bytes(config: LMConfig, context: int) -> int:
+    """What a loaded model keeps at least: its fp16 weights, one program's copy of them
+    (the weight file and the simulator's float32 widening: `programs.FOOTPRINT`) and the
+    float32 decode cache."""
+    from anekit.llm.programs import FOOTPRINT
+
+    return (1 + FOOTPRINT) * weight_bytes(config) + kv_bytes(config, context)
 
 
 __all__ = [
+    "Checkpoint",
+    "Chunk",
+    "ProgramPlan",
+    "ProgramSpec",
+    "plan_programs",
+    "resident_bytes",
+    "set_cache_limit",
     "ExportedModel",
     "GenerateResult",
     "LMConfig",

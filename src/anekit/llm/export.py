@@ -31,7 +31,6 @@ from typing import Any
 from anekit import atomic
 from anekit.errors import AnekitError, ModelError, PathError
 from anekit.files import read_file
-from anekit.llm import programs as progs
 
 MANIFEST = "export.json"
 FORMAT = "anekit-llm-export"
@@ -63,30 +62,33 @@ class ChunkPrograms:
     decode_writes: Mapping[str, str] = field(default_factory=dict)
 
 
-def default_buckets(max_context: int) -> tuple[int, ...]:
-    found = tuple(b for b in progs.BUCKETS if b <= max_context)
-    return found if found and found[-1] == max_context else (*found, max_context)
+def default_buckets(model: Any) -> tuple[int, ...]:
+    """The model's own prefill buckets (`anekit.llm.plan`)."""
+    return tuple(model.plan.prefill_buckets)
 
 
 def model_chunks(model: Any, buckets: Sequence[int]) -> list[ChunkPrograms]:
-    """The model's programs as chunks: one chunk holding every layer for a model that runs
-    as one prefill and one decode program."""
+    """The model's programs (`LanguageModel.plan`) as export chunks: per chunk of layers, a
+    prefill per bucket and the one-position decode against the whole context (the largest
+    rung: a state has one shape), its layers' keys and values as states."""
     from anekit.codegen.mlpackage_multi import StateSpec
 
-    cfg = model.config
+    cfg, plan = model.config, model.plan
     width, t = cfg.kv_heads * cfg.head_dim, model.max_context
-    names = [(f"{k}_{i}", f"{k}_cache_{i}") for i in range(cfg.layers) for k in ("k", "v")]
-    return [
-        ChunkPrograms(
-            name="chunk_0",
-            prefill={s: model.prefill_program(s)[0] for s in buckets},
-            decode=model.decode_program()[0],
+    prefills = {s: plan.prefill(s) for s in buckets}
+    chunks = []
+    for index, spec in enumerate(plan.decode(t)):
+        names = [(f"{k}_{i}", f"{k}_cache_{i}") for i in spec.chunk.layers for k in ("k", "v")]
+        chunks.append(ChunkPrograms(
+            name=f"chunk_{index}",
+            prefill={s: model.program(prefills[s][index])[0] for s in buckets},
+            decode=model.program(spec)[0],
             states=tuple(StateSpec(state, (1, width, 1, t)) for _, state in names),
             prefill_writes=dict(names),
             decode_reads={state: state for _, state in names},
             decode_writes={f"{state}_next": state for _, state in names},
-        )
-    ]
+        ))  # fmt: skip
+    return chunks
 
 
 def export(
@@ -95,10 +97,9 @@ def export(
     """Write ``model`` (a `LanguageModel`) as the export folder ``out``; returns the manifest."""
     from anekit.codegen.mlpackage_multi import MIN_STATE_OPSET, FunctionSpec, write_package
     from anekit.llm import export_checks
-    from anekit.simulator.plan import opset_number
 
     opset = model.target.mil.opset
-    if opset_number(opset) < MIN_STATE_OPSET:
+    if int(opset.removeprefix("ios")) < MIN_STATE_OPSET:
         raise ModelError(
             f"target {model.target.name} compiles for the {opset} dialect; Core ML states and "
             "multifunction packages need iOS 18 programs",
@@ -107,7 +108,7 @@ def export(
     if model.compress is not None and model.compress not in EXPORT_SCHEMES:
         raise ModelError(export_checks.scheme_refusal(model.compress),
                          hint=f"export with --compress one of {', '.join(EXPORT_SCHEMES)}, or none")  # fmt: skip
-    buckets = tuple(sorted(set(buckets or default_buckets(model.max_context))))
+    buckets = tuple(sorted(set(buckets or default_buckets(model))))
     for s in buckets:
         if not 1 <= s <= model.max_context:
             raise ModelError(
@@ -196,7 +197,8 @@ def _manifest(
         "max_context": model.max_context,
         "buckets": list(buckets),
         "compress": model.compress,
-        "masked_value": progs.MASKED,
+        "window": model.window,  # sliding-window layers' span (their mask_sliding input)
+        "plan": model.plan.as_dict(),
         "chunks": chunks,
         "tokenizer_files": [n for n in side if n not in ("config.json", "generation_config.json")],
         "generation_config": "generation_config.json" if "generation_config.json" in side else None,

@@ -29,36 +29,27 @@ from anekit.llm.config import parse_config
 from anekit.llm.model import GenerateResult, Token
 from anekit.llm.sampling import Sampler, SamplingOptions
 from anekit.llm.tokenizer import StreamDecoder, load_tokenizer
+from anekit.runtime import mlpackage as packages
 
-BACKENDS = ("sim", "ane")
+BACKENDS = packages.BACKENDS
 
 
 class _Chunk:
     """One package's functions, loaded on first use, and its state."""
 
     def __init__(self, folder: Path, entry: dict):
-        from anekit.formats.mlpackage import read_package
-
         self.entry = entry
         self.path = folder / entry["package"]
-        self.package = read_package(self.path)
+        self.package = packages.read(self.path)
         self._functions: dict[tuple[str, str], Any] = {}
         self.state: Any = None
 
     def function(self, name: str, backend: str) -> Any:
         found = self._functions.get((name, backend))
         if found is None:
-            if name not in self.package.functions:
-                raise ModelError(f"{self.entry['package']} has no function '{name}'")
-            if backend == "ane":
-                from anekit.runtime.e5rt_package import PackageFunction
-
-                found = PackageFunction(self.path, name, self.package.functions[name])
-            else:
-                from anekit.simulator.states import StatefulProgram
-
-                found = StatefulProgram(self.package.program, self.package.model_dir, function=name)
-            self._functions[(name, backend)] = found
+            found = self._functions[(name, backend)] = packages.load_function(
+                self.package, self.path, name, backend
+            )
         return found
 
     def reset(self, backend: str) -> None:
@@ -75,6 +66,7 @@ class ExportedModel:
         self.config = parse_config(manifest["config_json"], str(folder / "config.json"))
         self.max_context: int = int(manifest["max_context"])
         self.buckets: tuple[int, ...] = tuple(int(b) for b in manifest["buckets"])
+        self.window: int | None = manifest["window"]
         self.tokenizer = load_tokenizer(folder) if manifest["tokenizer_files"] else None
         self.chunks = [_Chunk(folder, entry) for entry in manifest["chunks"]]
         self.last_result: GenerateResult | None = None
@@ -126,6 +118,8 @@ class ExportedModel:
             fn = chunk.function(function, backend)
             out = fn.run({n: pool[n] for n in fn.inputs}, chunk.state)
             pool.update(out)
+            if "hidden_out" in out:  # a chunk's hidden state is the next chunk's input
+                pool["hidden"] = out["hidden_out"]
         logits = sorted(
             (k for k in out if k.startswith("logits_")), key=lambda k: int(k.split("_")[1])
         )
@@ -137,11 +131,13 @@ class ExportedModel:
         bucket = next(b for b in self.buckets if len(ids) <= b)
         for chunk in self.chunks:
             chunk.reset(backend)
-        return self._run(f"prefill_{bucket}", progs.prefill_feeds(list(ids), bucket), backend)
+        feeds = progs.prefill_feeds(list(ids), bucket, self.window)
+        return self._run(f"prefill_{bucket}", feeds, backend)
 
     def decode(self, token: int, position: int, backend: str = "sim") -> np.ndarray:
         """One decode step at ``position`` against the states the prefill began."""
-        return self._run("decode", progs.decode_feeds(token, position, self.max_context), backend)
+        feeds = progs.decode_feeds([token], position, 1, self.max_context, self.window)
+        return self._run("decode", feeds, backend)
 
     def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32, *, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,

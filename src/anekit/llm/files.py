@@ -30,5 +30,5 @@ def read_json(path: Path, max_bytes: int) -> Any:
     data = read_file(path, path.name, max_bytes=max_bytes, error=ModelError)
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ModelError(f"{path.name} is not valid JSON: {exc}", where=str(path)) from None

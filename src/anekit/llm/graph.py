@@ -1,26 +1,26 @@
-"""Prefill and decode graphs of a decoder-only transformer, built on the anekit IR.
+"""The programs of a decoder-only transformer, built on the anekit IR from a `ProgramSpec`.
 
 Activations are in the engine's [1, C, 1, S] layout (channels, then sequence positions on
 the last axis); every projection is a 1x1 convolution. Attention reshapes to
 [1, heads, S, head_dim] for the fused attention op with an explicit additive mask (the
 engine's fused attention ignores causal masks, seed 001 constraint #6).
 
-Two program kinds:
+A program runs the layers of one chunk (`anekit.llm.plan`). Its inputs: ``ids`` [1, S]
+(the first chunk) or ``hidden`` [1, hidden, 1, S]; ``positions`` [1, S]; ``mask`` (and
+``mask_sliding`` when a layer of the model attends through a sliding window); and
 
-- prefill over a bucket of S positions: inputs ``ids`` [1, S], ``positions`` [1, S],
-  ``mask`` [1, 1, S, S] and ``last`` [1, 1, 1, S] (one-hot: the position whose logits are
-  returned); outputs ``logits_<i>`` and each layer's keys and values ``k_<l>``/``v_<l>``
+- prefill: ``mask`` [1, 1, S, S], and ``last`` [1, 1, 1, S] in the head's chunk (one-hot:
+  the position whose logits are returned); outputs each layer's ``k_<l>``/``v_<l>``
   [1, kv_heads * head_dim, 1, S], which seed the decode cache;
-- decode of one position against a cache of T positions: inputs ``ids`` [1, 1],
-  ``positions`` [1, 1], ``mask`` [1, 1, 1, T], ``write`` [1, 1, 1, T] (one-hot: the cache
-  slot of this position) and the state ``k_cache_<l>``/``v_cache_<l>``; outputs
-  ``logits_<i>`` and ``k_cache_<l>_next``/``v_cache_<l>_next``, the cache with this
-  position written in. A session binds each ``*_next`` output to its input, so the cache
-  stays resident between steps.
+- decode of S positions against a cache of T: ``mask`` [1, 1, S, T], ``write``
+  [1, 1, S, T] (row s one-hot at the cache slot of position s), ``last`` when S > 1, and
+  the state ``k_cache_<l>``/``v_cache_<l>`` [1, W, 1, T]; outputs ``k_cache_<l>_next``/
+  ``v_cache_<l>_next``, the cache with these positions written in. A session binds each
+  ``*_next`` output to its input, so the cache stays resident between steps.
 
-The embedding lookups (token, learned position, rotary tables) are gathers, which the
-compiler places in a CPU segment; the vocabulary head is split into convolutions of at
-most the target's ``max_channels`` output channels (seed 001 constraint #16).
+The head's chunk outputs ``logits_<i>`` (the vocabulary head cut under the chip's
+``max_channels``); other chunks output ``hidden``. The embedding lookups (tokens, learned
+positions, rotary tables) are gathers, which the compiler places in a CPU segment.
 """
 
 from __future__ import annotations
@@ -34,49 +34,71 @@ import numpy as np
 from anekit.frontend.builder import ops
 from anekit.frontend.builder.tensor import Tensor, constant, graph, input
 from anekit.ir.graph import Graph
-from anekit.llm.config import LMConfig
-from anekit.llm.weights import WeightSet
+from anekit.llm.config import LMConfig, Rope
+from anekit.llm.plan import ProgramSpec, head_splits
+from anekit.llm.weights import Checkpoint
 from anekit.passes.decompose.norms import SCALE_FLOOR
 
-# A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out].
+# A projection's weights in torch.nn.Linear form: [out, in] and an optional bias [out] (fp16).
 Linear = tuple[np.ndarray, np.ndarray | None]
+Norm = tuple[np.ndarray, np.ndarray | None]
 
 
 @dataclass(frozen=True)
 class LayerWeights:
-    norm1: tuple[np.ndarray, np.ndarray | None]
+    norm1: Norm
     q: Linear
     k: Linear
     v: Linear
     o: Linear
-    norm2: tuple[np.ndarray, np.ndarray | None]
-    up: Linear  # GPT-2: c_fc; SwiGLU: up_proj
-    gate: Linear | None  # SwiGLU only
+    norm2: Norm  # before the MLP
+    up: Linear  # GPT-2: c_fc; gated: up_proj
+    gate: Linear | None  # gated MLPs only
     down: Linear
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+    attn_out_norm: Norm | None = None  # Gemma 3: post_attention_layernorm
+    mlp_out_norm: Norm | None = None  # Gemma 3: post_feedforward_layernorm
 
 
 @dataclass(frozen=True)
 class ModelWeights:
+    """A model's weights, fp16, one copy shared by every program."""
+
     embed: np.ndarray  # [vocab, hidden]
     positions: np.ndarray | None  # learned [max_positions, hidden]
     layers: tuple[LayerWeights, ...]
-    final_norm: tuple[np.ndarray, np.ndarray | None]
+    final_norm: Norm
     head: np.ndarray  # [vocab, hidden]
 
+    @property
+    def nbytes(self) -> int:
+        seen: dict[int, int] = {}
 
-PREFIXES = {"gpt2": ("transformer.",), "llama": ("model.",), "mistral": ("model.",),
-            "qwen2": ("model.",)}  # fmt: skip
+        def add(a: object) -> None:
+            if isinstance(a, np.ndarray):
+                base = a.base if a.base is not None else a
+                seen[id(base)] = base.nbytes  # type: ignore[union-attr]
+            elif isinstance(a, tuple):
+                for x in a:
+                    add(x)
+            elif a is not None and hasattr(a, "__dataclass_fields__"):
+                for f in a.__dataclass_fields__:
+                    add(getattr(a, f))
+
+        add(self)
+        return sum(seen.values())
 
 
-def model_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
+def model_weights(cfg: LMConfig, ckpt: Checkpoint) -> ModelWeights:
     """The checkpoint's tensors arranged per layer, shapes checked against the config."""
-    return _gpt2_weights(cfg, ws) if cfg.family == "gpt2" else _llama_weights(cfg, ws)
+    return _gpt2_weights(cfg, ckpt) if cfg.family == "gpt2" else _decoder_weights(cfg, ckpt)
 
 
-def _gpt2_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
+def _gpt2_weights(cfg: LMConfig, ws: Checkpoint) -> ModelWeights:
     c, f = cfg.hidden, cfg.intermediate
 
-    def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
+    def norm(name: str) -> Norm:
         return ws.take(f"{name}.weight", (c,)), ws.take(f"{name}.bias", (c,))
 
     def conv1d(name: str, n_in: int, n_out: int) -> Linear:  # HF Conv1D stores [in, out]
@@ -97,52 +119,90 @@ def _gpt2_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
     )
 
 
-def _llama_weights(cfg: LMConfig, ws: WeightSet) -> ModelWeights:
-    c, hd = cfg.hidden, cfg.head_dim
-    qkv_bias = cfg.bias == "qkv"
+def _decoder_weights(cfg: LMConfig, ws: Checkpoint) -> ModelWeights:
+    c, hd, inter = cfg.hidden, cfg.head_dim, cfg.intermediate
+    nq, nkv = cfg.heads * hd, cfg.kv_heads * hd
 
     def lin(name: str, n_out: int, n_in: int, bias: bool = False) -> Linear:
         w = ws.take(f"{name}.weight", (n_out, n_in))
         return w, ws.take(f"{name}.bias", (n_out,)) if bias else None
 
+    def norm(name: str, size: int = c) -> Norm:
+        return ws.take(f"{name}.weight", (size,)), None
+
+    qkv_bias, o_bias = cfg.bias in ("qkv", "qkvo"), cfg.bias == "qkvo"
     layers = []
     for i in range(cfg.layers):
         p = f"layers.{i}"
         a, m = f"{p}.self_attn", f"{p}.mlp"
+        if cfg.fused:  # Phi-3: one [q; k; v] and one [gate; up] matrix
+            qkv, _ = lin(f"{a}.qkv_proj", nq + 2 * nkv, c)
+            q, k, v = (qkv[:nq], None), (qkv[nq : nq + nkv], None), (qkv[nq + nkv :], None)
+            gate_up, _ = lin(f"{m}.gate_up_proj", 2 * inter, c)
+            gate, up = (gate_up[:inter], None), (gate_up[inter:], None)
+        else:
+            q = lin(f"{a}.q_proj", nq, c, qkv_bias)
+            k = lin(f"{a}.k_proj", nkv, c, qkv_bias)
+            v = lin(f"{a}.v_proj", nkv, c, qkv_bias)
+            gate, up = lin(f"{m}.gate_proj", inter, c), lin(f"{m}.up_proj", inter, c)
+        qk = (ws.take(f"{a}.q_norm.weight", (hd,)), ws.take(f"{a}.k_norm.weight", (hd,))) \
+            if cfg.qk_norm else (None, None)  # fmt: skip
+        if cfg.sandwich:
+            norm2, around = norm(f"{p}.pre_feedforward_layernorm"), (
+                norm(f"{p}.post_attention_layernorm"), norm(f"{p}.post_feedforward_layernorm"))
+        else:
+            norm2, around = norm(f"{p}.post_attention_layernorm"), (None, None)
         layers.append(LayerWeights(
-            (ws.take(f"{p}.input_layernorm.weight", (c,)), None),
-            lin(f"{a}.q_proj", cfg.heads * hd, c, qkv_bias),
-            lin(f"{a}.k_proj", cfg.kv_heads * hd, c, qkv_bias),
-            lin(f"{a}.v_proj", cfg.kv_heads * hd, c, qkv_bias),
-            lin(f"{a}.o_proj", c, cfg.heads * hd),
-            (ws.take(f"{p}.post_attention_layernorm.weight", (c,)), None),
-            lin(f"{m}.up_proj", cfg.intermediate, c), lin(f"{m}.gate_proj", cfg.intermediate, c),
-            lin(f"{m}.down_proj", c, cfg.intermediate),
+            norm(f"{p}.input_layernorm"), q, k, v, lin(f"{a}.o_proj", c, nq, o_bias), norm2,
+            up, gate, lin(f"{m}.down_proj", c, inter), qk[0], qk[1], around[0], around[1],
         ))  # fmt: skip
     embed = ws.take("embed_tokens.weight", (cfg.vocab_size, c))
     head = embed if cfg.tied_embeddings else ws.take("lm_head.weight", (cfg.vocab_size, c))
-    return ModelWeights(embed, None, tuple(layers), (ws.take("norm.weight", (c,)), None), head)
+    return ModelWeights(embed, None, tuple(layers), norm("norm"), head)
 
 
-def rotary_tables(cfg: LMConfig, length: int) -> tuple[np.ndarray, np.ndarray]:
+def inverse_frequencies(rope: Rope, head_dim: int) -> np.ndarray:
+    """The rotation rate of each of the head's half-dimensions, with the rotary scaling
+    applied as transformers computes it (linear: divided by the factor; llama3: long
+    wavelengths divided by the factor, medium ones blended)."""
+    inv = 1.0 / (rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    if rope.type == "linear":
+        return inv / rope.factor
+    if rope.type == "llama3":
+        old = rope.original_max_positions
+        low_wavelen, high_wavelen = old / rope.low_freq_factor, old / rope.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / rope.factor, inv)
+        smooth = (old / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, blended, scaled)
+    return inv
+
+
+def rotary_tables(rope: Rope, head_dim: int, length: int) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [length, head_dim] of rotary positions (each frequency on both halves)."""
-    half = cfg.head_dim // 2
-    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
-    angles = np.outer(np.arange(length, dtype=np.float64), inv_freq)
+    angles = np.outer(np.arange(length, dtype=np.float64), inverse_frequencies(rope, head_dim))
     angles = np.concatenate([angles, angles], axis=1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def head_chunks(vocab: int, max_channels: int) -> list[tuple[int, int]]:
-    """[start, stop) row ranges of the vocabulary head, each at most ``max_channels`` rows."""
-    n = math.ceil(vocab / max_channels)
-    size = math.ceil(vocab / n)
-    return [(s, min(s + size, vocab)) for s in range(0, vocab, size)]
+    """[start, stop) row ranges of the vocabulary head (`anekit.llm.plan.head_splits`)."""
+    return head_splits(vocab, max_channels)
+
+
+def _const(value: np.ndarray, name: str | None = None) -> Tensor:
+    """A weight as an IR constant (the IR computes in float32; the program stores fp16)."""
+    return constant(value, name=name, dtype="float32")
 
 
 def conv_weight(name: str, weight: np.ndarray) -> Tensor:
     """A [out, in] weight as the 1x1 convolution's [out, in, 1, 1] constant."""
-    return constant(weight[:, :, None, None], name=name)
+    return _const(weight[:, :, None, None], name=name)
+
+
+Rotary = tuple[Tensor, Tensor]
 
 
 class _Builder:
@@ -156,11 +216,12 @@ class _Builder:
 
     def proj(self, x: Tensor, lin: Linear, name: str) -> Tensor:
         weight, bias = lin
-        b = None if bias is None else constant(bias, name=f"{name}.bias")
+        b = None if bias is None else _const(bias, name=f"{name}.bias")
         return ops.conv2d(x, conv_weight(f"{name}.weight", weight), b, name=name)
 
-    def norm(self, x: Tensor, params: tuple[np.ndarray, np.ndarray | None], name: str) -> Tensor:
-        """LayerNorm or RMSNorm over the channel axis of [1, C, 1, S], fp16-safe at any scale.
+    def norm(self, x: Tensor, params: Norm, name: str, axis: int = 1) -> Tensor:
+        """LayerNorm or RMSNorm over ``axis`` (the channels of [1, C, 1, S], or a head's
+        dimensions), fp16-safe at any scale.
 
         The IR's norm ops normalise trailing axes, not the channel axis of this layout, so the
         norm is written out here in the compiler's own fp16-safe form
@@ -171,41 +232,56 @@ class _Builder:
         weight, bias = params
         eps = self.cfg.norm_eps
         if self.cfg.norm == "layer_norm":
-            x = x - ops.reduce_mean(x, axes=1)
-        peak = ops.maximum(ops.reduce_max(ops.abs(x), axes=1), np.float32(SCALE_FLOOR))
+            x = x - ops.reduce_mean(x, axes=axis)
+        peak = ops.maximum(ops.reduce_max(ops.abs(x), axes=axis), np.float32(SCALE_FLOOR))
         inv = ops.reciprocal(peak)
         unit = x * inv  # |unit| <= 1
-        var = ops.reduce_mean(unit * unit, axes=1)
+        var = ops.reduce_mean(unit * unit, axes=axis)
         std = ops.sqrt(var + (inv * np.float32(eps)) * inv)  # eps / peak^2, in fp16 range
-        y = ops.div(unit, std) * constant(weight.reshape(1, -1, 1, 1))
-        return y if bias is None else y + constant(bias.reshape(1, -1, 1, 1))
+        shape = [1, 1, 1, 1]
+        shape[axis] = -1
+        scale = weight.astype(np.float32) + np.float32(self.cfg.norm_offset)
+        y = ops.div(unit, std) * _const(scale.reshape(shape))
+        return y if bias is None else y + _const(bias.reshape(shape))
 
     def embed(self, ids: Tensor, positions: Tensor) -> Tensor:
         """Token (and learned position) embeddings as [1, C, 1, S]."""
         s = ids.shape[1]
-        x = ops.gather(constant(self.w.embed, name="embed_tokens"), ids, axis=0)  # [1, S, C]
+        x = ops.gather(_const(self.w.embed, name="embed_tokens"), ids, axis=0)  # [1, S, C]
+        if self.cfg.embed_scale != 1.0:
+            x = x * np.float32(self.cfg.embed_scale)
         if self.w.positions is not None:
             table = self.w.positions[: self.max_context]
-            x = x + ops.gather(constant(table, name="embed_positions"), positions, axis=0)
+            x = x + ops.gather(_const(table, name="embed_positions"), positions, axis=0)
         return ops.reshape(ops.transpose(x, (0, 2, 1)), (1, self.cfg.hidden, 1, s))
 
-    def rotary(self, positions: Tensor) -> tuple[Tensor, Tensor] | None:
-        """cos and sin of each position as [1, 1, head_dim, S] (None for learned positions)."""
-        if self.cfg.positions != "rotary":
-            return None
-        cos, sin = rotary_tables(self.cfg, self.max_context)
+    def rotary(self, positions: Tensor) -> dict[Rope, Rotary]:
+        """cos and sin of each position as [1, 1, head_dim, S], per kind of rotary layer."""
+        cfg = self.cfg
+        if cfg.positions != "rotary":
+            return {}
         s = positions.shape[1]
+        tables: dict[Rope, Rotary] = {}
+        for i in range(cfg.layers):
+            rope = cfg.layer_rope(i)
+            if rope is None or rope in tables:
+                continue
+            cos, sin = rotary_tables(rope, cfg.head_dim, self.max_context)
+            tag = f"_{len(tables)}" if tables else ""
 
-        def table(values: np.ndarray, name: str) -> Tensor:
-            t = ops.gather(constant(values, name=name), positions, axis=0)  # [1, S, hd]
-            return ops.reshape(ops.transpose(t, (0, 2, 1)), (1, 1, self.cfg.head_dim, s))
+            def table(values: np.ndarray, name: str) -> Tensor:
+                t = ops.gather(_const(values, name=name), positions, axis=0)  # [1, S, hd]
+                return ops.reshape(ops.transpose(t, (0, 2, 1)), (1, 1, cfg.head_dim, s))
 
-        return table(cos, "rope_cos"), table(sin, "rope_sin")
+            tables[rope] = (table(cos, f"rope_cos{tag}"), table(sin, f"rope_sin{tag}"))
+        return tables
 
-    def heads(self, x: Tensor, n: int, rope: tuple[Tensor, Tensor] | None) -> Tensor:
-        """[1, n*hd, 1, S] -> [1, n, hd, S], rotated when the model uses rotary positions."""
+    def heads(self, x: Tensor, n: int, rope: Rotary | None, norm: np.ndarray | None, name: str) -> Tensor:
+        """[1, n*hd, 1, S] -> [1, n, hd, S], each head normed (Qwen3, Gemma 3) and rotated."""
         hd, s = self.cfg.head_dim, x.shape[3]
         x = ops.reshape(x, (1, n, hd, s))
+        if norm is not None:
+            x = self.norm(x, (norm, None), name, axis=2)
         if rope is None:
             return x
         cos, sin = rope
@@ -233,17 +309,19 @@ class _Builder:
             return self.expand_kv(x)
 
         out = ops.attention(
-            ops.transpose(q, (0, 1, 3, 2)), seq_major(k), seq_major(v), mask,
-            scale=1.0 / math.sqrt(cfg.head_dim),
+            ops.transpose(q, (0, 1, 3, 2)), seq_major(k), seq_major(v), mask, scale=cfg.scale,
         )  # fmt: skip
         return ops.reshape(ops.transpose(out, (0, 1, 3, 2)), (1, cfg.heads * cfg.head_dim, 1, s))
+
+    def act(self, x: Tensor) -> Tensor:
+        return ops.silu(x) if self.cfg.activation == "silu" else ops.gelu(x, approximate="tanh")
 
     def mlp(self, x: Tensor, lw: LayerWeights, name: str) -> Tensor:
         up = self.proj(x, lw.up, f"{name}.up")
         if lw.gate is None:
-            hidden = ops.gelu(up, approximate="tanh")
+            hidden = self.act(up)
         else:
-            hidden = ops.silu(self.proj(x, lw.gate, f"{name}.gate")) * up
+            hidden = self.act(self.proj(x, lw.gate, f"{name}.gate")) * up
         return self.proj(hidden, lw.down, f"{name}.down")
 
     def logits(self, x: Tensor, max_channels: int) -> list[Tensor]:
@@ -253,72 +331,96 @@ class _Builder:
             for i, (a, b) in enumerate(head_chunks(self.cfg.vocab_size, max_channels))
         ]
 
-    # --- programs ----------------------------------------------------------------------------
-
     def layer(
-        self, x: Tensor, i: int, rope: tuple[Tensor, Tensor] | None,
-        kv: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], mask: Tensor,
+        self, x: Tensor, i: int, rope: dict[Rope, Rotary],
+        kv: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], masks: dict[bool, Tensor],
     ) -> Tensor:  # fmt: skip
         """One block; ``kv(k_new, v_new)`` returns the keys and values to attend over."""
         cfg, lw, name = self.cfg, self.w.layers[i], f"layers.{i}"
+        layer_rope = cfg.layer_rope(i)
+        r = rope.get(layer_rope) if layer_rope is not None else None
         h = self.norm(x, lw.norm1, f"{name}.norm1")
-        q = self.heads(self.proj(h, lw.q, f"{name}.q"), cfg.heads, rope)
-        k = self.heads(self.proj(h, lw.k, f"{name}.k"), cfg.kv_heads, rope)
+        q = self.heads(self.proj(h, lw.q, f"{name}.q"), cfg.heads, r, lw.q_norm, f"{name}.q_norm")
+        k = self.heads(self.proj(h, lw.k, f"{name}.k"), cfg.kv_heads, r, lw.k_norm, f"{name}.k_norm")
         s = k.shape[3]
         k = ops.reshape(k, (1, cfg.kv_heads * cfg.head_dim, 1, s))
         keys, values = kv(k, self.proj(h, lw.v, f"{name}.v"))
-        x = x + self.proj(self.attend(q, keys, values, mask), lw.o, f"{name}.o")
-        return x + self.mlp(self.norm(x, lw.norm2, f"{name}.norm2"), lw, f"{name}.mlp")
+        attn = self.proj(self.attend(q, keys, values, masks[cfg.window(i) is not None]), lw.o, f"{name}.o")
+        if lw.attn_out_norm is not None:
+            attn = self.norm(attn, lw.attn_out_norm, f"{name}.attn_out_norm")
+        x = x + attn
+        out = self.mlp(self.norm(x, lw.norm2, f"{name}.norm2"), lw, f"{name}.mlp")
+        if lw.mlp_out_norm is not None:
+            out = self.norm(out, lw.mlp_out_norm, f"{name}.mlp_out_norm")
+        return x + out
 
 
-def prefill_graph(
-    cfg: LMConfig, w: ModelWeights, seq: int, max_context: int, max_channels: int,
+def slides(cfg: LMConfig, context: int) -> bool:
+    """True when some layer's window is shorter than the context (a second mask is fed)."""
+    return any(w is not None and w < context for w in cfg.windows)
+
+
+def program_graph(
+    cfg: LMConfig, w: ModelWeights, spec: ProgramSpec, max_context: int, max_channels: int,
 ) -> Graph:  # fmt: skip
+    """The IR graph of one program of a plan (`anekit.llm.plan.ProgramSpec`)."""
     b = _Builder(cfg, w, max_context)
-    ids, positions = input("ids", (1, seq), "int32"), input("positions", (1, seq), "int32")
-    mask, last = input("mask", (1, 1, seq, seq)), input("last", (1, 1, 1, seq))
+    chunk, s = spec.chunk, spec.seq
+    t = s if spec.kind == "prefill" else spec.context
+    positions = input("positions", (1, s), "int32")
+    first = input("ids", (1, s), "int32") if chunk.embeds else input("hidden", (1, cfg.hidden, 1, s))
+    inputs = [first, positions, input("mask", (1, 1, s, t))]
+    masks = {False: inputs[2], True: inputs[2]}
+    if slides(cfg, max_context):
+        masks[True] = input("mask_sliding", (1, 1, s, t))
+        inputs.append(masks[True])
+    last = input("last", (1, 1, 1, s)) if chunk.head and (spec.kind == "prefill" or s > 1) else None
+    if last is not None:
+        inputs.append(last)
     rope = b.rotary(positions)
-    x = b.embed(ids, positions)
+    x = b.embed(first, positions) if chunk.embeds else first
     caches: list[Tensor] = []
+    if spec.kind == "prefill":
+        def keep(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+            caches.extend([k, v])
+            return k, v
 
-    def keep(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        caches.extend([k, v])
-        return k, v
+        for i in chunk.layers:
+            x = b.layer(x, i, rope, keep, masks)
+        kv_outputs = [ops.identity(c, name=f"{kind}_{i}") for i, pair in zip(chunk.layers, _pairs(caches), strict=True)
+                      for kind, c in zip("kv", pair, strict=True)]  # fmt: skip
+    else:
+        write = input("write", (1, 1, s, t))
+        inputs.append(write)
+        width = cfg.kv_heads * cfg.head_dim
+        state = {(kind, i): input(f"{kind}_cache_{i}", (1, width, 1, t))
+                 for i in chunk.layers for kind in "kv"}  # fmt: skip
+        inputs.extend(state.values())
+        keep_mask = 1.0 - (write if s == 1 else ops.reduce_sum(write, axes=2))  # [1, 1, 1, T]
 
-    for i in range(cfg.layers):
-        x = b.layer(x, i, rope, keep, mask)
-    x = ops.reduce_sum(x * last, axes=3)  # the position whose logits are wanted
-    outputs = b.logits(x, max_channels)
-    for i in range(cfg.layers):
-        outputs += [ops.identity(caches[2 * i], name=f"k_{i}"),
-                    ops.identity(caches[2 * i + 1], name=f"v_{i}")]  # fmt: skip
-    return graph(outputs, inputs=[ids, positions, mask, last], name=f"{cfg.family}_prefill_{seq}")
+        def scatter(new: Tensor) -> Tensor:  # [1, W, 1, S] -> [1, W, 1, T] at the written slots
+            if s == 1:
+                return new * write
+            flat = ops.reshape(new, (1, 1, width, s))
+            return ops.reshape(ops.matmul(flat, write), (1, width, 1, t))
+
+        for i in chunk.layers:
+            def kv(k: Tensor, v: Tensor, i: int = i) -> tuple[Tensor, Tensor]:
+                k_next = ops.add(state["k", i] * keep_mask, scatter(k), name=f"k_cache_{i}_next")
+                v_next = ops.add(state["v", i] * keep_mask, scatter(v), name=f"v_cache_{i}_next")
+                caches.extend([k_next, v_next])
+                return k_next, v_next
+
+            x = b.layer(x, i, rope, kv, masks)
+        kv_outputs = caches
+    if chunk.head:
+        if last is not None:  # the one position whose logits are wanted
+            x = ops.reduce_sum(x * last, axes=3)
+        outputs = b.logits(x, max_channels)
+    else:
+        outputs = [ops.identity(x, name="hidden_out")]
+    return graph(outputs + kv_outputs, inputs=inputs, name=f"{cfg.family}_{spec.name}")
 
 
-def decode_graph(
-    cfg: LMConfig, w: ModelWeights, max_context: int, max_channels: int,
-) -> Graph:  # fmt: skip
-    b = _Builder(cfg, w, max_context)
-    t, width = max_context, cfg.kv_heads * cfg.head_dim
-    ids, positions = input("ids", (1, 1), "int32"), input("positions", (1, 1), "int32")
-    mask, write = input("mask", (1, 1, 1, t)), input("write", (1, 1, 1, t))
-    state = [input(f"{kind}_cache_{i}", (1, width, 1, t)) for i in range(cfg.layers)
-             for kind in ("k", "v")]  # fmt: skip
-    keep = 1.0 - write
-    rope = b.rotary(positions)
-    x = b.embed(ids, positions)
-    nexts: list[Tensor] = []
-
-    for i in range(cfg.layers):
-        k_cache, v_cache = state[2 * i], state[2 * i + 1]
-
-        def kv(k: Tensor, v: Tensor, k_cache: Tensor = k_cache, v_cache: Tensor = v_cache,
-               i: int = i) -> tuple[Tensor, Tensor]:  # fmt: skip
-            k_next = ops.add(k_cache * keep, k * write, name=f"k_cache_{i}_next")
-            v_next = ops.add(v_cache * keep, v * write, name=f"v_cache_{i}_next")
-            nexts.extend([k_next, v_next])
-            return k_next, v_next
-
-        x = b.layer(x, i, rope, kv, mask)
-    outputs = b.logits(x, max_channels) + nexts
-    return graph(outputs, inputs=[ids, positions, mask, write, *state], name=f"{cfg.family}_decode")
+def _pairs(items: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    return [(items[j], items[j + 1]) for j in range(0, len(items), 2)]

@@ -24,6 +24,16 @@ class SamplingOptions:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+                raise InputError(f"{name} must be a number, got {value!r}")
+        for name in ("top_k", "seed"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | np.integer)):
+                raise InputError(f"{name} must be an integer, got {value!r}")
+        if self.top_k is None:
+            raise InputError("top_k must be an integer (0 keeps every token), got None")
         if not np.isfinite(self.temperature) or self.temperature < 0:
             raise InputError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -32,6 +42,8 @@ class SamplingOptions:
             raise InputError(f"top_p must be in (0, 1], got {self.top_p}")
         if not np.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
             raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise InputError(f"seed must be an integer in [0, 2**63), got {self.seed}")
 
 
 class Sampler:

@@ -44,6 +44,7 @@ class Limits:
     min_kernel: int
     max_kernel: int
     min_io_bytes: int
+    max_program_weight_bytes: int  # weights of one compiled program (models are cut under it)
 
 
 @dataclass(frozen=True)
