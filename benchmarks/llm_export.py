@@ -105,15 +105,9 @@ def run_export(folder: Path, out: Path, smoke: bool, queue: multiprocessing.Queu
     model = anekit.llm.load(folder, target=target, max_context=256)
     manifest = model.export(out, buckets=(64,))
     seconds = time.perf_counter() - start
-    from anekit.llm.export import model_chunks
-
-    engine = []  # per chunk: the largest engine program's weight bytes (CPU gathers excluded)
-    for chunk in model_chunks(model, (64,)):  # compiled already: taken from the process cache
-        programs = [chunk.decode, *chunk.prefill.values()]
-        engine.append(max(sum(_size(w) for s, w in zip(c.program.manifest.segments, c.program.weights, strict=True)
-                              if s.device == "ane") for c in programs))  # fmt: skip
-    queue.put({"seconds": seconds, "manifest": manifest, "limit": target.limits.max_program_weight_bytes,
-               "engine_weight_bytes": engine})  # fmt: skip
+    queue.put(
+        {"seconds": seconds, "manifest": manifest, "limit": target.limits.max_program_weight_bytes}
+    )
 
 
 PUBLISHED = [
@@ -157,12 +151,6 @@ def published(smoke: bool) -> dict:
     return {"benchmark": "llm_export_estimates", "smoke": smoke, "checks": rows}
 
 
-def _size(weights: Path | bytes | None) -> int:
-    if weights is None:
-        return 0
-    return len(weights) if isinstance(weights, bytes) else Path(weights).stat().st_size
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a 4-layer model, seconds")
@@ -199,7 +187,8 @@ def main() -> int:
         from anekit.formats.mlpackage import read_package
 
         packages = []
-        for chunk, engine in zip(manifest["chunks"], measured["engine_weight_bytes"], strict=True):
+        for chunk in manifest["chunks"]:
+            engine = chunk["engine_weight_bytes"]
             path = export_dir / chunk["package"]
             weights = path / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
             described = read_package(path).functions

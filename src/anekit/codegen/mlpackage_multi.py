@@ -54,7 +54,9 @@ class FunctionSpec:
     and which of its outputs go to state (program port name -> state name)."""
 
     name: str
-    program: Any  # anekit.runtime.Program: manifest, MIL programs, weights
+    program: (
+        Any  # anekit.runtime.Program (manifest, MIL programs, weights), or a callable making it
+    )
     reads: Mapping[str, str] = field(default_factory=dict)
     writes: Mapping[str, str] = field(default_factory=dict)
 
@@ -109,7 +111,13 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
     for port, state in (*spec.reads.items(), *spec.writes.items()):
         if state not in by_name:
             raise AnekitError(f"function '{spec.name}': '{port}' names the unknown state '{state}'")
-    manifest = spec.program.manifest
+    # a callable is called here, so a caller building large functions holds one at a time
+    program = (
+        spec.program()
+        if callable(spec.program) and not hasattr(spec.program, "manifest")
+        else spec.program
+    )
+    manifest = program.manifest
     namer = Namer(reserved=set(by_name))
     replay = _Replay(ct, namer)
     placeholders: dict[str, Any] = {}
@@ -123,7 +131,7 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
     fp16 = types.string_to_builtin(STATE_DTYPE)
     for s in states:
         placeholders[s.name] = mb.state_tensor_placeholder(shape=s.shape, dtype=fp16)
-    readers = [_reader(w) for w in spec.program.weights]
+    readers = [_reader(w) for w in program.weights]
     try:
         with Function(placeholders, opset_version=target) as func:
             values: dict[tuple, Any] = {
@@ -132,7 +140,7 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
             for port, state in spec.reads.items():
                 values[("input", port)] = mb.read_state(input=func.inputs[state],
                                                         name=namer.fresh(f"read_{state}"))  # fmt: skip
-            replay_segments(replay, manifest, spec.program.programs, readers, values)
+            replay_segments(replay, manifest, program.programs, readers, values)
             outputs = []
             for port in manifest.outputs:
                 var = values[_key(port.source)]

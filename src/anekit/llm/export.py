@@ -11,9 +11,11 @@ The export takes its programs through one narrow interface, :func:`model_chunks`
 :class:`ChunkPrograms`, each with its prefill-bucket and decode programs and the states they
 read and write. A model that runs as one program is one chunk.
 
-Before anything is written, the engine pitfalls users report are checked (:mod:`.export_checks`);
-each refusal names the rule and the node. The folder is written atomically and only over a
-folder this module wrote (its manifest lists every file with its sha256).
+The engine pitfalls users report are checked (:mod:`.export_checks`) on each program as it
+is compiled, before its package is written; each refusal names the rule and the node. The
+folder is written atomically (a temporary folder swapped in at the end, so a refusal leaves
+nothing) and only over a folder this module wrote (its manifest lists every file with its
+sha256). One chunk's programs are in memory at a time.
 """
 
 from __future__ import annotations
@@ -23,14 +25,17 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from anekit import atomic
 from anekit.errors import AnekitError, ModelError, PathError
 from anekit.files import read_file
+from anekit.llm import programs as progs
 
 MANIFEST = "export.json"
 FORMAT = "anekit-llm-export"
@@ -45,7 +50,8 @@ EXPORT_SCHEMES = ("int8", "palettize4", "palettize6")
 
 @dataclass(frozen=True)
 class ChunkPrograms:
-    """One chunk: compiled prefill programs per bucket, the decode program, and its states.
+    """One chunk: its prefill program per bucket, its decode program (each compiled when
+    called, so an export holds one chunk's programs at a time), and its states.
 
     ``prefill_writes`` maps a prefill output to the state it fills; ``decode_reads`` a
     decode input to the state it reads; ``decode_writes`` a decode output to the state it
@@ -54,8 +60,10 @@ class ChunkPrograms:
     """
 
     name: str
-    prefill: Mapping[int, Any]  # bucket -> anekit.compiler.CompiledModel
-    decode: Any
+    prefill: Mapping[
+        int, Callable[[], Any]
+    ]  # bucket -> its anekit.compiler.CompiledModel, made on call
+    decode: Callable[[], Any]
     states: tuple[Any, ...]  # anekit.codegen.mlpackage_multi.StateSpec
     prefill_writes: Mapping[str, str] = field(default_factory=dict)
     decode_reads: Mapping[str, str] = field(default_factory=dict)
@@ -81,8 +89,8 @@ def model_chunks(model: Any, buckets: Sequence[int]) -> list[ChunkPrograms]:
         names = [(f"{k}_{i}", f"{k}_cache_{i}") for i in spec.chunk.layers for k in ("k", "v")]
         chunks.append(ChunkPrograms(
             name=f"chunk_{index}",
-            prefill={s: model.program(prefills[s][index])[0] for s in buckets},
-            decode=model.program(spec)[0],
+            prefill={s: partial(_compiled, model, prefills[s][index]) for s in buckets},
+            decode=partial(_compiled, model, spec),
             states=tuple(StateSpec(state, (1, width, 1, t)) for _, state in names),
             prefill_writes=dict(names),
             decode_reads={state: state for _, state in names},
@@ -91,12 +99,17 @@ def model_chunks(model: Any, buckets: Sequence[int]) -> list[ChunkPrograms]:
     return chunks
 
 
+def _compiled(model: Any, spec: Any) -> Any:
+    return model.program(spec)[0]
+
+
 def export(
     model: Any, out: str | os.PathLike[str], *, buckets: Sequence[int] | None = None
 ) -> dict:
     """Write ``model`` (a `LanguageModel`) as the export folder ``out``; returns the manifest."""
     from anekit.codegen.mlpackage_multi import MIN_STATE_OPSET, FunctionSpec, write_package
     from anekit.llm import export_checks
+    from anekit.llm.export_estimate import program_cost, summarize
 
     opset = model.target.mil.opset
     if int(opset.removeprefix("ios")) < MIN_STATE_OPSET:
@@ -117,38 +130,61 @@ def export(
     path = _output_path(out)
     start = time.perf_counter()
     chunks = model_chunks(model, buckets)
-    export_checks.check_chunks(chunks, model)
-    compile_s = time.perf_counter() - start
-    from anekit.llm.export_estimate import estimate_chunks
-
-    estimate = estimate_chunks(chunks)
     manifest: dict[str, Any] = {}
 
     def write(folder: Path) -> None:
-        entries = []
+        entries, decode_costs, prefill_costs = [], [], {}
         for chunk in chunks:
-            functions = [
-                FunctionSpec(f"prefill_{s}", chunk.prefill[s].program, writes=chunk.prefill_writes)
-                for s in buckets
-            ]
-            functions.append(FunctionSpec("decode", chunk.decode.program, reads=chunk.decode_reads,
-                                          writes=chunk.decode_writes))  # fmt: skip
+            export_checks.check_states(chunk)
+            costs: dict[str, Any] = {}
+            ports: dict[str, Any] = {}
+
+            def checked(name: str, make: Callable[[], Any], chunk: ChunkPrograms = chunk,
+                        costs: dict = costs, ports: dict = ports) -> Callable[[], Any]:  # fmt: skip
+                def load() -> Any:
+                    compiled = make()
+                    export_checks.check_program(compiled, f"{chunk.name}, function {name}")
+                    costs[name] = program_cost(compiled)
+                    ports[name] = compiled.program
+                    return compiled.program
+
+                return load
+
+            functions = [FunctionSpec(f"prefill_{s}", checked(f"prefill_{s}", chunk.prefill[s]),
+                                      writes=chunk.prefill_writes) for s in buckets]  # fmt: skip
+            functions.append(FunctionSpec("decode", checked("decode", chunk.decode),
+                                          reads=chunk.decode_reads, writes=chunk.decode_writes))  # fmt: skip
             package = f"{chunk.name}.mlpackage"
             write_package(functions, chunk.states, opset, "decode", folder / package)
             atomic.checkpoint(f"wrote {package}")
-            entries.append(_chunk_entry(chunk, package, functions))
+            entries.append(_chunk_entry(chunk, package, functions, ports))
+            decode_costs.append(costs["decode"])
+            for s in buckets:
+                prefill_costs.setdefault(s, []).append(costs[f"prefill_{s}"])
         side = [n for n in SIDE_FILES if (model.path / n).is_file()]
         for name in side:
             shutil.copyfile(model.path / name, folder / name)
         manifest.update(_manifest(model, buckets, entries, side, folder))
-        manifest["estimate"] = estimate
+        manifest["estimate"] = summarize(model.target.name, decode_costs, prefill_costs)
         manifest["export_seconds"] = round(time.perf_counter() - start, 3)
-        manifest["compile_seconds"] = round(compile_s, 3)
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         atomic.checkpoint("wrote the manifest")
 
-    atomic.replace_folder(path, write, check=not_an_export, what="an LLM export")
+    with _one_program_cached():
+        atomic.replace_folder(path, write, check=not_an_export, what="an LLM export")
     return manifest
+
+
+@contextmanager
+def _one_program_cached() -> Iterator[None]:
+    """The process's program cache kept to the latest program while exporting, so memory
+    holds one chunk's programs at a time, not the model's (restored after)."""
+    previous = progs._limit[-1] if progs._limit else None
+    progs.set_cache_limit(0)
+    try:
+        yield
+    finally:
+        progs.set_cache_limit(previous)
 
 
 def _output_path(out: str | os.PathLike[str]) -> Path:
@@ -160,10 +196,10 @@ def _output_path(out: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _chunk_entry(chunk: ChunkPrograms, package: str, functions: list) -> dict:
+def _chunk_entry(chunk: ChunkPrograms, package: str, functions: list, programs: dict) -> dict:
     def ports(spec: Any, which: str, skip: Mapping[str, str]) -> list[dict]:
         return [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape)}
-                for p in getattr(spec.program.manifest, which) if p.name not in skip]  # fmt: skip
+                for p in getattr(programs[spec.name].manifest, which) if p.name not in skip]  # fmt: skip
 
     return {
         "name": chunk.name,
@@ -178,7 +214,18 @@ def _chunk_entry(chunk: ChunkPrograms, package: str, functions: list) -> dict:
             for f in functions
         },  # fmt: skip
         "states": [{"name": s.name, "dtype": "fp16", "shape": list(s.shape)} for s in chunk.states],
+        # the largest engine program's weights (what the per-program limit bounds; the CPU
+        # embedding gather's table is not on the engine)
+        "engine_weight_bytes": max(_engine_bytes(p) for p in programs.values()),
     }
+
+
+def _engine_bytes(program: Any) -> int:
+    total = 0
+    for segment, weights in zip(program.manifest.segments, program.weights, strict=True):
+        if segment.device == "ane" and weights is not None:
+            total += len(weights) if isinstance(weights, bytes) else Path(weights).stat().st_size
+    return total
 
 
 def _manifest(

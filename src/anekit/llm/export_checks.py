@@ -19,7 +19,6 @@ the node and the fix:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from anekit.errors import ModelError
@@ -37,24 +36,21 @@ def scheme_refusal(scheme: str) -> str:
     return f"the export does not ship '{scheme}' weights"
 
 
-def check_chunks(chunks: Sequence[Any], model: Any) -> None:
-    for chunk in chunks:
-        for state in chunk.states:
-            if state.shape[-1] % STATE_ALIGNMENT:
-                raise ModelError(
-                    f"rule state-alignment: state '{state.name}' of {chunk.name} has shape "
-                    f"{list(state.shape)}; the engine needs its last dimension to be a multiple "
-                    f"of {STATE_ALIGNMENT} (apple/coremltools#2631)",
-                    hint=f"load the model with max_context a multiple of {STATE_ALIGNMENT}",
-                )
-        programs = [(f"prefill_{s}", c) for s, c in chunk.prefill.items()] + [
-            ("decode", chunk.decode)
-        ]
-        for function, compiled in programs:
-            where = f"{chunk.name}, function {function}"
-            check_placement(compiled, where)
-            check_static(compiled, where)
-            check_fp16_safety(compiled, where)
+def check_states(chunk: Any) -> None:
+    for state in chunk.states:
+        if state.shape[-1] % STATE_ALIGNMENT:
+            raise ModelError(
+                f"rule state-alignment: state '{state.name}' of {chunk.name} has shape "
+                f"{list(state.shape)}; the engine needs its last dimension to be a multiple "
+                f"of {STATE_ALIGNMENT} (apple/coremltools#2631)",
+                hint=f"load the model with max_context a multiple of {STATE_ALIGNMENT}",
+            )
+
+
+def check_program(compiled: Any, where: str) -> None:
+    check_placement(compiled, where)
+    check_static(compiled, where)
+    check_fp16_safety(compiled, where)
 
 
 def check_placement(compiled: Any, where: str) -> None:
