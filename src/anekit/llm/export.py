@@ -60,9 +60,8 @@ class ChunkPrograms:
     """
 
     name: str
-    prefill: Mapping[
-        int, Callable[[], Any]
-    ]  # bucket -> its anekit.compiler.CompiledModel, made on call
+    # bucket -> a call that gives its anekit.compiler.CompiledModel (compiled on demand)
+    prefill: Mapping[int, Callable[[], Any]]
     decode: Callable[[], Any]
     states: tuple[Any, ...]  # anekit.codegen.mlpackage_multi.StateSpec
     prefill_writes: Mapping[str, str] = field(default_factory=dict)
@@ -130,12 +129,13 @@ def export(
     path = _output_path(out)
     start = time.perf_counter()
     chunks = model_chunks(model, buckets)
+    for chunk in chunks:  # before anything is compiled
+        export_checks.check_states(chunk)
     manifest: dict[str, Any] = {}
 
     def write(folder: Path) -> None:
         entries, decode_costs, prefill_costs = [], [], {}
         for chunk in chunks:
-            export_checks.check_states(chunk)
             costs: dict[str, Any] = {}
             ports: dict[str, Any] = {}
 
