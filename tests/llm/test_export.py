@@ -106,6 +106,7 @@ def test_manifest_lists_every_file_with_its_sha256(exported) -> None:  # noqa: A
         (out / n).is_file() for n in manifest["tokenizer_files"]
     )
     assert (out / "config.json").read_bytes() == (folder / "config.json").read_bytes()
+    assert manifest["chunks"][0]["cpu_nodes"]  # the embedding gathers, said
     decode = manifest["chunks"][0]["functions"]["decode"]
     assert [p["name"] for p in decode["inputs"]] == ["ids", "positions", "mask", "write"]
 
@@ -219,3 +220,17 @@ def test_a_model_cut_into_chunks_exports_one_package_per_chunk(tmp_path: Path) -
     assert [p["name"] for p in chunks[1]["functions"]["decode"]["inputs"]][0] == "hidden"
     assert [p["name"] for p in chunks[0]["functions"]["decode"]["outputs"]] == ["hidden_out"]
     assert manifest["estimate"]["decode_dispatches"] >= layers + 1  # an engine program per chunk
+
+
+def test_cli_generate_runs_the_export_and_estimate_prints(exported, capsys: pytest.CaptureFixture) -> None:  # noqa: ANN001
+    _, model, out, _ = exported
+    assert main(["generate", str(out), "--prompt", PROMPT, "-n", "8", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["token_ids"] == model.generate(PROMPT, max_new_tokens=8).token_ids
+    assert got["estimate"]["target"] == "m4" and got["compression"] is None
+    folder = str(model.path)
+    assert main(["export", folder, "--max-context", str(CONTEXT), "--buckets", "16", "--estimate", "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)["estimate"]
+    assert set(est["prefill"]) == {"16"} and est["decode_tokens_per_s"] > 0
+    assert main(["export", folder]) == 2  # neither -o nor --estimate
+    assert "nothing to do" in capsys.readouterr().err

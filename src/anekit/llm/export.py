@@ -138,14 +138,16 @@ def export(
         for chunk in chunks:
             costs: dict[str, Any] = {}
             ports: dict[str, Any] = {}
+            on_cpu: set[str] = set()
 
             def checked(name: str, make: Callable[[], Any], chunk: ChunkPrograms = chunk,
-                        costs: dict = costs, ports: dict = ports) -> Callable[[], Any]:  # fmt: skip
+                        costs: dict = costs, ports: dict = ports, on_cpu: set = on_cpu) -> Callable[[], Any]:  # fmt: skip
                 def load() -> Any:
                     compiled = make()
                     export_checks.check_program(compiled, f"{chunk.name}, function {name}")
                     costs[name] = program_cost(compiled)
                     ports[name] = compiled.program
+                    on_cpu.update(r.node for r in compiled.ops if r.placement == "cpu")
                     return compiled.program
 
                 return load
@@ -158,6 +160,8 @@ def export(
             write_package(functions, chunk.states, opset, "decode", folder / package)
             atomic.checkpoint(f"wrote {package}")
             entries.append(_chunk_entry(chunk, package, functions, ports))
+            # the embedding gathers the engine cannot run, kept on the CPU (said, not hidden)
+            entries[-1]["cpu_nodes"] = sorted(on_cpu)
             decode_costs.append(costs["decode"])
             for s in buckets:
                 prefill_costs.setdefault(s, []).append(costs[f"prefill_{s}"])
