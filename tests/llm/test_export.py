@@ -222,15 +222,44 @@ def test_a_model_cut_into_chunks_exports_one_package_per_chunk(tmp_path: Path) -
     assert manifest["estimate"]["decode_dispatches"] >= layers + 1  # an engine program per chunk
 
 
-def test_cli_generate_runs_the_export_and_estimate_prints(exported, capsys: pytest.CaptureFixture) -> None:  # noqa: ANN001
+def test_cli_generate_runs_the_export_and_estimate_prints(
+    exported, capsys: pytest.CaptureFixture
+) -> None:  # noqa: ANN001
     _, model, out, _ = exported
     assert main(["generate", str(out), "--prompt", PROMPT, "-n", "8", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["token_ids"] == model.generate(PROMPT, max_new_tokens=8).token_ids
     assert got["estimate"]["target"] == "m4" and got["compression"] is None
     folder = str(model.path)
-    assert main(["export", folder, "--max-context", str(CONTEXT), "--buckets", "16", "--estimate", "--json"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                folder,
+                "--max-context",
+                str(CONTEXT),
+                "--buckets",
+                "16",
+                "--estimate",
+                "--json",
+            ]
+        )
+        == 0
+    )
     est = json.loads(capsys.readouterr().out)["estimate"]
     assert set(est["prefill"]) == {"16"} and est["decode_tokens_per_s"] > 0
     assert main(["export", folder]) == 2  # neither -o nor --estimate
     assert "nothing to do" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "change", [{"max_context": "64"}, {"buckets": []}, {"chunks": [{"package": "../x.mlpackage"}]}]
+)
+def test_a_hostile_manifest_is_refused(exported, tmp_path: Path, change: dict) -> None:  # noqa: ANN001
+    _, _, out, _ = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    (copy / MANIFEST).write_text(json.dumps({**manifest, **change}))
+    with pytest.raises(ModelError, match=MANIFEST):
+        anekit.llm.load(copy)

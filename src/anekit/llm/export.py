@@ -288,7 +288,35 @@ def read_manifest(folder: Path) -> dict:
     if data.get("format_version") != FORMAT_VERSION:
         raise ModelError(f"export format version {data.get('format_version')!r}; this anekit reads "
                          f"{FORMAT_VERSION}", where=str(folder), hint="export the model again")  # fmt: skip
+    _check_fields(data, str(folder / MANIFEST))
     return data
+
+
+def _check_fields(data: dict, where: str) -> None:
+    """The fields a reader uses have their types, and packages are plain names in the folder."""
+
+    def ints(v: Any) -> bool:
+        return isinstance(v, list) and bool(v) and all(type(x) is int and x > 0 for x in v)
+
+    chunks = data.get("chunks")
+    ok = (
+        type(data.get("max_context")) is int
+        and ints(data.get("buckets"))
+        and (data.get("window") is None or type(data.get("window")) is int)
+        and isinstance(data.get("tokenizer_files"), list)
+        and isinstance(data.get("estimate"), dict)
+        and isinstance(chunks, list)
+        and bool(chunks)
+        and all(isinstance(c, dict) and isinstance(c.get("package"), str) for c in chunks)
+    )
+    if not ok:
+        raise ModelError(f"{MANIFEST} lacks a field or has one of the wrong type", where=where,
+                         hint="export the model again")  # fmt: skip
+    for c in chunks:
+        name = c["package"]
+        if "/" in name or "\\" in name or name.startswith(".") or not name.endswith(".mlpackage"):
+            raise ModelError(f"{MANIFEST} names the package '{name}', not a package in the folder",
+                             where=where)  # fmt: skip
 
 
 def verify(folder: Path, manifest: dict) -> None:
