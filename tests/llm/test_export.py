@@ -263,3 +263,19 @@ def test_a_hostile_manifest_is_refused(exported, tmp_path: Path, change: dict) -
     (copy / MANIFEST).write_text(json.dumps({**manifest, **change}))
     with pytest.raises(ModelError, match=MANIFEST):
         anekit.llm.load(copy)
+
+
+@pytest.mark.parametrize(("scheme", "op"), [("int8", "constexpr_blockwise_shift_scale"),
+                                            ("palettize4", "constexpr_lut_to_dense")])  # fmt: skip
+def test_compressed_exports_run_what_the_folder_runs(scheme: str, op: str, tmp_path: Path) -> None:
+    from coremltools.converters.mil.frontend.milproto import load as milproto_load
+
+    model = anekit.llm.load(TINY_GPT2, target="m4", max_context=32, compress=scheme)
+    manifest = model.export(tmp_path / "out", buckets=(16,))
+    assert manifest["compress"] == scheme
+    got = anekit.llm.load(tmp_path / "out").generate(PROMPT, max_new_tokens=12, stop_at_eos=False)
+    assert got.token_ids == model.generate(PROMPT, max_new_tokens=12, stop_at_eos=False).token_ids
+    mlmodel = ct.models.MLModel(str(tmp_path / "out" / "chunk_0.mlpackage"), skip_model_load=True)
+    spec = mlmodel.get_spec()
+    program = milproto_load.load(spec, spec.specificationVersion, mlmodel.weights_dir)
+    assert op in [o.op_type for o in program.functions["decode"].operations]
