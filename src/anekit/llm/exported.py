@@ -26,7 +26,7 @@ from anekit.errors import InputError, ModelError
 from anekit.llm import export as exp
 from anekit.llm import programs as progs
 from anekit.llm.config import parse_config
-from anekit.llm.model import GenerateResult, Token
+from anekit.llm.model import GenerateResult, LanguageModel, Token
 from anekit.llm.sampling import Sampler, SamplingOptions
 from anekit.llm.tokenizer import StreamDecoder, load_tokenizer
 from anekit.runtime import mlpackage as packages
@@ -91,19 +91,8 @@ class ExportedModel:
         }
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise InputError("this export has no tokenizer; pass token ids")
-            ids = self.tokenizer.encode(prompt)
-        else:
-            ids = [int(t) for t in prompt]
-        if not ids:
-            raise InputError("the prompt is empty", hint="give at least one token")
-        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            raise InputError(
-                f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})"
-            )
+        # the folder's model's checks (it reads only the tokenizer and the config)
+        ids = LanguageModel.encode(self, prompt)  # type: ignore[arg-type]
         if len(ids) > self.buckets[-1] or len(ids) >= self.max_context:
             raise InputError(f"the prompt has {len(ids)} tokens; the export's largest prefill "
                              f"bucket is {self.buckets[-1]} and its context {self.max_context}")  # fmt: skip
