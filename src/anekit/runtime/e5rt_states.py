@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ class E5StatefulFunction:
             min_surface_bytes(""), *(_bytes(p) for p in (*ports.values(), *outs.values()))
         )
         self._stage = _stage(print_program(program), package.model_dir)
+        # the staged MIL goes with this object (the engine program releases itself likewise)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._stage, ignore_errors=True)
         from anekit.runtime.backends.ane import _compiler_cache
 
         try:
@@ -103,7 +106,7 @@ class E5StatefulFunction:
 
     def release(self) -> None:
         self.engine.release()
-        shutil.rmtree(self._stage, ignore_errors=True)
+        self._cleanup()
 
 
 def _port(name: str, t: Any) -> _Port:
