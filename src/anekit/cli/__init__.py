@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "anekit.cli.cache",
     "anekit.cli.doctor",
     "anekit.cli.generate",
+    "anekit.cli.export",
     "anekit.cli.train",
 )
 

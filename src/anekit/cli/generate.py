@@ -28,13 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         ],
         json_help="print one JSON object instead of streaming",
     )
-    p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files)")
+    p.add_argument("model", help="a model folder (config.json, *.safetensors, tokenizer files), "
+                   "or an export folder (anekit export), whose packages run as written")
     p.add_argument("--prompt", "-p", required=True, help="the text to continue")
     p.add_argument("-n", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--target", "-t", default=DEFAULT_TARGET,
                    help=f"the chip to compile for (default {DEFAULT_TARGET})")
-    p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32"),
-                   help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin")  # fmt: skip
+    p.add_argument("--backend", default="sim", choices=("sim", "sim-fp32", "ane"),
+                   help="sim: the fp16 simulator (default); sim-fp32: its fp32 twin; "
+                   "ane: an export's packages through Core ML's e5rt (macOS)")  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0 = all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
@@ -88,13 +90,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _speeds(model: Any, result: Any) -> dict[str, Any]:
-    first_decode = model.plan.decode(model.plan.context_for(len(result.prompt_ids)))[0]
-    return {
+    from anekit.llm import ExportedModel
+
+    speeds = {
         "prefill_tokens_per_s": result.prefill_tokens_per_s,
         "decode_tokens_per_s": result.decode_tokens_per_s,
         "compile_s": result.compile_seconds,
         "stop_reason": result.stop_reason,
         "estimate": model.estimate(len(result.prompt_ids)),
+    }
+    if isinstance(model, ExportedModel):  # an export reports no recompression
+        return {**speeds, "compression": None}
+    first_decode = model.plan.decode(model.plan.context_for(len(result.prompt_ids)))[0]
+    return {
+        **speeds,
         "compression": compression_summary(model.program(first_decode)[0].compression_report),
         "programs": model.plan.as_dict(),
         "weights": model.conversion.as_dict() if model.conversion else None,

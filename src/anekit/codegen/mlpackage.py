@@ -331,31 +331,7 @@ def _build(
         values: dict[tuple, Any] = {
             ("input", p.name): func.inputs[input_names[p.name]] for p in manifest.inputs
         }
-        for segment, program, reader in zip(manifest.segments, programs, weights, strict=True):
-            function = program.function(segment.function)
-            bypass = _padding_ops(function, segment)
-            local: dict[str, Any] = {}
-            for io in segment.inputs:
-                var = replay.cast(values[io.source.key], io.mil_dtype)
-                if io.padded and io.mil_name not in bypass.values():
-                    widths = [
-                        w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
-                    ]
-                    var = mb.pad(
-                        x=var,
-                        pad=np.array(widths, np.int32),
-                        constant_val=_numpy(io.mil_dtype).type(0),
-                        name=namer.fresh(f"s{segment.index}_{io.mil_name}_padded"),
-                    )
-                local[io.mil_name] = var
-            _replay_function(replay, function, local, reader, f"s{segment.index}_", bypass)
-            for io in segment.outputs:
-                var = local[io.mil_name]
-                if io.padded and io.mil_name not in bypass:
-                    var = mb.slice_by_size(x=var, begin=np.zeros(len(io.shape), np.int32),
-                                           size=np.array(io.shape, np.int32),
-                                           name=namer.fresh(f"s{segment.index}_{io.mil_name}_unpadded"))  # fmt: skip
-                values[(segment.index, io.value)] = var
+        replay_segments(replay, manifest, programs, weights, values)
         outputs = []
         for port in manifest.outputs:
             var = replay.cast(values[port.source.key], _port_dtype(port.dtype, options))
@@ -364,6 +340,45 @@ def _build(
         func.set_outputs(outputs)
         prog.add_function("main", func)
     return prog
+
+
+def replay_segments(
+    replay: _Replay,
+    manifest: Manifest,
+    programs: Sequence[mil.MilProgram],
+    weights: Sequence[BlobReader | None],
+    values: dict[tuple, Any],
+) -> None:
+    """Replay every segment inside the current function: ``values`` holds the model inputs'
+    vars (keyed ``("input", name)``) and gains each segment output's (``(index, value)``)."""
+    from coremltools.converters.mil.mil import Builder as mb
+
+    namer = replay.namer
+    for segment, program, reader in zip(manifest.segments, programs, weights, strict=True):
+        function = program.function(segment.function)
+        bypass = _padding_ops(function, segment)
+        local: dict[str, Any] = {}
+        for io in segment.inputs:
+            var = replay.cast(values[io.source.key], io.mil_dtype)
+            if io.padded and io.mil_name not in bypass.values():
+                widths = [
+                    w for s, m in zip(io.shape, io.mil_shape, strict=True) for w in (0, m - s)
+                ]
+                var = mb.pad(
+                    x=var,
+                    pad=np.array(widths, np.int32),
+                    constant_val=_numpy(io.mil_dtype)(0),
+                    name=namer.fresh(f"s{segment.index}_{io.mil_name}_padded"),
+                )
+            local[io.mil_name] = var
+        _replay_function(replay, function, local, reader, f"s{segment.index}_", bypass)
+        for io in segment.outputs:
+            var = local[io.mil_name]
+            if io.padded and io.mil_name not in bypass:
+                var = mb.slice_by_size(x=var, begin=np.zeros(len(io.shape), np.int32),
+                                       size=np.array(io.shape, np.int32),
+                                       name=namer.fresh(f"s{segment.index}_{io.mil_name}_unpadded"))  # fmt: skip
+            values[(segment.index, io.value)] = var
 
 
 def _padding_ops(function: mil.Function, segment: Any) -> dict[str, str]:

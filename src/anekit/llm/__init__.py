@@ -15,6 +15,8 @@ from typing import Any
 from anekit import budget, targets
 from anekit.errors import ModelError, path_argument
 from anekit.llm.config import LMConfig, read_config
+from anekit.llm.export import is_export
+from anekit.llm.exported import ExportedModel, load_export
 from anekit.llm.graph import model_weights
 from anekit.llm.model import GenerateResult, LanguageModel, Token
 from anekit.llm.plan import Chunk, ProgramPlan, ProgramSpec, kv_bytes, plan_programs, weight_bytes
@@ -33,8 +35,9 @@ def load(
     target: Any = DEFAULT_TARGET,
     max_context: int | None = None,
     compress: str | None = None,
-) -> LanguageModel:
-    """Load a Hugging Face-style folder (config.json, safetensors, tokenizer files).
+) -> LanguageModel | ExportedModel:
+    """Load a Hugging Face-style folder (config.json, safetensors, tokenizer files), or an
+    export folder (`LanguageModel.export`), which runs its packages as written.
 
     ``max_context`` is the decode cache's length in positions (default: the model's own
     limit, at most 2048); ``compress`` compresses every projection's weights (see
@@ -46,6 +49,8 @@ def load(
     folder = path_argument(path, "the model folder")
     if not folder.is_dir():
         raise ModelError(f"'{folder}' is not a folder", hint="pass a Hugging Face model folder")
+    if is_export(folder):
+        return load_export(folder)
     config = read_config(folder)
     context = min(config.max_positions, DEFAULT_MAX_CONTEXT) if max_context is None else max_context
     if isinstance(context, bool) or not isinstance(context, int) or not 2 <= context <= config.max_positions:
@@ -88,6 +93,7 @@ __all__ = [
     "plan_programs",
     "resident_bytes",
     "set_cache_limit",
+    "ExportedModel",
     "GenerateResult",
     "LMConfig",
     "LanguageModel",

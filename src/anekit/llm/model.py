@@ -154,6 +154,13 @@ class LanguageModel:
             "programs_per_token": len(self.plan.chunks),
         }
 
+    def export(self, out: Any, *, buckets: Sequence[int] | None = None) -> dict:
+        """Write the model as an app ships it: one stateful multifunction Core ML package
+        per chunk and a manifest, in the folder ``out`` (`anekit.llm.export`)."""
+        from anekit.llm.export import export
+
+        return export(self, out, buckets=buckets)
+
     # --- running -------------------------------------------------------------------------
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
