@@ -110,6 +110,8 @@ class CompiledModel:
                 for r in self.pass_log
             ],
             "estimate": estimate,
+            # the LoRA alpha compiled in: a loaded bundle scales an adapter of another alpha
+            **({"lora_alpha": alpha} if (alpha := self.source.metadata.get("lora_alpha")) else {}),
         }
 
     @cached_property

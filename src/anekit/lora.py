@@ -252,6 +252,14 @@ def bind(adapter: Adapter, ports: Mapping[str, Any],
             )
         if not (np.isfinite(a).all() and np.isfinite(b).all()):
             raise InputError(f"{adapter.source}: layer '{key}' holds NaN or infinite values")
+        if adapter.alpha is not None and program_alpha is None:
+            raise InputError(
+                f"{adapter.source} was trained with lora_alpha {adapter.alpha:g}, and the "
+                "program does not record the alpha it was compiled with, so its scale "
+                "alpha / rank cannot be matched",
+                hint="recompile the model with anekit (bundles record their LoRA alpha), or "
+                "give the adapter as anekit.lora.Adapter(layers) without an alpha",
+            )
         if adapter.alpha is not None and program_alpha is not None and adapter.alpha != program_alpha:
             with np.errstate(over="ignore"):
                 b = b * np.float32(adapter.alpha / program_alpha)

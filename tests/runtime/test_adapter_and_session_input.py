@@ -155,3 +155,29 @@ def test_chained_adapted_layers_compile_and_compute_the_merged_model() -> None:
     (a1, b1), (a2, b2) = mats["l0.q_proj"], mats["l0.v_proj"]
     want = feed @ (w1 + alpha / r * a1 @ b1) @ (w2 + alpha / r * a2 @ b2)
     np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+def test_a_saved_bundle_remembers_its_lora_alpha(compiled, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """The alpha a program was compiled for travels in its bundle: loaded in a new process's
+    way (from disk), an adapter trained with lora_alpha 64 still gives PEFT's merge at 64."""
+    compiled.save(tmp_path / "m.anekit")
+    loaded = anekit.load(tmp_path / "m.anekit")
+    assert loaded.lora_alpha == compiled.program.lora_alpha is not None
+    tensors = _peft_adapter(6)
+    sess = loaded.session("sim")
+    sess.set_adapter(anekit.lora.load(_peft_dir(tmp_path, tensors, {"lora_alpha": 64, "r": RANK})))
+    out = next(iter(sess.run({"x": X}).values()))
+    want = _merged(tensors, 64.0)
+    assert agreement(out, want).cosine > 0.9999
+    assert np.abs(out - want).max() < 2e-2 * np.abs(want).max()
+
+
+def test_an_adapters_alpha_is_refused_where_the_programs_is_unknown(compiled, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """A program that does not record its LoRA alpha (a bare MIL file) cannot rescale an
+    adapter trained with another: refused, never silently computed at the wrong scale."""
+    compiled.save(tmp_path / "m.anekit")
+    bare = anekit.load(tmp_path / "m.anekit")
+    bare.lora_alpha = None  # as a program whose report says nothing
+    adapter = anekit.lora.load(_peft_dir(tmp_path, _peft_adapter(7), {"lora_alpha": 64, "r": RANK}))
+    with pytest.raises(InputError, match="does not record the alpha"):
+        bare.session("sim").set_adapter(adapter)

@@ -11,6 +11,8 @@ model's own dtypes (floats as float32, integers as their IR width).
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from anekit.files import regular_file
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import (
+    REPORT,
     Bundle,
     Manifest,
     Port,
@@ -296,10 +299,31 @@ def from_bundle(bundle: Bundle) -> Program:
         weights.append(bundle.read(segment.weights) if segment.weights is not None else None)
     from anekit.codegen.weight_map import WEIGHT_MAP
 
-    return Program(
+    program = Program(
         bundle.manifest, programs, weights, where=str(bundle.root), root=bundle.root,
         weight_map=bundle.read(WEIGHT_MAP) if WEIGHT_MAP in bundle.manifest.files else None,
     )  # fmt: skip
+    program.lora_alpha = _compiled_lora_alpha(bundle)
+    return program
+
+
+def _compiled_lora_alpha(bundle: Bundle) -> float | None:
+    """The LoRA alpha the bundle's report records (None: compiled without LoRA)."""
+    if REPORT not in bundle.manifest.files:
+        return None
+    where = f"{bundle.root}/{REPORT}"
+    try:
+        report = json.loads(bundle.read(REPORT))
+    except (ValueError, RecursionError):
+        raise FormatError("the compile report is not JSON", where=where) from None
+    alpha = report.get("lora_alpha") if isinstance(report, dict) else None
+    if alpha is None:
+        return None
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not (
+        math.isfinite(alpha) and alpha > 0
+    ):
+        raise FormatError(f"lora_alpha {alpha!r} is not a number above 0", where=where)
+    return float(alpha)
 
 
 def _load_mil_file(path: Path) -> Program:
