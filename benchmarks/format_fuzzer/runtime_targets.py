@@ -113,10 +113,17 @@ def safetensors_header_edit(rng: random.Random, fixture: Prepared) -> tuple[byte
     return struct.pack("<Q", len(text)) + text + fixture.data[8 + size :], description
 
 
-def _weights_case(data: bytes) -> Any:
-    from anekit.llm.weights import read_weights
+def _read_every_tensor(folder: Path) -> dict[str, Any]:
+    """Every tensor of the folder's checkpoint read as the model loader reads it (the shape
+    the header declares is the one asked for: the header is what is fuzzed)."""
+    from anekit.llm.weights import Checkpoint
 
-    return _checked(read_weights, _in_folder({"model.safetensors": data}))
+    with Checkpoint(folder) as checkpoint:
+        return {name: checkpoint.take(name, shape) for name, shape in checkpoint.shapes().items()}
+
+
+def _weights_case(data: bytes) -> Any:
+    return _checked(_read_every_tensor, _in_folder({"model.safetensors": data}))
 
 
 def hf_safetensors_target() -> FuzzTarget:

@@ -97,10 +97,10 @@ def test_errors_use_option_names(tmp_path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
     )  # fmt: skip
     onnx.save(helper.make_model(graph), tmp_path / "dyn.onnx")
-    proc = _cli("info", str(tmp_path / "dyn.onnx"))
+    proc = _cli("check", str(tmp_path / "dyn.onnx"))
     assert proc.returncode == 2 and "--shape x=1x4" in proc.stderr
     assert "input_shapes" not in proc.stderr
-    proc = _cli("info", str(tmp_path / "dyn.onnx"), "--shape", "x=2x4x1")
+    proc = _cli("check", str(tmp_path / "dyn.onnx"), "--shape", "x=2x4x1")
     assert proc.returncode == 2 and "--shape gives 'x' rank 3" in proc.stderr
 
 

@@ -192,9 +192,9 @@ def _trainer(args: argparse.Namespace, data: dict[str, np.ndarray]) -> Any:
 
 def _declared_batch(path: Path, shapes: dict[str, tuple[int, ...]]) -> int | None:
     """The batch an ONNX model's first input fixes (its first axis), without loading weights."""
-    import onnx
+    from anekit.frontend.onnx.loader import load_model
 
-    proto = onnx.load(str(path), load_external_data=False)
+    proto, _ = load_model(path)  # sniffed and size-checked: a file that is not ONNX is refused
     weights = {t.name for t in proto.graph.initializer}
     for vi in proto.graph.input:
         if vi.name in weights:

@@ -142,6 +142,10 @@ class Checkpoint:
     def has(self, name: str) -> bool:
         return name in self._entries
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's name and the shape its header declares (nothing is read)."""
+        return {name: entry[3] for name, entry in self._entries.items()}
+
     def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Tensor ``name`` of ``shape`` (checked), read now, rounded to fp16 and held as a
         read-only float32 array (the simulator's storage of fp16 values), shared with every

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from anekit.formats.mil.types import MAX_TENSOR_ELEMENTS
+
 from .execute import NO_SLOT, Step
 from .ops._util import as_bool, as_int, as_ints
 
@@ -152,6 +154,8 @@ def _static_view(step: Step, source: tuple[int, ...], target: tuple[int, ...]) -
     """The step's kernel for a value of shape ``source``, or None when it is not a view
     the op's own kernel agrees with. The probe has the source's shape and no memory."""
     general, known = step.kernel, dict(step.known)
+    if math.prod(source) > MAX_TENSOR_ELEMENTS or math.prod(target) > MAX_TENSOR_ELEMENTS:
+        return None  # a shape no tensor may have: the op's kernel refuses it when it runs
     probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), source, [0] * len(source))
     index_of = getattr(general, "index_of", None)
     try:
