@@ -23,7 +23,7 @@ demo: $(VENV)/.core
 	@bash examples/demo.sh $(VENV)/bin/anekit
 
 # Two pytest workers on two cores: one BLAS/OpenMP thread each, or they oversubscribe the CPU.
-test: $(VENV)/.dev chromium graphviz
+test: $(VENV)/.dev chromium graphviz fashion-mnist
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n 2 -q -p no:cacheprovider
 
 lint: $(VENV)/.dev

@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import machine, write_json  # noqa: E402
+from benchmarks._common import add_smoke, machine, results_path, write_json  # noqa: E402
 
 TINYLLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
              "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4,
@@ -160,7 +160,7 @@ def _chip_limit() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="a 4-layer model, seconds")
+    add_smoke(parser)  # a 4-layer model, seconds
     parser.add_argument(
         "--published", action="store_true", help="check the estimate against published figures"
     )
@@ -172,12 +172,11 @@ def main() -> int:
     if args.published:
         load_before = os.getloadavg()
         doc = {**published(args.smoke), "machine": machine(load_before)}
-        write_json(args.out or REPO / "benchmarks" / "results" / "llm_export_estimates.json", doc)
+        results = REPO / "benchmarks" / "results" / "llm_export_estimates.json"
+        write_json(args.out or results_path(results, args.smoke), doc)
         print(json.dumps(doc["checks"]))
         return 0
-    out_json = args.out or REPO / "benchmarks" / "results" / (
-        "llm_export_smoke.json" if args.smoke else "llm_export.json"
-    )
+    out_json = args.out or results_path(REPO / "benchmarks" / "results" / "llm_export.json", args.smoke)
     load_before = os.getloadavg()
     config = SMOKE if args.smoke else TINYLLAMA
     with tempfile.TemporaryDirectory(prefix="anekit-llm-export-") as tmp:

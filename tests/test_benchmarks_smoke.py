@@ -25,6 +25,21 @@ NEEDS = {
 }
 
 
+# script -> its own test, which runs its --smoke and checks what it measures (the language-model
+# benchmarks: minutes of child processes each; running them here too would double that)
+OWN_TEST = {
+    "llm_scale.py": REPO / "tests" / "llm" / "test_llm_scale_smoke.py",
+    "llm_export.py": REPO / "tests" / "llm" / "test_export_benchmark.py",
+}
+RUN_HERE = [p for p in SCRIPTS if p.name not in OWN_TEST]
+
+
+def test_benchmarks_with_their_own_smoke_test_are_run_there() -> None:
+    for script, test in OWN_TEST.items():
+        text = test.read_text()
+        assert (BENCHMARKS / script).exists() and script in text and '"--smoke"' in text, test
+
+
 def _results_digest() -> dict[str, str]:
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
@@ -39,7 +54,7 @@ def test_every_benchmark_is_found_and_has_a_smoke_mode() -> None:
     assert not missing, f"benchmarks without --smoke: {missing}"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+@pytest.mark.parametrize("script", RUN_HERE, ids=[p.stem for p in RUN_HERE])
 def test_benchmark_smoke(script: Path, tmp_path: Path) -> None:
     dataset, reason = NEEDS.get(script.name, (None, ""))
     if dataset is not None and not dataset.exists():
