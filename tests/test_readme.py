@@ -10,7 +10,7 @@ anekit. Lines that are not commands here are skipped, by rule:
   of `make test`);
 - a line marked `# macOS only`, except on macOS.
 
-A line whose comment says `exit status N` demonstrates a finding: it may exit N as well as 0.
+A line whose comment says `exits N` must exit with status N; every other line exits 0.
 
 A block with a line marked `# slow` is a slow test (`-m slow`), still run by `make test`.
 """
@@ -109,8 +109,8 @@ def test_readme_block_runs(lang: str, code: str, workdir) -> None:
             continue
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=work, env=env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
-        allowed = {0, *map(int, re.findall(r"exit status (\d+)", line.partition("#")[2]))}
-        assert proc.returncode in allowed, (
+        expected = [int(n) for n in re.findall(r"\bexits (\d+)", line.partition("#")[2])]
+        assert proc.returncode == (expected[0] if expected else 0), (
             f"README line failed (exit {proc.returncode}): {line}\n--- stdout:\n"
             f"{proc.stdout[-2000:]}\n--- stderr:\n{proc.stderr[-3000:]}"
         )
