@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -152,6 +153,24 @@ def published(smoke: bool) -> dict:
     return {"benchmark": "llm_export_estimates", "smoke": smoke, "checks": rows}
 
 
+def _result(child: Any, queue: Any) -> dict:
+    """The child's measurement; a child that dies first (the kernel's OOM killer) fails the
+    run instead of leaving it waiting on the queue for ever."""
+    import queue as queues
+
+    while True:
+        try:
+            measured = queue.get(timeout=2)
+            break
+        except queues.Empty:
+            if not child.is_alive():
+                raise SystemExit(f"the export process died (exit code {child.exitcode})") from None
+    child.join()
+    if child.exitcode != 0:
+        raise SystemExit(f"the export process failed with exit code {child.exitcode}")
+    return measured
+
+
 def _chip_limit() -> int:
     from anekit import targets
 
@@ -190,10 +209,7 @@ def main() -> int:
         )  # smoke: one layer each
         child = ctx.Process(target=run_export, args=(folder, export_dir, limit, queue))
         child.start()
-        measured = queue.get()
-        child.join()
-        if child.exitcode != 0:
-            raise SystemExit(f"the export process failed with exit code {child.exitcode}")
+        measured = _result(child, queue)
         peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         manifest = measured["manifest"]
         from anekit.formats.mlpackage import read_package

@@ -56,6 +56,8 @@ def folder_with(tmp_path: Path, **config_changes) -> Path:
         ({"rms_norm_eps": -1e-5}, "'rms_norm_eps' must be a finite positive number"),
         ({"head_dim": 0}, "'head_dim' must be a positive integer"),
         ({"num_hidden_layers": True}, "'num_hidden_layers' must be a positive integer"),
+        ({"num_hidden_layers": 2**31}, "'num_hidden_layers' is 2147483648, more than the 1024"),
+        ({"vocab_size": 2**40}, "'vocab_size' is 1099511627776, more than the 2147483647"),
         ({"tie_word_embeddings": "yes"}, "'tie_word_embeddings' must be true or false"),
         ({"layer_types": ["full_attention"]}, None),  # llama has no per-layer types: ignored
     ],
@@ -163,7 +165,7 @@ def test_load_takes_only_a_path() -> None:
     ("argv", "message"),
     [
         (["--seed", "-1"], "seed must be an integer in"),
-        (["--max-context", "10000000"], "max_context must be an integer in [2, 256]"),
+        (["--max-context", "10000000"], "--max-context must be an integer in [2, 256]"),
         (["--top-k", "-3"], "top_k must be >= 0"),
     ],
 )
@@ -174,9 +176,9 @@ def test_cli_mistakes_exit_2(capsys, argv, message) -> None:
 
 
 def test_the_budget_refuses_a_model_before_reading_it(tmp_path, monkeypatch) -> None:
-    folder = folder_with(tmp_path, num_hidden_layers=2000)  # weights far over 1 MB
+    folder = folder_with(tmp_path, num_hidden_layers=1000)  # weights far over 1 MB
     monkeypatch.setenv("ANEKIT_MAX_MEMORY", "1M")
-    with pytest.raises(MemoryBudgetError, match="the model \\(llama, 2000 layers\\)"):
+    with pytest.raises(MemoryBudgetError, match="the model \\(llama, 1000 layers\\)"):
         anekit.llm.load(folder)
 
 

@@ -37,7 +37,7 @@ from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.formats.bundle import Manifest
 
-_IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
+IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
 
 
@@ -45,7 +45,7 @@ def _numpy(dtype: str) -> np.dtype:
     return mil.dtype_info(dtype).numpy_dtype
 
 
-def _coremltools() -> Any:
+def quiet_coremltools() -> Any:
     """coremltools, imported without its import-time warnings: off macOS it cannot load its
     native Core ML proxies (anekit never loads a model through them), and it warns about
     torch and scikit-learn versions it has not been tested with; none concerns an export."""
@@ -88,7 +88,7 @@ def export_mlpackage(
     """Build the whole model as one mlprogram and save it at ``path`` (atomically)."""
     options = options or CoreMLOptions()
     _check_options(manifest, options)
-    ct = _coremltools()
+    ct = quiet_coremltools()
     target = _minimum_target(ct, manifest.target.opset, options.deployment_target)
     names: dict[str, str] = {}
     pymil = _build(ct, manifest, programs, weights, options, names)
@@ -152,7 +152,7 @@ def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
 
 def _minimum_target(ct: Any, opset: str, asked: str | None) -> Any:
     """The deployment target asked for, at least the one the program's opset needs."""
-    needed = _deployment_target(ct, opset)
+    needed = opset_target(ct, opset)
     if asked is None:
         return needed
     chosen = getattr(ct.target, asked, None)
@@ -192,7 +192,7 @@ def _input_types(ct: Any, manifest: Manifest, options: CoreMLOptions, names: dic
 
 def _port_dtype(dtype: str, options: CoreMLOptions) -> str:
     """A model input's or output's type in the package: floats as ``io_dtype``."""
-    io = _IO_DTYPE[dtype]
+    io = IO_DTYPE[dtype]
     return options.io_dtype if io in ("fp32", "fp16") else io
 
 
@@ -205,7 +205,7 @@ def _describe(model: Any, options: CoreMLOptions) -> None:
     model.user_defined_metadata["com.anekit.compute_units"] = options.compute_units
 
 
-def _deployment_target(ct: Any, opset: str) -> Any:
+def opset_target(ct: Any, opset: str) -> Any:
     try:
         return getattr(ct.target, opset.replace("ios", "iOS"))
     except AttributeError:
@@ -257,7 +257,7 @@ def not_an_mlpackage(root: Path) -> str | None:
     return None
 
 
-class _Replay:
+class Replay:
     """Replays MIL operations through the pymil builder inside one function."""
 
     def __init__(self, ct: Any, namer: Namer):
@@ -315,7 +315,7 @@ def _build(
     from coremltools.converters.mil.mil import Program as PyProgram
 
     namer = Namer()
-    replay = _Replay(ct, namer)
+    replay = Replay(ct, namer)
     placeholders = {}
     input_names = {}
     for port in manifest.inputs:
@@ -325,7 +325,7 @@ def _build(
         io = "fp16" if image is not None and image.color_layout == "G_FLOAT16" else "fp32"
         dtype = types.string_to_builtin(_port_dtype(port.dtype, options) if image is None else io)
         placeholders[name] = mb.placeholder(shape=port.shape, dtype=dtype)
-    opset = _deployment_target(ct, manifest.target.opset)
+    opset = opset_target(ct, manifest.target.opset)
     prog = PyProgram()
     with Function(placeholders, opset_version=opset) as func:
         values: dict[tuple, Any] = {
@@ -343,7 +343,7 @@ def _build(
 
 
 def replay_segments(
-    replay: _Replay,
+    replay: Replay,
     manifest: Manifest,
     programs: Sequence[mil.MilProgram],
     weights: Sequence[BlobReader | None],
@@ -408,7 +408,7 @@ def _padding_ops(function: mil.Function, segment: Any) -> dict[str, str]:
 
 
 def _replay_function(
-    replay: _Replay,
+    replay: Replay,
     function: mil.Function,
     local: dict[str, Any],
     reader: BlobReader | None,
@@ -440,7 +440,7 @@ def _replay_function(
 
 
 def _argument(
-    replay: _Replay, arg: Any, local: dict[str, Any], reader: BlobReader | None, prefix: str
+    replay: Replay, arg: Any, local: dict[str, Any], reader: BlobReader | None, prefix: str
 ) -> Any:
     if isinstance(arg, mil.Var):
         return local[arg.name]
@@ -449,7 +449,7 @@ def _argument(
     return replay.literal(arg, reader)
 
 
-def _check_type(replay: _Replay, binding: mil.Binding, var: Any, op: str) -> None:
+def _check_type(replay: Replay, binding: mil.Binding, var: Any, op: str) -> None:
     """coremltools' inferred type must be the one our program declares."""
     t = binding.type
     declared_shape = () if mil.is_scalar(t) else tuple(getattr(t, "shape", ()))

@@ -25,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from anekit.codegen.mlpackage import (
-    _IO_DTYPE,
-    _coremltools,
-    _deployment_target,
-    _key,
-    _Replay,
+    IO_DTYPE,
+    Replay,
+    opset_target,
+    quiet_coremltools,
     replay_segments,
 )
 from anekit.codegen.names import Namer
@@ -64,11 +63,11 @@ class FunctionSpec:
 def build_program(functions: Sequence[FunctionSpec], states: Sequence[StateSpec], opset: str,
                   default: str) -> Any:  # fmt: skip
     """The pymil Program holding every function, constants deduplicated across them."""
-    ct = _coremltools()
+    ct = quiet_coremltools()
     from coremltools.converters.mil.mil import Program as PyProgram
     from coremltools.converters.mil.mil.passes.pass_registry import PASS_REGISTRY
 
-    target = _deployment_target(ct, opset)
+    target = opset_target(ct, opset)
     prog = PyProgram()
     for spec in functions:
         prog.add_function(spec.name, _build_function(ct, spec, states, target))
@@ -82,11 +81,11 @@ def build_program(functions: Sequence[FunctionSpec], states: Sequence[StateSpec]
 
 def convert(prog: Any, opset: str) -> Any:
     """The pymil program as a Core ML model (not loaded: Linux has no Core ML)."""
-    ct = _coremltools()
+    ct = quiet_coremltools()
     return ct.convert(
         prog,
         convert_to="mlprogram",
-        minimum_deployment_target=_deployment_target(ct, opset),
+        minimum_deployment_target=opset_target(ct, opset),
         compute_precision=ct.precision.FLOAT32,  # the programs already carry their dtypes
         pass_pipeline=ct.PassPipeline.EMPTY,
         skip_model_load=True,
@@ -119,7 +118,7 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
     )
     manifest = program.manifest
     namer = Namer(reserved=set(by_name))
-    replay = _Replay(ct, namer)
+    replay = Replay(ct, namer)
     placeholders: dict[str, Any] = {}
     input_names: dict[str, str] = {}
     for port in manifest.inputs:
@@ -127,7 +126,7 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
             continue
         name = input_names[port.name] = namer.fresh(port.name)
         placeholders[name] = mb.placeholder(shape=port.shape,
-                                            dtype=types.string_to_builtin(_IO_DTYPE[port.dtype]))  # fmt: skip
+                                            dtype=types.string_to_builtin(IO_DTYPE[port.dtype]))  # fmt: skip
     fp16 = types.string_to_builtin(STATE_DTYPE)
     for s in states:
         placeholders[s.name] = mb.state_tensor_placeholder(shape=s.shape, dtype=fp16)
@@ -143,10 +142,10 @@ def _build_function(ct: Any, spec: FunctionSpec, states: Sequence[StateSpec], ta
             replay_segments(replay, manifest, program.programs, readers, values)
             outputs = []
             for port in manifest.outputs:
-                var = values[_key(port.source)]
+                var = values[port.source.key]
                 state = spec.writes.get(port.name)
                 if state is None:
-                    var = replay.cast(var, _IO_DTYPE[port.dtype])
+                    var = replay.cast(var, IO_DTYPE[port.dtype])
                     outputs.append(mb.identity(x=var, name=namer.fresh(port.name)))
                     continue
                 var = _fit(mb, replay.cast(var, STATE_DTYPE), by_name[state].shape, namer)

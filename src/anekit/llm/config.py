@@ -166,6 +166,13 @@ def parse_config(raw: dict[str, Any], where: str = CONFIG_FILE) -> LMConfig:
     return _decoder(raw, family, FAMILIES[family], where)
 
 
+# Sizes past int32 cannot be tensor dimensions; layer counts past this are no published model
+# (the largest have ~128) and would have the configuration alone claim memory per layer.
+MAX_SIZE = (1 << 31) - 1
+MAX_LAYERS = 1024
+_LAYER_KEYS = ("n_layer", "num_hidden_layers")
+
+
 def _int(raw: dict[str, Any], key: str, where: str, default: int | None = None, *,
          minimum: int = 1) -> int:  # fmt: skip
     value = raw.get(key, default)
@@ -174,6 +181,10 @@ def _int(raw: dict[str, Any], key: str, where: str, default: int | None = None, 
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise ModelError(f"'{key}' must be {kind}, got {value!r}", where=where)
+    maximum = MAX_LAYERS if key in _LAYER_KEYS else MAX_SIZE
+    if value > maximum:
+        raise ModelError(f"'{key}' is {value}, more than the {maximum} anekit accepts",
+                         where=where, hint="check config.json: no model has this many")  # fmt: skip
     return value
 
 

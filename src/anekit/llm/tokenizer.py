@@ -29,10 +29,25 @@ class Tokenizer:
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+        try:
+            return list(self._tok.encode(text, add_special_tokens=False).ids)
+        except BaseException as exc:  # noqa: BLE001 - the library raises plain Exceptions and panics
+            raise _tokenizer_error(exc, "the tokenizer cannot encode the prompt", self.where) from None
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+        try:
+            return str(self._tok.decode(list(ids), skip_special_tokens=False))
+        except BaseException as exc:  # noqa: BLE001 - as in encode
+            raise _tokenizer_error(exc, "the tokenizer cannot decode the tokens", self.where) from None
+
+
+def _tokenizer_error(exc: BaseException, what: str, where: str) -> BaseException:
+    """What the tokenizers library raised, as anekit's error: it raises plain Exceptions for a
+    broken tokenizer.json and a Rust panic (a BaseException) for some; an interrupt stays one."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit | AnekitError):
+        return exc
+    return ModelError(f"{what}: {exc}", where=where,
+                      hint="the folder's tokenizer files are damaged or inconsistent")  # fmt: skip
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:
@@ -48,10 +63,8 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         if vocab is not None and merges is not None:
             _check_budget(vocab, merges)
             return Tokenizer(ByteLevelBPETokenizer(str(vocab), str(merges)), str(vocab))
-    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
-        if isinstance(exc, AnekitError):
-            raise
-        raise ModelError(f"cannot read the tokenizer: {exc}", where=str(folder)) from None
+    except BaseException as exc:  # noqa: BLE001 - plain Exceptions and Rust panics
+        raise _tokenizer_error(exc, "cannot read the tokenizer", str(folder)) from None
     raise ModelError(
         f"no tokenizer in '{folder}'",
         hint="the folder needs tokenizer.json, or vocab.json and merges.txt; "

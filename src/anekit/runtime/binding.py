@@ -27,6 +27,9 @@ from anekit.formats.bundle import SegmentEntry, SegmentIO
 from anekit.simulator.fp16 import contiguous, narrow_into, widen_fp16
 from anekit.simulator.values import STORAGE
 
+# the element types an engine port binds (a surface holds them little-endian, packed)
+SURFACE_DTYPES = ("bool", "fp16", "fp32", "int8", "int32", "uint8")
+
 
 @functools.lru_cache(maxsize=4096)
 def port_bytes(io: SegmentIO) -> int:

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import AnekitError
-from anekit.formats.mil import MilTensorType, print_program
+from anekit.formats.mil import MilTensorType, dtype_info, print_program
 from anekit.formats.mlpackage import Package
 from anekit.runtime import e5rt
-from anekit.runtime.binding import ITEMSIZE, SURFACE_DTYPE, min_surface_bytes
+from anekit.runtime.binding import SURFACE_DTYPES, min_surface_bytes
 from anekit.simulator.states import without_states
 
 
@@ -66,11 +66,11 @@ class E5StatefulFunction:
         self._stage = _stage(print_program(program), package.model_dir)
         # the staged MIL goes with this object (the engine program releases itself likewise)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._stage, ignore_errors=True)
-        from anekit.runtime.backends.ane import _compiler_cache
+        from anekit.runtime.backends.ane import compiler_cache
 
         try:
             self.engine = e5rt.E5Program(self._stage / "model.mil", ports.values(), outs.values(), surface,
-                                         _compiler_cache())  # fmt: skip
+                                         compiler_cache())  # fmt: skip
         except BaseException:
             shutil.rmtree(self._stage, ignore_errors=True)
             raise
@@ -110,15 +110,15 @@ class E5StatefulFunction:
 
 
 def _port(name: str, t: Any) -> _Port:
-    if not isinstance(t, MilTensorType) or t.dtype not in SURFACE_DTYPE:
+    if not isinstance(t, MilTensorType) or t.dtype not in SURFACE_DTYPES:
         raise AnekitError(
-            f"port '{name}' is {t}; the engine binds tensors of {sorted(SURFACE_DTYPE)}"
+            f"port '{name}' is {t}; the engine binds tensors of {', '.join(SURFACE_DTYPES)}"
         )
     return _Port(name, t.dtype, tuple(int(d) for d in t.shape))
 
 
 def _bytes(port: _Port) -> int:
-    return int(np.prod(port.mil_shape)) * ITEMSIZE[port.mil_dtype]
+    return int(np.prod(port.mil_shape)) * dtype_info(port.mil_dtype).itemsize
 
 
 def _stage(text: str, model_dir: Path) -> Path:

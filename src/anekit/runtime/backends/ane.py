@@ -24,7 +24,7 @@ from anekit.runtime.binding import check_engine_segment, min_surface_bytes
 _cache_dir: Path | None = None
 
 
-def _compiler_cache() -> Path:
+def compiler_cache() -> Path:
     """One cache bundle location per process (aned keeps signed programs per process)."""
     global _cache_dir
     if _cache_dir is None:
@@ -48,7 +48,7 @@ class AneRunner(e5rt.E5Program):
             mil_path = self._staged / "model.mil"
         try:
             super().__init__(mil_path, segment.entry.inputs, segment.entry.outputs, surface,
-                             _compiler_cache())  # fmt: skip
+                             compiler_cache())  # fmt: skip
         except BaseException:
             self._remove_staged()
             raise
