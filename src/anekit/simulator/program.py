@@ -79,8 +79,8 @@ class SimProgram:
     ``base_dir`` is the directory ``@model_path`` names (where ``weights/weight.bin`` lives);
     ``blobs``, instead of a directory, reads the weights from elsewhere (`values.WeightBytes`:
     a weight file's bytes in memory). ``source`` is the MIL text, used only to name line
-    numbers in errors. Loading checks
-    every op and reads every weight; :meth:`run` can then be called any number of times.
+    numbers in errors. Loading checks every op and reads every weight; :meth:`run` can then
+    be called any number of times.
     """
 
     def __init__(
