@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -86,8 +88,34 @@ class FileData:
         return iter(self.source) if isinstance(self.source, tuple) else self.source.stream()
 
     def to_bytes(self) -> bytes:
+        """The file's bytes. Joined once, and then held instead of the chunks; files of equal
+        digest (a language model's programs of one chunk) share one joined copy."""
         chunks = self.chunks
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # type: ignore[return-value]
+        if len(chunks) == 1:
+            return chunks[0]  # type: ignore[return-value]
+        with _JOINED_LOCK:
+            held = _JOINED.get(self.sha256)
+            if held is None or len(held.data) != self.size:
+                held = _Joined(b"".join(chunks))
+                _JOINED[self.sha256] = held
+        if isinstance(self.source, WeightFile):  # its segment holds it too
+            self.source.hold(held.data)
+        object.__setattr__(self, "source", (held.data,))  # the chunks' arrays are let go
+        object.__setattr__(self, "_held", held)  # keeps the shared entry while this file lives
+        return held.data
+
+
+class _Joined:
+    """A weight file's joined bytes, weakly shared by digest (bytes take no weak reference)."""
+
+    __slots__ = ("data", "__weakref__")
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+_JOINED: weakref.WeakValueDictionary[str, _Joined] = weakref.WeakValueDictionary()
+_JOINED_LOCK = threading.Lock()
 
 
 class _Bytes(Mapping[str, bytes]):

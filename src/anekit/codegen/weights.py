@@ -162,6 +162,15 @@ class WeightFile:
         self._size = HEADER_SIZE
         self._count = 0
         self._resolving = threading.Lock()  # pending chunks are resolved once, in place
+        self._whole: bytes | None = None  # the joined file, once `hold` was given it
+
+    def hold(self, data: bytes) -> None:
+        """Keep the finished file as ``data`` (its bytes, joined) instead of its chunks, so
+        the converted arrays are let go and one joined copy serves every reader."""
+        if len(data) != self._size:
+            raise ValueError(f"a weight file of {self._size} bytes cannot hold {len(data)}")
+        self._whole = data
+        self._chunks = []
 
     def __len__(self) -> int:
         return self._count
@@ -195,6 +204,8 @@ class WeightFile:
         self, chunk: bytes | memoryview | _Pending, nbytes: int, dtype: str, padding_bits: int = 0
     ) -> int:
         """A record at the next 64-byte boundary, then the data; the record's offset."""
+        if self._whole is not None:
+            raise ValueError("a weight file cannot grow once it holds its joined bytes")
         record_offset = -(-self._size // ALIGNMENT) * ALIGNMENT
         data_offset = record_offset + RECORD_SIZE
         if record_offset > self._size:
@@ -212,6 +223,9 @@ class WeightFile:
     def stream(self) -> Iterator[bytes | memoryview]:
         """The chunks in order, each as soon as it is ready (pending ones resolved in place,
         so a digest can run while later arrays are still being converted)."""
+        if self._whole is not None:
+            yield self._whole
+            return
         yield header_bytes(self._count)
         for i in range(len(self._chunks)):
             chunk = self._chunks[i]

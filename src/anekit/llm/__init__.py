@@ -77,9 +77,10 @@ def load(
 
 
 def resident_bytes(config: LMConfig, context: int) -> int:
-    """What generating with a model needs at least on the simulator: the one float32 copy of
-    its fp16 weights, a prefill and a decode program's own bytes (`programs.FOOTPRINT` each)
-    and the float32 decode cache (measured peaks: `benchmarks/results/llm_scale.json`)."""
+    """What generating with a model needs at least on the simulator: what its programs share
+    (the one float32 copy of its fp16 weights and the one fp16 weight file per chunk,
+    `programs.SHARED`), a prefill and a decode program's own bytes (`programs.FOOTPRINT`
+    each) and the float32 decode cache (measured peaks: `benchmarks/results/llm_scale.json`)."""
     from anekit.llm.programs import FOOTPRINT, SHARED
 
     return int((SHARED + 2 * FOOTPRINT) * weight_bytes(config)) + kv_bytes(config, context)

@@ -24,13 +24,14 @@ from anekit import budget
 from anekit.ir.dtypes import MASK_VALUE
 from anekit.ir.graph import Graph
 
-# Bytes a program keeps per fp16 weight byte of its chunk: its weight file (1), the
-# simulator's inlined fp16 literals (1), float32 gather tables of the CPU segment and its
-# working set; measured 3.6 (SmolLM2-135M) and 4.5 (Qwen3-0.6B, whose large tied vocabulary
-# is both a float32 gather table and an fp16 head) in benchmarks/results/llm_scale.json. The
-# float32 weights themselves are shared (`SHARED`).
-FOOTPRINT = 4.5
-SHARED = 2  # the one float32 copy of the fp16 weights every program uses
+# Bytes a program keeps per fp16 weight byte of its chunk: the simulator's plan and working set
+# (its weights are shared, below); measured 0.85-0.9 with the Python process's own in
+# benchmarks/results/llm_scale.json (SmolLM2-135M, Qwen3-0.6B).
+FOOTPRINT = 1.0
+# Bytes per fp16 weight byte every program of a model shares: the one float32 copy (2) and
+# the one fp16 weight file per chunk (1), in which a tied vocabulary is both the CPU
+# segment's gather table and the head (SmolLM2-135M 1.21, Qwen3-0.6B 1.26).
+SHARED = 3.3
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 
 from anekit import budget
 from anekit.errors import FormatError
+from anekit.float16 import share
 from anekit.formats.mil import (
     ArgList,
     Binding,
@@ -36,7 +37,7 @@ from .fusion import fuse_elementwise
 from .movement import fuse_concat_transpose, static_views
 from .ops import REGISTRY
 from .registry import Signature, SimOp
-from .values import STORAGE, BlobFiles, decode_value, literal_dtype
+from .values import STORAGE, BlobFiles, decode_value, frozen, literal_dtype
 
 _OPSET = re.compile(r"ios(\d+)\Z")
 
@@ -299,6 +300,10 @@ class _Loader:
         results = apply(step, dict(step.known), {}, self.source)
         for e, value in zip(step.outputs, results, strict=True):
             del self.slots[e.name]
+            # a folded constant (an fp16 gather table widened by a cast) equal to another
+            # program's, or to the model's own weights, is kept once (float16.share)
+            if isinstance(value, np.ndarray) and value.flags.c_contiguous:
+                value = share(frozen(value))
             self.known[e.name] = value
 
 

@@ -77,8 +77,10 @@ class SimProgram:
     """One function of a MIL program, ready to run on the fp16 simulator.
 
     ``base_dir`` is the directory ``@model_path`` names (where ``weights/weight.bin`` lives);
-    ``source`` is the MIL text, used only to name line numbers in errors. Loading checks
-    every op and reads every weight; :meth:`run` can then be called any number of times.
+    ``blobs``, instead of a directory, reads the weights from elsewhere (`values.WeightBytes`:
+    a weight file's bytes in memory). ``source`` is the MIL text, used only to name line
+    numbers in errors. Loading checks every op and reads every weight; :meth:`run` can then
+    be called any number of times.
     """
 
     def __init__(
@@ -89,11 +91,12 @@ class SimProgram:
         function: str = "main",
         source: str | None = None,
         where: str | None = None,
+        blobs: BlobFiles | None = None,
     ):
         self.program = program
         self.function = program.function(function)
         self._source = _Lines(source, program, function, where)
-        blobs = BlobFiles(base_dir)
+        blobs = BlobFiles(base_dir) if blobs is None else blobs
         try:
             self._plan: Plan = load_plan(self.function, blobs, self._source)
         finally:

@@ -105,28 +105,33 @@ class BlobFiles:
             raise FormatError(f"BLOBFILE {path!r}: no such weight file {str(target)!r}")
         return target
 
+    def reader(self, path: str) -> tuple[BlobReader, str]:
+        """The reader of the weight file a BLOBFILE path names, and the file's name."""
+        target = self.resolve(path)
+        reader = self._readers.get(target)
+        if reader is None:
+            reader = self._readers[target] = BlobReader(target)
+        return reader, str(target)
+
     def read(self, blob: BlobFile) -> np.ndarray:
         """The tensor a BLOBFILE literal names, checked against its declared type."""
         t = blob.type
         if not t.is_static:
             raise FormatError(f"BLOBFILE tensor type {t} must have a static shape")
-        target = self.resolve(blob.path)
-        reader = self._readers.get(target)
-        if reader is None:
-            reader = self._readers[target] = BlobReader(target)
+        reader, target = self.reader(blob.path)
         record = reader.record(blob.offset)
         if record.dtype.name != t.dtype:
             raise FormatError(
                 f"BLOBFILE at offset {blob.offset} holds {record.dtype.name} data, the program "
                 f"declares {t}",
-                where=str(target),
+                where=target,
                 offset=blob.offset,
             )
         if record.count != t.size:
             raise FormatError(
                 f"BLOBFILE at offset {blob.offset} holds {record.count} elements, the program "
                 f"declares {t} ({t.size} elements)",
-                where=str(target),
+                where=target,
                 offset=blob.offset,
             )
         array = reader.read(blob.offset, tuple(t.shape), t.dtype)  # type: ignore[arg-type]
@@ -143,6 +148,31 @@ class BlobFiles:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+
+
+class WeightBytes(BlobFiles):
+    """The one weight file of a program without a directory (its bytes in memory, or a
+    verified path): every ``@model_path/...`` BLOBFILE reads it, decoded straight into the simulator's shared
+    values, so no inlined copy of the fp16 literals is kept beside them."""
+
+    def __init__(self, data: bytes | memoryview | os.PathLike[str] | None):
+        super().__init__(None)
+        self._data = data
+        self._reader: BlobReader | None = None
+
+    def reader(self, path: str) -> tuple[BlobReader, str]:
+        if self._data is None:
+            raise FormatError(f"BLOBFILE {path!r} but the program has no weight file")
+        if not path.startswith(MODEL_PATH):
+            raise FormatError(f"BLOBFILE path {path!r} does not start with {MODEL_PATH!r}")
+        if self._reader is None:
+            self._reader = BlobReader(self._data)
+        return self._reader, "the program's weight file"
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def decode_value(value: Any, blobs: BlobFiles) -> Any:

@@ -14,10 +14,13 @@ from anekit.runtime.backends import Backend, Capabilities, SegmentRunner, Segmen
 class SimRunner:
     """A segment loaded into the simulator; outputs in fp32 storage (fp16 values)."""
 
-    def __init__(self, program: mil.MilProgram, base_dir, where: str):
+    def __init__(self, program: mil.MilProgram, base_dir, where: str, weights=None):
         from anekit.simulator.program import SimProgram
+        from anekit.simulator.values import WeightBytes
 
-        self.program = SimProgram(program, base_dir, where=where)
+        # without a directory the weight file's bytes are decoded in place (no inlined copy)
+        blobs = None if base_dir is not None else WeightBytes(weights)
+        self.program = SimProgram(program, base_dir, where=where, blobs=blobs)
 
     def run(self, args: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.program.run(args, fp32_outputs=True)
@@ -52,7 +55,7 @@ class SimBackend(Backend):
         if segment.base_dir is not None:
             # on disk: the simulator resolves BLOBFILE inside the segment's own directory
             return SimRunner(segment.program, segment.base_dir, segment.where)
-        return SimRunner(inlined(segment), None, segment.where)
+        return SimRunner(segment.program, None, segment.where, segment.weights)
 
 
 BACKEND = SimBackend()
