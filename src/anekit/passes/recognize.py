@@ -6,6 +6,8 @@ mean of squared deviations or as ``E[x^2] - E[x]^2``, ``sqrt(var + eps)`` and a 
 a multiply by its reciprocal). Computed so in fp16 the squares overflow once |x| > 256 and
 ``E[x^2] - E[x]^2`` loses the variance to cancellation; the fused op's decomposition scales
 the deviations by their peak first (`anekit.passes.decompose.norms`). The same holds for
+flax's LayerNorm as jax2tf writes it (means as sums times 1/n, the
+variance clamped by ``max(var, 0)``, gamma multiplied into the inverse std), for
 RMSNorm (``x * rsqrt(mean(x^2) + eps)``), for group and instance norms written as a mean over
 trailing axes (of the grouped or spatial axes), for softmax and log-softmax written with exp,
 sum and divide (with or without the max subtracted; ``log(softmax(x))`` too), and for
