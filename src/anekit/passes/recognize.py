@@ -6,6 +6,8 @@ mean of squared deviations or as ``E[x^2] - E[x]^2``, ``sqrt(var + eps)`` and a 
 a multiply by its reciprocal). Computed so in fp16 the squares overflow once |x| > 256 and
 ``E[x^2] - E[x]^2`` loses the variance to cancellation; the fused op's decomposition scales
 the deviations by their peak first (`anekit.passes.decompose.norms`). The same holds for
+flax's LayerNorm as jax2tf writes it (means as sums times 1/n, the
+variance clamped by ``max(var, 0)``, gamma multiplied into the inverse std), for
 RMSNorm (``x * rsqrt(mean(x^2) + eps)``), for group and instance norms written as a mean over
 trailing axes (of the grouped or spatial axes), for softmax and log-softmax written with exp,
 sum and divide (with or without the max subtracted; ``log(softmax(x))`` too), and for
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from anekit.errors import AnekitError
 from anekit.ir.graph import Graph, Node
 from anekit.ir.registry import InferError
@@ -30,6 +34,7 @@ from anekit.passes.rewrite import (
     Rewriter,
     apply_rules,
     infer_one,
+    is_close,
     live_and_const,
     rule,
     scalar_value,
@@ -224,6 +229,125 @@ def raise_layer_norm(rw: Rewriter, node: Node) -> bool:
                   [*nodes, *parts], "a written-out RMS norm")  # fmt: skip
 
 
+def _any_mean(rw: Rewriter, value: str) -> tuple[str, tuple[int, ...], list[Node]] | None:
+    """(x, axes, nodes) when ``value`` is a mean of x, kept dims or not: reduce_mean, or
+    reduce_sum times 1/count (jax2tf folds ``sum / n`` to a multiply)."""
+    p = _producer(rw, value, "reduce_mean", "mul")
+    if p is None:
+        return None
+    nodes = [p]
+    if p.op == "mul":
+        found = live_and_const(rw, p)
+        s = _producer(rw, found[0], "reduce_sum") if found is not None else None
+        if s is None:
+            return None
+        p, nodes = s, [p, s]
+    axes = p.attrs.get("axes")
+    if not axes:
+        return None
+    shape = rw.shape(p.inputs[0])
+    axes = tuple(sorted({a % len(shape) for a in axes}))
+    if nodes[0].op == "mul":
+        count = int(np.prod([shape[a] for a in axes]))
+        if not is_close(scalar_value(found[1]), 1.0 / count):
+            return None
+    return p.inputs[0], axes, nodes
+
+
+def _through(rw: Rewriter, value: str, *ops: str) -> tuple[str, list[Node]]:
+    """``value`` with reshapes (and a Maximum(v, 0) clamp if "maximum" is in ``ops``) peeled."""
+    nodes: list[Node] = []
+    while (p := _producer(rw, value, *ops)) is not None:
+        if p.op == "maximum":
+            found = live_and_const(rw, p)
+            if found is None or scalar_value(found[1]) != 0.0:
+                break
+            value = found[0]
+        else:
+            value = p.inputs[0]
+        nodes.append(p)
+    return value, nodes
+
+
+def _moments_variance(
+    rw: Rewriter, value: str
+) -> tuple[str, tuple[int, ...], str, list[Node]] | None:
+    """(x, axes, mean value, nodes) when ``value`` is E[x^2] - E[x]^2, any mean form, with
+    reshapes and a Maximum(var, 0) clamp around it (flax's LayerNorm, as jax2tf writes it)."""
+    value, peeled = _through(rw, value, "reshape", "maximum")
+    sub = _producer(rw, value, "sub")
+    if sub is None:
+        return None
+    ex2, m2 = _any_mean(rw, sub.inputs[0]), _square_of(rw, sub.inputs[1])
+    sq = _square_of(rw, ex2[0]) if ex2 is not None else None
+    mean = _any_mean(rw, m2[0]) if m2 is not None else None
+    if not (ex2 and sq and mean) or sq[0] != mean[0] or ex2[1] != mean[1]:
+        return None
+    return mean[0], mean[1], m2[0], [*peeled, sub, *ex2[2], m2[1], sq[1], *mean[2]]
+
+
+@rule("mul")
+def raise_moments_layer_norm(rw: Rewriter, node: Node) -> bool:
+    """(x - mean) * (gamma *) 1/sqrt(max(E[x^2] - E[x]^2, 0) + eps), means as sums times 1/n
+    and reshapes between -> layer_norm (moved to the last axes when the normalised axes are
+    not trailing), then gamma."""
+    if not rw.value(node.output).dtype.is_float:
+        return False
+    for i in (0, 1):
+        dev = _producer(rw, node.inputs[i], "sub")
+        scale = node.inputs[1 - i]
+        gamma, head = None, []
+        g = _producer(rw, scale, "mul")
+        if g is not None and (found := live_and_const(rw, g)) is not None:
+            gamma, scale, head = g.inputs[found[2]], found[0], [g]
+        inv = _inverse_std(rw, scale)
+        if dev is None or inv is None:
+            continue
+        var = _moments_variance(rw, inv[0])
+        if var is None:
+            continue
+        x, axes, mean, parts = var
+        mean_b, peeled = _through(rw, dev.inputs[1], "reshape")
+        if dev.inputs[0] != x or mean_b != mean or rw.shape(x) != rw.shape(node.output):
+            continue
+        kept = tuple(1 if a in axes else d for a, d in enumerate(rw.shape(x)))
+        if rw.shape(dev.inputs[1]) != kept or rw.shape(inv[2][0].output) != kept:
+            continue
+        return _raise_moved(rw, node, x, axes, inv[1], gamma,
+                            [*head, *inv[2], *parts, dev, *peeled])  # fmt: skip
+    return False
+
+
+def _raise_moved(
+    rw: Rewriter, node: Node, x: str, axes: tuple[int, ...], eps: float, gamma: str | None,
+    matched: list[Node],
+) -> bool:  # fmt: skip
+    """layer_norm of x over ``axes`` (contiguous), transposed to the end and back when they
+    are not trailing, times ``gamma``."""
+    rank, shape = rw.value(x).rank, rw.shape(x)
+    if list(axes) != list(range(axes[0], axes[-1] + 1)):
+        return False
+    if gamma is not None and np.broadcast_shapes(shape, rw.shape(gamma)) != shape:
+        return False
+    origin = [o for n in (*matched, node) for o in n.origin]
+    hint = f"{node.name}/layer_norm"
+    perm = tuple(a for a in range(rank) if a not in axes) + axes
+    moved = perm != tuple(range(rank))
+    if moved:
+        x = rw.add("transpose", [x], {"perm": perm}, hint=f"{hint}/in", origin=origin, before=node)
+    y = rw.add("layer_norm", [x, "", ""], {"axis": rank - len(axes), "epsilon": eps}, hint=hint,
+               origin=origin, before=node)  # fmt: skip
+    if moved:
+        back = tuple(int(i) for i in np.argsort(perm))
+        y = rw.add("transpose", [y], {"perm": back}, hint=f"{hint}/out", origin=origin, before=node)
+    if gamma is not None:
+        y = rw.add("mul", [y, gamma], hint=f"{hint}/scale", origin=origin, before=node)
+    rw.ctx.event(dict.fromkeys(origin), "rewritten",
+                 "a written-out layer norm (moments, clamped) recognised as layer_norm")  # fmt: skip
+    rw.replace_uses(node.output, y)
+    return True
+
+
 def _exp_parts(rw: Rewriter, value: str) -> tuple[str, int | None, list[Node]] | None:
     """(x, axis of the max or None, nodes) when ``value`` is x - max(x) (or x itself: the
     axis is then the sum's)."""
@@ -340,7 +464,13 @@ def raise_attention(rw: Rewriter, node: Node) -> bool:
                   matched, "written-out attention")  # fmt: skip
 
 
-RECOGNIZE_RULES = (raise_layer_norm, raise_softmax, raise_log_softmax, raise_attention)
+RECOGNIZE_RULES = (
+    raise_layer_norm,
+    raise_moments_layer_norm,
+    raise_softmax,
+    raise_log_softmax,
+    raise_attention,
+)
 
 
 def recognize(graph: Graph, ctx: PassContext) -> Graph:
