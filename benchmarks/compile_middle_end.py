@@ -14,6 +14,8 @@ How it measures:
   imported graph (same logits within fp32 rounding and the tanh-GELU approximation).
 
     python benchmarks/compile_middle_end.py [--repeat 5] [--chips m1,m4]
+
+``python benchmarks/compile_middle_end.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

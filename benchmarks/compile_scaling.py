@@ -20,6 +20,8 @@ How it measures:
   process's CPU time next to the wall time (waiting for a core shows in the wall time only).
 
     python benchmarks/compile_scaling.py [--sizes 1000,5000,20000,50000]
+
+``python benchmarks/compile_scaling.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ the load average it started at and the CPU seconds (user + system, all threads) 
 Medians are reported.
 
     python benchmarks/compile_vs_coremltools.py [--repeat 5] [--target m4] [--max-load 1.5]
+
+``python benchmarks/compile_vs_coremltools.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

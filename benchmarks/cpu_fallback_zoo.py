@@ -7,6 +7,8 @@ transformers models from tiny configs, small models around the legalised ops), e
 with torch's dynamo exporter (TorchScript when dynamo fails).
 
     python benchmarks/cpu_fallback_zoo.py [--model NAME ...]
+
+``python benchmarks/cpu_fallback_zoo.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

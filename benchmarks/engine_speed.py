@@ -8,6 +8,8 @@ once; a run is the passes only), `sim` runs its MIL.
     python benchmarks/engine_speed.py        # writes results/engine_speed.json
 
 The machine is shared: the JSON records the load average before and after.
+
+``python benchmarks/engine_speed.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Writes ``benchmarks/results/estimate_anchors.json`` and prints a Markdown table 
 vs published figure, with each source) for the README.
 
     python benchmarks/estimate_anchors.py
+
+``python benchmarks/estimate_anchors.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

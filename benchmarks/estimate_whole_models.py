@@ -9,6 +9,8 @@ the rest are checks that show where a whole model's time goes. Writes ``benchmar
 and prints a Markdown table.
 
     python benchmarks/estimate_whole_models.py
+
+``python benchmarks/estimate_whole_models.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

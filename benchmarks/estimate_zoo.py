@@ -4,6 +4,8 @@ Writes ``benchmarks/results/estimate_zoo.json``. Goal: every model estimated for
 chips in seconds (the time is dominated by one middle-end compile per chip generation).
 
     python benchmarks/estimate_zoo.py [--model NAME ...] [--no-124m]
+
+``python benchmarks/estimate_zoo.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

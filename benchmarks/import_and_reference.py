@@ -17,6 +17,8 @@ How it measures:
   the median is reported, with agreement of the logits against each other and torch.
 
     python benchmarks/import_and_reference.py [--repeat 3]
+
+``python benchmarks/import_and_reference.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

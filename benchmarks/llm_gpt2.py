@@ -26,6 +26,8 @@ load average is recorded before and after, and medians are taken over ``--repeat
   many greedy tokens agree, tokens/s and the cost model's decode estimate.
 
     python benchmarks/llm_gpt2.py [--repeat 3] [--compress int8,int4,palettize4]
+
+``python benchmarks/llm_gpt2.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

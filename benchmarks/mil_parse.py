@@ -3,6 +3,8 @@
 Writes ``benchmarks/results/mil_parse.json``. Target: well under 1 s to parse 10k operations.
 
     python benchmarks/mil_parse.py [--ops 10000 --ops 40000] [--repeat 3]
+
+``python benchmarks/mil_parse.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ Writes ``benchmarks/results/runtime_session.json``.
 Medians over ``--repeat`` runs. The machine is shared (load average recorded).
 
     python benchmarks/runtime_session.py [--repeat 200]
+
+``python benchmarks/runtime_session.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

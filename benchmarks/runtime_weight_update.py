@@ -29,6 +29,8 @@ The machine is shared (load average recorded); numbers are wall-clock.
 
 ``--backend ane`` (on a Mac) runs the live variant on the engine through e5rt, where the
 reload of an updated program is e5rt's compile; elsewhere it stops with the backend's reason.
+
+``python benchmarks/runtime_weight_update.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ Each section starts once the 1-minute load average is below ``--max-load`` (wait
 ``--max-wait`` seconds); the load it started at is recorded.
 
     python benchmarks/sim_ops.py [--repeat 5] [--layers 12] [--max-load 1.5]
+
+``python benchmarks/sim_ops.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

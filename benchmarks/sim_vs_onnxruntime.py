@@ -24,6 +24,8 @@ How it measures (one process; the machine has 2 cores and is shared):
 - agreement: cosine of the logits and top-1 agreement at every position.
 
     python benchmarks/sim_vs_onnxruntime.py [--repeat 15] [--target m4] [--max-load 1.5]
+
+``python benchmarks/sim_vs_onnxruntime.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

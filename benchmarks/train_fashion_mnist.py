@@ -9,6 +9,8 @@ fashion-mnist` installs it). Epochs are few because the machine is shared: the J
 how many and how long each run took, with the load average.
 
     python benchmarks/train_fashion_mnist.py [--epochs-mlp 10] [--epochs-cnn 2] [--train-rows N]
+
+``python benchmarks/train_fashion_mnist.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

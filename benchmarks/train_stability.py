@@ -9,6 +9,8 @@ loss fell at every step of every chain, the mean and spread of the loss at the f
 last step across chains, and the time per process and per step.
 
     python benchmarks/train_stability.py [--chains 5] [--steps 5]
+
+``python benchmarks/train_stability.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations

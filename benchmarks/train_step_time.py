@@ -9,6 +9,8 @@ and torch alternate in rounds (the medians of the rounds are reported, each roun
 and the JSON records the load average before and after. Goal: sim at most 1.5x torch.
 
     python benchmarks/train_step_time.py [--repeats 20] [--rounds 3] [--skip-stories]
+
+``python benchmarks/train_step_time.py --smoke`` runs the same code paths in seconds (the tests run it).
 """
 
 from __future__ import annotations
