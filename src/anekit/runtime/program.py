@@ -308,8 +308,12 @@ def from_bundle(bundle: Bundle) -> Program:
 
 
 def _compiled_lora_alpha(bundle: Bundle) -> float | None:
-    """The LoRA alpha the bundle's report records (None: compiled without LoRA)."""
-    if REPORT not in bundle.manifest.files:
+    """The LoRA alpha the bundle's report records (None: compiled without LoRA). Only a
+    program with adapter inputs has one, so no other load parses the report."""
+    from anekit.lora import adapter_inputs
+
+    names = [port.name for port in bundle.manifest.inputs]
+    if REPORT not in bundle.manifest.files or not adapter_inputs(names):
         return None
     where = f"{bundle.root}/{REPORT}"
     try:
