@@ -266,3 +266,94 @@ def test_multi_head_attention_with_bias_and_key_padding() -> None:
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
     )
     _check(model, {"q": q, "k": k, "v": v, "mask": mask})
+
+
+def _float_mlp(k: int, hidden: int, n: int) -> tuple[onnx.ModelProto, dict]:
+    """A two-MatMul model with a GELU between, as the quantizer finds in transformer blocks."""
+    inits = {"w1": _f(k, hidden, scale=0.2), "w2": _f(hidden, n, scale=0.2), "b": _f(n)}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Gelu", ["h"], ["g"], domain=MS),
+        helper.make_node("MatMul", ["g", "w2"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    return _model(nodes, {"x": _f(2, 3, k)}, ["y"], inits), inits
+
+
+@pytest.mark.parametrize(
+    ("bits", "block_size", "symmetric"), [(4, 32, False), (4, 128, True), (8, 64, False)]
+)
+def test_matmul_nbits_from_onnxruntimes_weight_only_quantizer(
+    bits: int, block_size: int, symmetric: bool
+) -> None:
+    """onnxruntime's MatMulNBitsQuantizer rewrites the float MatMuls; anekit dequantizes the
+    blocks once and must give onnxruntime's answer on the quantized model. K = 80 is not a
+    multiple of the block, so the last block is padded."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    model, _ = _float_mlp(80, 96, 24)
+    original = onnx.ModelProto()
+    original.CopyFrom(model)  # the quantizer rewrites the model it is given
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=symmetric, bits=bits)
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model
+    kinds = [n.op_type for n in quantized.graph.node]
+    assert kinds.count("MatMulNBits") == 2, kinds
+    x = _f(2, 3, 80)
+    _check(quantized, {"x": x})
+    # and the quantization did something: the float model's answer differs
+    assert not np.allclose(_ort(original, {"x": x})[0], _ort(quantized, {"x": x})[0], atol=1e-3)
+
+
+@pytest.mark.parametrize("zero_points", ["absent", "packed", "float"])
+def test_matmul_nbits_zero_point_forms(zero_points: str) -> None:
+    k, n, block, bits = 48, 10, 16, 4
+    blocks = k // block
+    codes = RNG.integers(0, 16, (n, blocks, block), dtype=np.uint8)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    inits = {"B": packed, "scales": _f(n * blocks, scale=0.1), "bias": _f(n)}
+    if zero_points == "packed":
+        zp = RNG.integers(0, 16, (n, 4), dtype=np.uint8)  # 3 blocks -> 2 bytes per row
+        inits["zp"] = (zp[:, 0::2] | (zp[:, 1::2] << 4)).astype(np.uint8).reshape(-1)
+    elif zero_points == "float":
+        inits["zp"] = _f(n * blocks, scale=4.0) + 8
+    names = ["x", "B", "scales", "zp" if "zp" in inits else "", "", "bias"]
+    node = helper.make_node(
+        "MatMulNBits", names, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block
+    )
+    x = _f(4, k)
+    _check(_model([node], {"x": x}, ["y"], inits), {"x": x})
+
+
+def test_matmul_nbits_refuses_a_b_that_contradicts_its_attributes() -> None:
+    node = helper.make_node(
+        "MatMulNBits", ["x", "B", "s"], ["y"], domain=MS, K=32, N=4, bits=4, block_size=16
+    )
+    inits = {"B": np.zeros((4, 2, 4), np.uint8), "s": np.ones(8, np.float32)}
+    model = _model([node], {"x": _f(1, 32)}, ["y"], inits)
+    with pytest.raises(anekit.AnekitError, match=r"not the uint8\[4, 2, 8\]"):
+        anekit.compile(model, "m4")
+
+
+@pytest.mark.parametrize(("layout", "offset"), [("3d", True), ("3d", False), ("4d", False)])
+def test_contrib_rotary_embedding(layout: str, offset: bool) -> None:
+    """com.microsoft's RotaryEmbedding: position_ids second, a one-value position_ids the
+    offset of the first position; interleaved pairs and a partial rotary width."""
+    b, s, heads, size, rot = 2, 5, 3, 8, 6
+    x = _f(b, s, heads * size) if layout == "3d" else _f(b, heads, s, size)
+    angles = RNG.uniform(0, 6.28, (16, rot // 2)).astype(np.float32)
+    inits = {"cos": np.cos(angles), "sin": np.sin(angles)}
+    if offset:
+        inits["pos"] = np.array([7], np.int64)
+    else:
+        inits["pos"] = RNG.integers(0, 16, (b, s)).astype(np.int64)
+    for interleaved in (0, 1):
+        node = helper.make_node(
+            "RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS,
+            num_heads=heads, rotary_embedding_dim=rot, interleaved=interleaved,
+        )  # fmt: skip
+        _check(_model([node], {"x": x}, ["y"], inits), {"x": x})

@@ -223,7 +223,13 @@ def attention(cx: NodeContext):
 
 @converter("RotaryEmbedding")
 def rotary_embedding(cx: NodeContext):
-    """Rotate pairs of features by the cached angles: gathers, slices, mul/add and concat."""
+    """ONNX's op: X, cos_cache, sin_cache and optional position_ids."""
+    return rotate_by_cached_angles(cx, cx.input(1), cx.input(2), cx.input(3))
+
+
+def rotate_by_cached_angles(cx: NodeContext, cos_cache: str, sin_cache: str, positions: str | None):
+    """Rotate pairs of the node's input 0 features by the cached angles at ``positions``
+    (or the tables' own rows when None): gathers, slices, mul/add and concat."""
     x = cx.input(0)
     shape = cx.shape(0)
     if len(shape) == 3:  # [batch, seq, hidden] -> [batch, seq, heads, size]
@@ -240,10 +246,9 @@ def rotary_embedding(cx: NodeContext):
     seq = d2 if len(shape) == 4 else d1
     # angles per (batch, seq), laid out to broadcast over the heads axis
     cached = []
-    for i in (1, 2):
-        table = cx.input(i)
-        if cx.input(3) is not None:
-            table = cx.emit("gather", [table, cx.input(3)], {"axis": 0})
+    for table in (cos_cache, sin_cache):
+        if positions is not None:
+            table = cx.emit("gather", [table, positions], {"axis": 0})
         layout = (b, 1, seq, rot // 2) if len(shape) == 4 else (b, seq, 1, rot // 2)
         cached.append(cx.emit("reshape", [table], {"shape": layout}))
     cos, sin = cached

@@ -3,7 +3,8 @@ its dynamic quantizer (``DynamicQuantizeLSTM``, ``DynamicQuantizeMatMul``) and i
 transformer optimizer's fusions (``Gelu``, ``FastGelu``, ``BiasGelu``, ``QuickGelu``,
 ``GemmFastGelu``, ``SkipLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
 ``SimplifiedLayerNormalization``, ``FusedMatMul``, ``BiasAdd``, ``Attention``,
-``MultiHeadAttention``).
+``MultiHeadAttention``, ``RotaryEmbedding``) and its weight-only quantizer
+(``MatMulNBits``).
 
 Quantized weights are dequantized to float here, once: the engine computes in fp16, so the
 integer form would only be converted back. onnxruntime also quantizes the *activations* of
@@ -18,6 +19,7 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles
 from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
 from anekit.ir.dtypes import DType
 
@@ -62,6 +64,72 @@ def dynamic_quantize_matmul(cx: NodeContext):
     z = np.zeros_like(s) if z is None else z.astype(np.float32)
     y = cx.emit("matmul", [cx.input(0), cx.constant((b - z) * s, "B")], final=cx.input(4) is None)
     return y if cx.input(4) is None else cx.emit("add", [y, cx.input(4)], final=True)
+
+
+def _unpacked(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes holding ``8 // bits`` codes each, low bits first, as one code per value
+    along the last axis."""
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    codes = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(*packed.shape[:-1], -1)
+
+
+@converter(f"{MS}.MatMulNBits")
+def matmul_nbits(cx: NodeContext):
+    """A @ W^T (+ bias) where W [N, K] is stored as ``bits``-bit codes in blocks of
+    ``block_size`` along K, each block ``(code - zero_point) * scale``. The default zero point
+    is the codes' midpoint; zero points are packed codes, or floats like the scales."""
+    k, n, bits, block = cx.attr("K"), cx.attr("N"), cx.attr("bits", 4), cx.attr("block_size")
+    if bits not in (2, 4, 8):
+        raise ModelError(f"{bits}-bit codes are not supported (2, 4 or 8 are)")
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16")
+    if cx.input(4) is not None:
+        raise ModelError("the g_idx input (act-order group indices) is not supported",
+                         hint="quantize without act-order (onnxruntime's RTN or default config)")  # fmt: skip
+    blocks = -(-k // block)
+    packed = cx.require_const(1, "B")
+    if packed.dtype != np.uint8 or packed.shape != (n, blocks, block * bits // 8):
+        raise ModelError(f"B is {packed.dtype}{list(packed.shape)}, not the uint8"
+                         f"{[n, blocks, block * bits // 8]} that K={k}, N={n}, bits={bits} and "
+                         f"block_size={block} give")  # fmt: skip
+    cx.reserve((n, blocks * block), np.float32, "the dequantized weight")
+    codes = _unpacked(packed, bits).astype(np.float32)  # [N, blocks, block]
+    scales = cx.require_const(2, "scales").astype(np.float32)
+    if scales.size != n * blocks:
+        raise ModelError(f"scales hold {scales.size} values, not N * blocks = {n * blocks}")
+    zero = cx.const(3)
+    if zero is None:
+        zero = np.full((n, blocks), 1 << (bits - 1), np.float32)
+    elif zero.dtype == np.uint8:
+        zero = _unpacked(zero.reshape(n, -1), bits)[:, :blocks].astype(np.float32)
+    else:
+        zero = zero.astype(np.float32)
+    if zero.size != n * blocks:
+        raise ModelError(f"zero_points hold {zero.size} values, not N * blocks = {n * blocks}")
+    weight = (codes - zero.reshape(n, blocks, 1)) * scales.reshape(n, blocks, 1)
+    weight = weight.reshape(n, blocks * block)[:, :k]
+    dtype = cx.type(0).dtype.numpy
+    y = cx.emit("matmul", [cx.input(0), cx.constant(np.ascontiguousarray(weight.T).astype(dtype), "W")],
+                final=cx.input(5) is None)  # fmt: skip
+    return y if cx.input(5) is None else cx.emit("add", [y, cx.input(5)], final=True)
+
+
+@converter(f"{MS}.RotaryEmbedding")
+def contrib_rotary_embedding(cx: NodeContext):
+    """input, position_ids, cos_cache, sin_cache: ONNX's RotaryEmbedding with the inputs in
+    another order, where a one-value position_ids is the offset of the first position."""
+    if cx.attr("is_packed_batching", 0):
+        raise ModelError("is_packed_batching is not supported")
+    positions = cx.input(1)
+    if cx.shape(1) == (1,):
+        shape = cx.shape(0)
+        batch, seq = shape[0], shape[2] if len(shape) == 4 else shape[1]
+        steps = np.broadcast_to(np.arange(seq), (batch, seq))
+        positions = cx.emit(
+            "add", [cx.constant(steps.astype(cx.type(1).dtype.numpy), "steps"), positions]
+        )
+    return rotate_by_cached_angles(cx, cx.input(2), cx.input(3), positions)
 
 
 def _plus_bias(cx: NodeContext, x: str, bias: int) -> str:
