@@ -6,6 +6,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     contrib,
     control,
     elementwise,
+    group_query_attention,
     index,
     linalg,
     loss,

@@ -224,23 +224,38 @@ def attention(cx: NodeContext):
 @converter("RotaryEmbedding")
 def rotary_embedding(cx: NodeContext):
     """ONNX's op: X, cos_cache, sin_cache and optional position_ids."""
-    return rotate_by_cached_angles(cx, cx.input(1), cx.input(2), cx.input(3))
+    return rotate_by_cached_angles(
+        cx, cx.input(0), cx.input(1), cx.input(2), cx.input(3),
+        heads=cx.attr("num_heads", 0), width=cx.attr("rotary_embedding_dim", 0),
+        interleaved=bool(cx.attr("interleaved", 0)), final=True,
+    )  # fmt: skip
 
 
-def rotate_by_cached_angles(cx: NodeContext, cos_cache: str, sin_cache: str, positions: str | None):
-    """Rotate pairs of the node's input 0 features by the cached angles at ``positions``
-    (or the tables' own rows when None): gathers, slices, mul/add and concat."""
-    x = cx.input(0)
-    shape = cx.shape(0)
+def rotate_by_cached_angles(
+    cx: NodeContext,
+    x: str,
+    cos_cache: str,
+    sin_cache: str,
+    positions: str | None,
+    *,
+    heads: int,
+    width: int,
+    interleaved: bool,
+    final: bool,
+) -> str:
+    """Rotate pairs of the first ``width`` features (0: all) of x, 3-d [batch, seq, heads *
+    size] or 4-d [batch, heads, seq, size], by the cached angles at ``positions`` (or the
+    tables' own rows when None): gathers, slices, mul/add and concat. ``final``: the result
+    takes the node's output name."""
+    shape = cx.shape_of(x)
     if len(shape) == 3:  # [batch, seq, hidden] -> [batch, seq, heads, size]
-        heads = cx.attr("num_heads", 0)
         if not heads or shape[2] % heads:
-            raise ModelError(f"3-d RotaryEmbedding needs num_heads dividing {shape[2]}")
+            raise ModelError(f"3-d rotary embedding needs num_heads dividing {shape[2]}")
         x = cx.emit("reshape", [x], {"shape": (*shape[:2], heads, shape[2] // heads)})
     elif len(shape) != 4:
-        raise ModelError(f"RotaryEmbedding takes a 3-d or 4-d input, got shape {list(shape)}")
+        raise ModelError(f"rotary embedding takes a 3-d or 4-d input, got shape {list(shape)}")
     b, d1, d2, size = cx.shape_of(x)
-    rot = cx.attr("rotary_embedding_dim", 0) or size
+    rot = width or size
     if rot % 2 or rot > size:
         raise ModelError(f"rotary_embedding_dim {rot} must be even and at most {size}")
     seq = d2 if len(shape) == 4 else d1
@@ -258,14 +273,14 @@ def rotate_by_cached_angles(cx: NodeContext, cos_cache: str, sin_cache: str, pos
             "slice", [x], {"starts": (start,), "ends": (end,), "axes": (3,), "steps": (step,)}
         )
 
-    if cx.attr("interleaved", 0):
+    if interleaved:
         x1, x2 = part(0, rot, 2), part(1, rot, 2)
     else:
         x1, x2 = part(0, rot // 2), part(rot // 2, rot)
     real = cx.emit("sub", [cx.emit("mul", [cos, x1]), cx.emit("mul", [sin, x2])])
     imag = cx.emit("add", [cx.emit("mul", [sin, x1]), cx.emit("mul", [cos, x2])])
-    last = len(shape) == 4 and rot == size  # the op that produces the output
-    if cx.attr("interleaved", 0):
+    last = final and len(shape) == 4 and rot == size  # the op that produces the output
+    if interleaved:
         pair = (b, d1, d2, rot // 2, 1)
         real, imag = (cx.emit("reshape", [t], {"shape": pair}) for t in (real, imag))
         rotated = cx.emit("concat", [real, imag], {"axis": 4})
@@ -273,7 +288,9 @@ def rotate_by_cached_angles(cx: NodeContext, cos_cache: str, sin_cache: str, pos
     else:
         rotated = cx.emit("concat", [real, imag], {"axis": 3}, final=last)
     if rot < size:
-        rotated = cx.emit("concat", [rotated, part(rot, size)], {"axis": 3}, final=len(shape) == 4)
+        rotated = cx.emit(
+            "concat", [rotated, part(rot, size)], {"axis": 3}, final=final and len(shape) == 4
+        )
     if len(shape) == 3:
-        return cx.emit("reshape", [rotated], {"shape": shape}, final=True)
+        return cx.emit("reshape", [rotated], {"shape": shape}, final=final)
     return rotated

@@ -129,7 +129,11 @@ def contrib_rotary_embedding(cx: NodeContext):
         positions = cx.emit(
             "add", [cx.constant(steps.astype(cx.type(1).dtype.numpy), "steps"), positions]
         )
-    return rotate_by_cached_angles(cx, cx.input(2), cx.input(3), positions)
+    return rotate_by_cached_angles(
+        cx, cx.input(0), cx.input(2), cx.input(3), positions,
+        heads=cx.attr("num_heads", 0), width=cx.attr("rotary_embedding_dim", 0),
+        interleaved=bool(cx.attr("interleaved", 0)), final=True,
+    )  # fmt: skip
 
 
 def _plus_bias(cx: NodeContext, x: str, bias: int) -> str:
