@@ -70,6 +70,42 @@ def _conv(lo: Lowering) -> str:
     return lo.out("add", {"x": y, "y": channel_vector(lo, 2, x.rank, "bias")})
 
 
+def _conv_integer(lo: Lowering) -> str:
+    """(x - x_zero_point) correlated with (weight - w_zero_point) as a float conv rounded to
+    int32. Integer products and their sums are exact in fp32 while below 2**24, which the
+    weights bound here: 255 times the largest sum of a filter's |centred weights|. So the op
+    stays on the CPU (its int8 operands keep it off the engine) and in fp32."""
+    x, w = lo.need(0), lo.need(1)
+    if w.const is None:
+        raise lo.error("a computed integer weight has no MIL form", hint="make the weight a constant")
+    if lo.fdtype != "fp32":
+        raise lo.error("integer convolution is exact only in an fp32 (CPU) program")
+    weight = np.asarray(w.const, np.int64)
+    zw = lo.const_of(3)
+    if zw is not None:
+        weight = weight - np.asarray(zw, np.int64).reshape((-1,) + (1,) * (weight.ndim - 1))
+    reach = 255 * int(np.abs(weight).reshape(weight.shape[0], -1).sum(axis=1).max(initial=0))
+    if reach >= 2**24:
+        raise lo.error(f"its sums can reach {reach}, past fp32's exact integers (2**24)")
+    centred = lo.cast(lo.x(0), x.shape, "fp32")
+    if lo.arg(2) is not None:
+        zx = lo.x(2, "fp32")
+        centred = lo.tmp("sub", {"x": centred, "y": zx}, x.shape, "fp32", "centred")
+    sp = x.rank - 2
+    strides, pads, dilations = conv_geometry(sp, lo.attrs)
+    inputs = {
+        "x": centred,
+        "weight": lo.t(weight.astype(np.float32), "centred_weight"),
+        "strides": lo.p("strides", list(strides)),
+        "pad_type": lo.p("pad_type", "custom", "string"),
+        "pad": lo.p("pad", interleave_pads(pads)),
+        "dilations": lo.p("dilations", list(dilations)),
+        "groups": lo.p("groups", np.int32(lo.attrs["group"])),
+    }
+    acc = lo.tmp("conv", inputs, lo.out_shape(), "fp32", "accumulated")
+    return lo.out("cast", {"x": acc, "dtype": lo.p("dtype", "int32", "string")})
+
+
 def _conv_transpose(lo: Lowering) -> str:
     x = lo.need(0)
     sp = x.rank - 2
@@ -339,6 +375,7 @@ def _arg_reduce(mil_op: str) -> LowerFn:
 LOWERINGS: MappingProxyType[str, LowerFn] = MappingProxyType(
     {
         "conv": _conv,
+        "conv_integer": _conv_integer,
         "conv_transpose": _conv_transpose,
         "matmul": _matmul,
         "attention": _attention,

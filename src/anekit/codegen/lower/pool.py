@@ -50,7 +50,12 @@ def _max_pool(lo: Lowering) -> str:
     if lo.attrs["return_indices"]:
         raise lo.error("max pooling indices have no MIL form")
     kernel, strides, pads = _floor_pads(lo)
-    return lo.out("max_pool", _pool_inputs(lo, lo.x(0), kernel, strides, pads))
+    if lo.need(0).dtype in ("fp16", "fp32"):
+        return lo.out("max_pool", _pool_inputs(lo, lo.x(0), kernel, strides, pads))
+    # MIL pools take floats: quantized (int8/uint8) values are exact in either float type
+    pooled = lo.tmp("max_pool", _pool_inputs(lo, lo.x(0, lo.fdtype), kernel, strides, pads),
+                    lo.out_shape())  # fmt: skip
+    return lo.out("cast", {"x": pooled, "dtype": lo.p("dtype", lo.out_dtype(), "string")})
 
 
 def _avg_pool(lo: Lowering) -> str:

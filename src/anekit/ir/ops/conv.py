@@ -138,7 +138,6 @@ def _conv_integer_infer(ins: Types, attrs: Attrs) -> list[TensorType]:
     inputs=("x", "weight", "x_zero_point?", "w_zero_point?"),
     attrs=CONV_ATTRS,
     infer=_conv_integer_infer,
-    no_lowering="not lowered yet: MIL convolves float tensors only (it would dequantize first)",
 )
 def conv_integer(x, weight, x_zero_point, w_zero_point, strides, pads, dilations, group):
     """(x - x_zero_point) correlated with (weight - w_zero_point), exact in int32"""

@@ -13,6 +13,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     misc,
     nn,
     pool,
+    qoperator,
     quant,
     recurrent,
     reduce,
