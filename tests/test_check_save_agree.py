@@ -52,10 +52,6 @@ UNLOWERED: dict[str, Callable[[], Graph]] = {
     "bit_shift": _one("bit_shift", [_i("x", (2, 3)), _i("s", (2, 3))], direction="left"),
     "bitcast": _one("bitcast", [_f("x", (2, 3))], to="int32"),
     "col2im": _one("col2im", [_f("x", (1, 4, 9))], image_shape=(4, 4), block_shape=(2, 2)),
-    "conv_integer": _one(
-        "conv_integer",
-        [_i("x", (1, 1, 4, 4), "int8"), anekit.constant(np.ones((2, 1, 2, 2), np.int8))],
-    ),
     "cumprod": _one("cumprod", [_f("x", (2, 5))], axis=1),
     "deform_conv": _one(
         "deform_conv", [_f("x", (1, 2, 5, 5)), _c((3, 2, 3, 3)), _f("offset", (1, 18, 3, 3))]

@@ -83,6 +83,17 @@ def _conv(rng, *, bias=True, groups=1, stride=1, padding=1, dilation=1):  # noqa
     return anekit.graph([y]), {"x": _rng_array(rng, (1, 4, 7, 6))}
 
 
+def _conv_integer(rng):  # noqa: ANN001, ANN202
+    """uint8 activations centred on 128, int8 weights with a zero point per output channel."""
+    x = anekit.input("x", (1, 3, 6, 6), "uint8")
+    w = anekit.constant(rng.integers(-60, 60, (4, 3, 3, 3)).astype(np.int8))
+    zx = anekit.constant(np.asarray(128, np.uint8))
+    zw = anekit.constant(np.asarray([0, 3, -2, 1], np.int8))
+    attrs = {"strides": (2, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    y = record("conv_integer", [x, w, zx, zw], attrs, name="y")
+    return anekit.graph([y]), {"x": rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)}
+
+
 def _conv1d(rng):  # noqa: ANN001, ANN202
     x = anekit.input("x", (1, 3, 9))
     y = ops.conv1d(
@@ -297,6 +308,7 @@ CASES: tuple[Case, ...] = (
     simple("conv_no_bias", lambda rng: _conv(rng, bias=False)),
     simple("conv_grouped_strided", lambda rng: _conv(rng, groups=2, stride=2, padding=0)),
     simple("conv_dilated", lambda rng: _conv(rng, dilation=2, padding=2)),
+    simple("conv_integer", _conv_integer, tol=0.0),
     simple("conv1d", _conv1d),
     simple("conv_transpose", lambda rng: _conv_transpose(rng)),
     simple("conv_transpose_output_padding", lambda rng: _conv_transpose(rng, 1)),

@@ -40,8 +40,9 @@ def _ids(config: tuple[str, str, str]) -> str:
 
 
 # exact GELU never reaches an engine program of a chip without the MIL gelu op: decompose
-# approximates it, or validate sends it to the CPU (test_exact_gelu_is_refused_in_engine_programs)
-_CPU_ONLY = {("gelu_approximatenone", "ane")}
+# approximates it, or validate sends it to the CPU (test_exact_gelu_is_refused_in_engine_programs);
+# integer convolution is exact only in fp32, and its int8 operands keep it off the engine
+_CPU_ONLY = {("gelu_approximatenone", "ane"), ("conv_integer", "ane")}
 PAIRS = [
     pytest.param(case, config, id=f"{case.name}-{_ids(config)}")
     for case in ALL_CASES
@@ -54,6 +55,13 @@ PAIRS = [
 def test_exact_gelu_is_refused_in_engine_programs(config: tuple[str, str, str]) -> None:
     (case,) = [c for c in ALL_CASES if c.name == "gelu_approximatenone"]
     with pytest.raises(ModelError, match="exact GELU"):
+        _bundle(case, config)
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c[1] == "ane"], ids=_ids)
+def test_integer_conv_is_refused_in_engine_programs(config: tuple[str, str, str]) -> None:
+    (case,) = [c for c in ALL_CASES if c.name == "conv_integer"]
+    with pytest.raises(ModelError, match="exact only in an fp32"):
         _bundle(case, config)
 
 
