@@ -454,3 +454,9 @@ ENGINE_LAYER_CASES: tuple[Case, ...] = tuple(
     for kind in ("full", "goc_sigmoid")
 )
 ALL_CASES = CASES + ENGINE_LAYER_CASES
+
+# (case, device) pairs an engine program refuses, so they are lowered for the CPU only: exact
+# GELU never reaches an engine program of a chip without the MIL gelu op (decompose
+# approximates it, or validate sends it to the CPU); integer convolution is exact only in
+# fp32, and its int8 operands keep it off the engine
+CPU_ONLY = frozenset({("gelu_approximatenone", "ane"), ("conv_integer", "ane")})

@@ -15,7 +15,7 @@ from anekit.errors import ModelError
 from anekit.formats import mil
 from anekit.formats.blob import BlobReader
 from anekit.runtime.program import from_contents
-from tests.codegen.cases import ALL_CASES, Case
+from tests.codegen.cases import ALL_CASES, CPU_ONLY, Case
 from tests.numerics import agreement
 
 # (target, device, CPU weight storage): the engine dialects of both generations, and the CPU
@@ -39,15 +39,11 @@ def _ids(config: tuple[str, str, str]) -> str:
     return "-".join(config[:2])
 
 
-# exact GELU never reaches an engine program of a chip without the MIL gelu op: decompose
-# approximates it, or validate sends it to the CPU (test_exact_gelu_is_refused_in_engine_programs);
-# integer convolution is exact only in fp32, and its int8 operands keep it off the engine
-_CPU_ONLY = {("gelu_approximatenone", "ane"), ("conv_integer", "ane")}
 PAIRS = [
     pytest.param(case, config, id=f"{case.name}-{_ids(config)}")
     for case in ALL_CASES
     for config in CONFIGS
-    if (case.name, config[1]) not in _CPU_ONLY
+    if (case.name, config[1]) not in CPU_ONLY
 ]
 
 

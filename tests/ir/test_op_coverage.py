@@ -26,12 +26,10 @@ from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.ir.engine import UNITS
 from anekit.ir.registry import get_op, op_names
 from anekit.simulator import supported_ops as sim_ops
-from tests.codegen.cases import ALL_CASES
+from tests.codegen.cases import ALL_CASES, CPU_ONLY
 
 FRONTEND = Path(__file__).resolve().parents[2] / "src" / "anekit" / "frontend" / "onnx"
 CONFIGS = (("m1", "ane"), ("m4", "ane"), ("m4", "cpu"))
-# an exact GELU never reaches an engine program (tests/codegen/test_lowering.py)
-REFUSED = {("gelu_approximatenone", "ane")}
 
 # (op, what) -> why it is missing, on purpose
 EXEMPT: dict[tuple[str, str], str] = {
@@ -63,7 +61,7 @@ def _mil_ops_by_ir_op() -> dict[str, set[str]]:
             if n.op == "ane_layer":
                 ops |= {n.attrs["main"], *(step.op for step in n.attrs["epilogue"])}
         for chip, device in CONFIGS:
-            if (case.name, device) in REFUSED:
+            if (case.name, device) in CPU_ONLY:
                 continue
             seg = emit_segment(graph, whole_graph_segment(graph, device), targets.get(chip))
             mil = {o.op for o in seg.program.function("main").operations}
