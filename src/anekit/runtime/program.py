@@ -245,6 +245,13 @@ class Program:
         if options is not None and fields:
             raise AnekitError("give options= or its fields as keywords, not both")
         options = options or CoreMLOptions(**fields)
+        if options.enumerated_shapes:
+            raise AnekitError(
+                "a compiled program has the fixed shapes it was compiled for; enumerated shapes "
+                "compile the model again at each",
+                hint="anekit.compile(MODEL, ...).save_mlpackage(..., enumerated_shapes=...), or "
+                "anekit compile MODEL --mlpackage PATH --enumerated-shape NAME=DIMS,DIMS",
+            )
         readers = [_reader(w) for w in self.weights]
         try:
             return export_mlpackage(self.manifest, self.programs, readers, path, options)
