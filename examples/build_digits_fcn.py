@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from sklearn.datasets import load_digits
+from build_digits_cnn import digits_split  # this folder: the script's own directory
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -46,12 +46,7 @@ def upscale(images: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     torch.manual_seed(0)
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[:, None]  # N x 1 x 8 x 8 in [0, 1]
-    y = digits.target.astype(np.int64)
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(x))
-    train, test = order[:1500], order[1500:]
+    x, y, train, test = digits_split()
     model = DigitsFCN()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     small, yt = torch.from_numpy(x[train]), torch.from_numpy(y[train])

@@ -16,20 +16,13 @@ import anekit
 from anekit.cli import main
 from anekit.codegen.coreml_options import CoreMLOptions, ImageInput
 from anekit.errors import AnekitError
+from tests.codegen.test_mlpackage_options import reload
 
 ROOT = Path(__file__).resolve().parents[2]
 FCN = ROOT / "examples" / "digits_fcn.onnx"
 DIGITS_CNN = ROOT / "examples" / "digits_cnn.onnx"
 ct = pytest.importorskip("coremltools")
 HW_SHAPES = [(1, 1, 8, 8), (1, 1, 16, 16), (1, 1, 12, 20)]
-
-
-def reload(path: Path):  # noqa: ANN201
-    from coremltools.converters.mil.frontend.milproto import load as milproto_load
-
-    model = ct.models.MLModel(str(path), skip_model_load=True)
-    spec = model.get_spec()
-    return spec, milproto_load.load(spec, spec.specificationVersion, model.weights_dir)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +117,27 @@ def test_batch_one_with_larger_batches_is_refused_naming_the_op(fcn, tmp_path) -
     assert "'head_head_0_Flatten_output_0' (reshape)" in text
     assert "image=2x1x8x8" in text and "image=1x1x8x8" in text
     assert not (tmp_path / "r.mlpackage").exists()
+
+
+def test_a_constant_that_depends_on_the_shape_is_refused_naming_the_op(tmp_path) -> None:
+    """A crop to the end of a dynamic width: its MIL end index is the width itself."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    consts = [numpy_helper.from_array(np.array([v], np.int64), n)
+              for n, v in (("starts", 1), ("ends", 2**62), ("axes", 3))]  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["s"], name="crop"),
+         helper.make_node("Relu", ["s"], ["y"], name="act")], "crop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    cm = anekit.compile(model, "m4", input_shapes={"x": (1, 2, 8, 8)})
+    with pytest.raises(AnekitError, match=r"'s' \(slice_by_index\) has different constants 'end'"):
+        cm.save_mlpackage(tmp_path / "c.mlpackage",
+                          enumerated_shapes={"x": [(1, 2, 8, 8), (1, 2, 8, 16)]})  # fmt: skip
+    assert not (tmp_path / "c.mlpackage").exists()
 
 
 @pytest.mark.parametrize(

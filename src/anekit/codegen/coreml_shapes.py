@@ -115,13 +115,15 @@ def _refuse(base: Variant, variant: Variant, what: str) -> AnekitError:
     return AnekitError(
         f"one Core ML program cannot serve every enumerated shape: {what} in the program "
         f"compiled at {_where(variant)} and the one at {_where(base)}",
-        hint="the compiler lays the model out differently at these shapes; export them as "
-        "separate packages, or enumerate only shapes that differ where this op does not",
+        hint="what the compiler wrote there depends on the shape; export these shapes as "
+        "separate packages, or enumerate only shapes at which that op is the same",
     )
 
 
 def _same_ports(base: Variant, variant: Variant) -> None:
     a, b = base.manifest, variant.manifest
+    if _ports(a) != _ports(b):
+        raise _refuse(base, variant, "the model's inputs or outputs come from different places")
     if len(a.segments) != len(b.segments):
         raise _refuse(base, variant, f"the model has {len(b.segments)} and {len(a.segments)} "
                                      "segments")  # fmt: skip
@@ -131,6 +133,11 @@ def _same_ports(base: Variant, variant: Variant) -> None:
         ] == [(i.mil_name, i.mil_dtype) for i in (*y.inputs, *y.outputs)]
         if not same:
             raise _refuse(base, variant, f"segment {x.index} has other inputs, outputs or device")
+
+
+def _ports(manifest: Manifest) -> list[tuple]:
+    return [(p.name, p.dtype, p.source.key if p.source else None)
+            for p in (*manifest.inputs, *manifest.outputs)]  # fmt: skip
 
 
 def _effective_ops(variant: Variant, index: int) -> tuple[mil.Function, list[mil.Operation], dict[str, str]]:
@@ -172,6 +179,13 @@ def _compare_segment(base: Variant, variant: Variant, index: int) -> dict[tuple[
         ):
             raise _refuse(base, variant, f"operation {k} is '{b.outputs[0].name}' ({b.op}) and "
                                          f"'{name}' ({a.op})")  # fmt: skip
+        attributes = [(k, v) for k, v in a.attributes if k != "name"], [
+            (k, v) for k, v in b.attributes if k != "name"]  # fmt: skip
+        if [k for k, _ in attributes[0]] != [k for k, _ in attributes[1]] or not all(
+            _equal(_value(u, None), _value(v, None))
+            for (_, u), (_, v) in zip(*attributes, strict=True)
+        ):
+            raise _refuse(base, variant, f"'{name}' ({a.op}) has different attributes")
         for (key, x), (_, y) in zip(a.inputs, b.inputs, strict=True):
             for u, v in zip(_args(x), _args(y), strict=False):
                 if isinstance(u, mil.Var) != isinstance(v, mil.Var) or (
