@@ -154,13 +154,11 @@ class CompiledModel:
         options as `anekit.runtime.Program.save_mlpackage` takes them, and
         ``enumerated_shapes``: the model is compiled again at each shape and written as one
         program valid at all of them (`anekit.codegen.coreml_shapes`)."""
-        from anekit.codegen.coreml_options import CoreMLOptions
+        from anekit.codegen.coreml_options import given_options
         from anekit.errors import os_error, path_argument
 
         path = path_argument(path, "the .mlpackage path")
-        if options is not None and fields:
-            raise AnekitError("give options= or its fields as keywords, not both")
-        options = options or CoreMLOptions(**fields)
+        options = given_options(options, fields)
         try:
             if options.enumerated_shapes:
                 return _save_enumerated(self, path, options)

@@ -1,6 +1,6 @@
 """What a Core ML package says about itself beyond the program: I/O types, image inputs,
-enumerated input shapes, classifier labels, metadata, compute units and deployment target. Checked here, before
-coremltools is imported; `anekit.codegen.mlpackage` applies them."""
+enumerated input shapes, classifier labels, metadata, compute units and deployment target.
+Checked here, before coremltools is imported; `anekit.codegen.mlpackage` applies them."""
 
 from __future__ import annotations
 
@@ -82,6 +82,13 @@ class CoreMLOptions:
                 raise AnekitError("class labels must be a non-empty list of distinct labels")
             if len({type(label) for label in labels}) != 1:
                 raise AnekitError("class labels are all strings or all integers")
+
+
+def given_options(options: CoreMLOptions | None, fields: Mapping[str, object]) -> CoreMLOptions:
+    """``options``, or one made of its fields given as keywords (not both)."""
+    if options is not None and fields:
+        raise AnekitError("give options= or its fields as keywords, not both")
+    return options or CoreMLOptions(**fields)  # type: ignore[arg-type]
 
 
 def _checked_shapes(given: object) -> dict[str, tuple[tuple[int, ...], ...]]:

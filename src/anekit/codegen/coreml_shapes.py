@@ -179,15 +179,18 @@ def _compare_segment(base: Variant, variant: Variant, index: int) -> dict[tuple[
         ):
             raise _refuse(base, variant, f"operation {k} is '{b.outputs[0].name}' ({b.op}) and "
                                          f"'{name}' ({a.op})")  # fmt: skip
-        attributes = [(k, v) for k, v in a.attributes if k != "name"], [
-            (k, v) for k, v in b.attributes if k != "name"]  # fmt: skip
-        if [k for k, _ in attributes[0]] != [k for k, _ in attributes[1]] or not all(
+        extra_a = [(key, v) for key, v in a.attributes if key != "name"]
+        extra_b = [(key, v) for key, v in b.attributes if key != "name"]
+        if [key for key, _ in extra_a] != [key for key, _ in extra_b] or not all(
             _equal(_value(u, None), _value(v, None))
-            for (_, u), (_, v) in zip(*attributes, strict=True)
+            for (_, u), (_, v) in zip(extra_a, extra_b, strict=True)
         ):
             raise _refuse(base, variant, f"'{name}' ({a.op}) has different attributes")
         for (key, x), (_, y) in zip(a.inputs, b.inputs, strict=True):
-            for u, v in zip(_args(x), _args(y), strict=False):
+            if len(_args(x)) != len(_args(y)):
+                raise _refuse(base, variant, f"'{name}' ({a.op}) reads a different number of values "
+                                             f"for '{key}'")  # fmt: skip
+            for u, v in zip(_args(x), _args(y), strict=True):
                 if isinstance(u, mil.Var) != isinstance(v, mil.Var) or (
                     isinstance(u, mil.Var) and bypass_a.get(u.name, u.name) != bypass_b.get(v.name, v.name)
                 ):
