@@ -34,14 +34,19 @@ class DigitsCNN(nn.Module):
         return torch.softmax(self.head(self.features(x)), dim=-1)
 
 
+def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's digits (N x 1 x 8 x 8 in [0, 1]), their labels, and the fixed split:
+    the indices of 1,500 training digits and of the held-out rest."""
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[:, None]
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(x))
+    return x, y, order[:1500], order[1500:]
+
+
 def main() -> None:
     torch.manual_seed(0)
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[:, None]  # N x 1 x 8 x 8 in [0, 1]
-    y = digits.target.astype(np.int64)
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(x))
-    train, test = order[:1500], order[1500:]
+    x, y, train, test = digits_split()
     model = DigitsCNN()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     xt, yt = torch.from_numpy(x[train]), torch.from_numpy(y[train])

@@ -76,6 +76,8 @@ class CompiledModel:
         )
         self._ops = tuple(explain(source, result, ctx))
         self._summary = MappingProxyType(summarize(source, result))
+        # (model, compile keywords) when `compile` made it: enumerated Core ML shapes recompile
+        self.recipe: tuple[Any, dict[str, Any]] | None = None
 
     @property
     def ops(self) -> tuple[OpReport, ...]:
@@ -149,12 +151,18 @@ class CompiledModel:
 
     def save_mlpackage(self, path: str | os.PathLike[str], options: Any = None, **fields: Any) -> Any:
         """Export the whole model as one Core ML ``.mlpackage`` (needs the `coreml` extra);
-        options as `anekit.runtime.Program.save_mlpackage` takes them."""
+        options as `anekit.runtime.Program.save_mlpackage` takes them, and
+        ``enumerated_shapes``: the model is compiled again at each shape and written as one
+        program valid at all of them (`anekit.codegen.coreml_shapes`)."""
+        from anekit.codegen.coreml_options import given_options
         from anekit.errors import os_error, path_argument
 
         path = path_argument(path, "the .mlpackage path")
+        options = given_options(options, fields)
         try:
-            return self.program.save_mlpackage(path, options, **fields)
+            if options.enumerated_shapes:
+                return _save_enumerated(self, path, options)
+            return self.program.save_mlpackage(path, options)
         except OSError as exc:
             raise os_error(exc, f"write the .mlpackage '{path}'") from None
 
@@ -182,6 +190,72 @@ class CompiledModel:
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.graph.name!r}, target={self.target.name!r}: {self.summary_line()})"
+
+
+def _save_enumerated(compiled: CompiledModel, path: Any, options: Any) -> Any:
+    """The model compiled at every configuration of its enumerated shapes, exported as one
+    Core ML program with symbolic input dimensions (see `anekit.codegen.coreml_shapes`)."""
+    from anekit.codegen.coreml_shapes import (
+        Variant,
+        configurations,
+        flexible_shapes,
+        shape_text,
+    )
+    from anekit.codegen.mlpackage import export_mlpackage
+    from anekit.formats.blob import BlobReader
+
+    if compiled.recipe is None:
+        raise AnekitError("enumerated shapes compile the model again at each shape, and this "
+                          "compiled model does not come from anekit.compile",
+                          hint="anekit.compile(MODEL, ...).save_mlpackage(..., enumerated_shapes=...)")  # fmt: skip
+    model, keywords = compiled.recipe
+    enumerated = options.enumerated_shapes
+    check_enumerated_shapes(model, enumerated, keywords.get("constants"))
+    fixed = {p.name: tuple(p.shape) for p in compiled.program.manifest.inputs}
+    variants, readers = [], []
+    try:
+        for config in configurations(enumerated):
+            shapes = {**fixed, **config}
+            try:
+                cm = compiled if shapes == fixed else compile(model, compiled.target, **{
+                    **keywords, "input_shapes": shapes})  # fmt: skip
+            except AnekitError as exc:
+                where = ", ".join(f"{n}={shape_text(s)}" for n, s in config.items())
+                raise type(exc)(f"at the enumerated shape {where}: {exc.message}",
+                                hint=exc.hint, where=exc.where) from None  # fmt: skip
+            program = cm.program
+            weights = [None if w is None else BlobReader(w) for w in program.weights]
+            readers += weights
+            variants.append(Variant(config, program.manifest, program.programs, weights))
+        first = variants[0]
+        return export_mlpackage(first.manifest, first.programs, first.weights, path, options,
+                                flexible_shapes(variants, enumerated))  # fmt: skip
+    finally:
+        for reader in readers:
+            if reader is not None:
+                reader.close()
+
+
+def check_enumerated_shapes(model: Any, enumerated: Mapping[str, Sequence[Sequence[int]]],
+                            constants: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+    """Enumerated shapes that name the model's inputs and keep its fixed dimensions (checked
+    before any compile, so the message speaks of the shapes, not of a compile at one)."""
+    from anekit.codegen.coreml_shapes import check_against_model
+
+    if isinstance(model, Graph):
+        declared = {v.name: list(v.shape) for v in model.inputs}
+    else:
+        from anekit.frontend.onnx.loader import load_model
+
+        proto, _ = load_model(model)
+        fixed = {t.name for t in proto.graph.initializer} | set(constants or ())
+        declared = {
+            vi.name: [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                      for d in vi.type.tensor_type.shape.dim]  # fmt: skip
+            for vi in proto.graph.input
+            if vi.name not in fixed
+        }
+    check_against_model(enumerated, declared)
 
 
 def _estimate(cm: CompiledModel) -> Any:
@@ -272,6 +346,8 @@ def compile(  # noqa: A001 - the public name the API promises
         check_tensor_sizes(result.graph)
         compiled = CompiledModel(source, result, chip, ctx, compress)
         _check_lowering(compiled)
+        compiled.recipe = (model, {"constants": constants, "passes": passes, "lora": lora,
+                                   "compress": compress, **options})  # fmt: skip
         return compiled
 
 

@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples=[
             "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit",
             "anekit compile examples/digits_cnn.onnx -t m4 -o digits.anekit --mlpackage digits.mlpackage",
+            "anekit compile examples/digits_fcn.onnx -o fcn.anekit --mlpackage fcn.mlpackage "
+            "--enumerated-shape image=1x1x8x8,1x1x16x16",
             "anekit compile examples/digits_cnn.onnx -t m4 --compress int8 --json",
         ],
         json_help="print what was written as JSON",
@@ -115,6 +117,10 @@ def _add_coreml_options(p: argparse.ArgumentParser) -> None:
                    help="images feed the model pixel * S + bias (default 1)")  # fmt: skip
     g.add_argument("--image-bias", default="0", metavar="B[,G,R]",
                    help="one bias, or one per channel in the layout's order (default 0)")  # fmt: skip
+    g.add_argument("--enumerated-shape", action="append", default=[], metavar="NAME=DIMS,DIMS,...",
+                   help="the shapes input NAME takes, e.g. image=1x1x8x8,1x1x16x16 (the first the "
+                   "default, and the bundle's shape unless --shape gives one); the model is "
+                   "compiled at each and written as one program valid at all (repeatable)")  # fmt: skip
     g.add_argument("--class-labels", metavar="FILE|A,B,...",
                    help="make the package a classifier: a file with one label per line, or "
                    "labels separated by commas")  # fmt: skip
@@ -131,7 +137,8 @@ def _add_coreml_options(p: argparse.ArgumentParser) -> None:
                    "the chip's MIL opset needs)")  # fmt: skip
 
 
-_COREML_FLAGS = {"io_dtype": "--io-dtype", "image": "--image", "class_labels": "--class-labels",
+_COREML_FLAGS = {"io_dtype": "--io-dtype", "image": "--image",
+                 "enumerated_shape": "--enumerated-shape", "class_labels": "--class-labels",
                  "classifier_output": "--classifier-output", "author": "--author",
                  "license": "--license", "description": "--description",
                  "model_version": "--model-version", "compute_units": "--compute-units",
@@ -160,6 +167,7 @@ def coreml_options(args: argparse.Namespace) -> Any:
     return CoreMLOptions(
         io_dtype=args.io_dtype or "fp32",
         images=images,
+        enumerated_shapes=parse_enumerated_shapes(args.enumerated_shape),
         class_labels=read_class_labels(args.class_labels) if args.class_labels else None,
         classifier_output=args.classifier_output,
         author=args.author,
@@ -169,6 +177,24 @@ def coreml_options(args: argparse.Namespace) -> Any:
         compute_units=args.compute_units or "all",
         deployment_target=args.deployment_target,
     )
+
+
+def parse_enumerated_shapes(specs: list[str]) -> dict[str, list[tuple[int, ...]]]:
+    """'image=1x1x8x8,1x1x16x16' -> {'image': [(1, 1, 8, 8), (1, 1, 16, 16)]}."""
+    found: dict[str, list[tuple[int, ...]]] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        shapes = [part.split("x") for part in text.split(",")]
+        if not sep or not name or not all(d.strip().isdigit() for dims in shapes for d in dims):
+            raise AnekitError(
+                f"--enumerated-shape '{spec}' is not NAME=DIMS,DIMS,...",
+                hint="dimensions separated by x, shapes by commas, e.g. "
+                "--enumerated-shape image=1x1x8x8,1x1x16x16",
+            )
+        if name in found:
+            raise AnekitError(f"--enumerated-shape gives '{name}' twice; list all its shapes in one")
+        found[name] = [tuple(int(d) for d in dims) for dims in shapes]
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,8 +219,15 @@ def run(args: argparse.Namespace) -> int:
     if args.mlpackage:
         check_target(args.mlpackage, not_an_mlpackage, "an .mlpackage")
     options = coreml_options(args)  # checked before the work
-    shapes = parse_shapes(args.shape) or None
+    shapes = parse_shapes(args.shape)
     constants = parse_constants(args.const) or None
+    if options is not None and options.enumerated_shapes:
+        from anekit.compiler import check_enumerated_shapes
+
+        check_enumerated_shapes(path, options.enumerated_shapes, constants)
+        for name, enumerated in options.enumerated_shapes.items():
+            shapes.setdefault(name, enumerated[0])  # the bundle takes the default shape
+    shapes = shapes or None
     with _progress(quiet=args.json) as step:
         step("compiling", None)
         compiled = compile_model(
@@ -205,14 +238,14 @@ def run(args: argparse.Namespace) -> int:
             compress=args.compress,
             **remedy_options(args),
         )
+        package = None
+        if args.mlpackage:  # first: a package it refuses leaves no bundle behind either
+            step("exporting the .mlpackage", None)
+            package = compiled.save_mlpackage(args.mlpackage, options)
         step("emitting MIL", len(compiled.segments))
         written = save(
             compiled, output, weights=args.weights, progress=lambda done, _: step(None, done)
         )
-        package = None
-        if args.mlpackage:
-            step("exporting the .mlpackage", None)
-            package = compiled.save_mlpackage(args.mlpackage, options)
     if args.json:
         print_json(_json(compiled, written, package))
         return 0

@@ -9,7 +9,8 @@ engine I/O padding is dropped, since inside one function there is no surface to 
 then decides placement itself. Model inputs and outputs keep the model's names (made valid
 identifiers) and dtypes (floats as fp32, or fp16 with ``io_dtype="fp16"``; integers as int32).
 `CoreMLOptions` (codegen/coreml_options.py) adds image inputs, classifier labels, metadata,
-compute units and the deployment target.
+compute units and the deployment target. With `FlexibleShapes` (codegen/coreml_shapes.py makes
+them) inputs get symbolic dimensions and their enumerated shapes.
 
 Every op is type-checked by coremltools as it is built; the shapes and dtypes it infers must
 equal the ones our MIL declares, or the export stops with an internal error.
@@ -22,7 +23,8 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -39,6 +41,18 @@ from anekit.formats.bundle import Manifest
 
 IO_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int64": "int32", "int32": "int32", "bool": "bool",
              "int8": "int32", "uint8": "int32"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FlexibleShapes:
+    """One program written for several input shapes (`anekit.codegen.coreml_shapes` checks
+    that it can be): ``inputs``, each flexible input's enumerated shapes (the default first);
+    ``consts``, constants rewritten to hold at every shape, keyed (segment, name);
+    ``declared``, each value's shape in every compiled program, keyed (segment, name)."""
+
+    inputs: Mapping[str, Sequence[tuple[int, ...]]]
+    consts: Mapping[tuple[int, str], np.ndarray]
+    declared: Mapping[tuple[int, str], Sequence[tuple[int, ...]]]
 
 
 def _numpy(dtype: str) -> np.dtype:
@@ -84,14 +98,16 @@ def export_mlpackage(
     weights: Sequence[BlobReader | None],
     path: str | os.PathLike[str],
     options: CoreMLOptions | None = None,
+    flexible: FlexibleShapes | None = None,
 ) -> Path:
-    """Build the whole model as one mlprogram and save it at ``path`` (atomically)."""
+    """Build the whole model as one mlprogram and save it at ``path`` (atomically); with
+    ``flexible``, its inputs take every enumerated shape."""
     options = options or CoreMLOptions()
-    _check_options(manifest, options)
+    _check_options(manifest, options, flexible)
     ct = quiet_coremltools()
     target = _minimum_target(ct, manifest.target.opset, options.deployment_target)
     names: dict[str, str] = {}
-    pymil = _build(ct, manifest, programs, weights, options, names)
+    pymil = _build(ct, manifest, programs, weights, options, names, flexible)
     classifier = None
     if options.class_labels is not None:
         probabilities = options.classifier_output or _float_outputs(manifest)[0]
@@ -101,7 +117,7 @@ def export_mlpackage(
         model = ct.convert(
             pymil,
             convert_to="mlprogram",
-            inputs=_input_types(ct, manifest, options, names),
+            inputs=_input_types(ct, manifest, options, names, flexible),
             minimum_deployment_target=target,
             compute_precision=ct.precision.FLOAT32,  # our programs already carry their dtypes
             pass_pipeline=ct.PassPipeline.EMPTY,
@@ -116,7 +132,8 @@ def _float_outputs(manifest: Manifest) -> list[str]:
     return [p.name for p in manifest.outputs if p.dtype in ("fp32", "fp16")]
 
 
-def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
+def _check_options(manifest: Manifest, options: CoreMLOptions,
+                   flexible: FlexibleShapes | None = None) -> None:  # fmt: skip
     """Options that name inputs and outputs the model has, with shapes that fit them."""
     ports = {p.name: p for p in manifest.inputs}
     for name, image in options.images.items():
@@ -124,9 +141,9 @@ def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
         if port is None:
             raise AnekitError(f"image input '{name}' is not an input of the model",
                               hint=f"its inputs: {', '.join(ports)}")  # fmt: skip
-        shape = tuple(port.shape)
-        fits = len(shape) == 4 and shape[0] == 1 and shape[1] == image.channels
-        if port.dtype not in ("fp32", "fp16") or not fits:
+        shapes = _shapes(port, flexible)
+        shape = next((s for s in shapes if not _image_shape(s, image.channels)), shapes[0])
+        if port.dtype not in ("fp32", "fp16") or not _image_shape(shape, image.channels):
             raise AnekitError(
                 f"input '{name}' ({port.dtype}{list(shape)}) cannot be a {image.color_layout} "
                 f"image: an image input is a float [1, {image.channels}, height, width]"
@@ -150,6 +167,17 @@ def _check_options(manifest: Manifest, options: CoreMLOptions) -> None:
             )
 
 
+def _image_shape(shape: Sequence[int], channels: int) -> bool:
+    return len(shape) == 4 and shape[0] == 1 and shape[1] == channels
+
+
+def _shapes(port: Any, flexible: FlexibleShapes | None) -> list[tuple[int, ...]]:
+    """An input's shapes: its enumerated shapes, or the one it was compiled for."""
+    if flexible is not None and port.name in flexible.inputs:
+        return [tuple(s) for s in flexible.inputs[port.name]]
+    return [tuple(port.shape)]
+
+
 def _minimum_target(ct: Any, opset: str, asked: str | None) -> Any:
     """The deployment target asked for, at least the one the program's opset needs."""
     needed = opset_target(ct, opset)
@@ -170,11 +198,13 @@ def _minimum_target(ct: Any, opset: str, asked: str | None) -> Any:
     return chosen
 
 
-def _input_types(ct: Any, manifest: Manifest, options: CoreMLOptions, names: dict) -> list:
-    """Every input as coremltools types it: images with their preprocessing, the rest tensors."""
+def _input_types(ct: Any, manifest: Manifest, options: CoreMLOptions, names: dict,
+                 flexible: FlexibleShapes | None = None) -> list:  # fmt: skip
+    """Every input as coremltools types it: images with their preprocessing, the rest tensors,
+    either with their enumerated shapes (the first the default)."""
     types = []
     for port in manifest.inputs:
-        name, shape = names[port.name], tuple(port.shape)
+        name, shape = names[port.name], _input_shape(ct, port, flexible)
         image = options.images.get(port.name)
         if image is None:
             dtype = _port_dtype(port.dtype, options)
@@ -188,6 +218,13 @@ def _input_types(ct: Any, manifest: Manifest, options: CoreMLOptions, names: dic
                 image.color_layout, image.color_layout.replace("G_", "GRAYSCALE_"))),
         ))  # fmt: skip
     return types
+
+
+def _input_shape(ct: Any, port: Any, flexible: FlexibleShapes | None) -> Any:
+    shapes = _shapes(port, flexible)
+    if len(shapes) == 1:
+        return shapes[0]
+    return ct.EnumeratedShapes(shapes=shapes, default=shapes[0])
 
 
 def _port_dtype(dtype: str, options: CoreMLOptions) -> str:
@@ -260,12 +297,14 @@ def not_an_mlpackage(root: Path) -> str | None:
 class Replay:
     """Replays MIL operations through the pymil builder inside one function."""
 
-    def __init__(self, ct: Any, namer: Namer):
+    def __init__(self, ct: Any, namer: Namer, flexible: FlexibleShapes | None = None):
         from coremltools.converters.mil.mil import Builder, types
 
         self.mb = Builder
         self.types = types
         self.namer = namer
+        self.flexible = flexible
+        self.segment = 0  # the segment being replayed (flexible's keys)
 
     def const(self, value: Any, reader: BlobReader | None, name: str) -> Any:
         return self.mb.const(val=self.literal(value, reader), name=name)
@@ -306,6 +345,7 @@ def _build(
     weights: Sequence[BlobReader | None],
     options: CoreMLOptions | None = None,
     names: dict[str, str] | None = None,
+    flexible: FlexibleShapes | None = None,
 ) -> Any:
     """The pymil program; ``names``, when given, is filled with each port's name in it."""
     options = options or CoreMLOptions()
@@ -315,7 +355,7 @@ def _build(
     from coremltools.converters.mil.mil import Program as PyProgram
 
     namer = Namer()
-    replay = Replay(ct, namer)
+    replay = Replay(ct, namer, flexible)
     placeholders = {}
     input_names = {}
     for port in manifest.inputs:
@@ -324,7 +364,9 @@ def _build(
         image = options.images.get(port.name)
         io = "fp16" if image is not None and image.color_layout == "G_FLOAT16" else "fp32"
         dtype = types.string_to_builtin(_port_dtype(port.dtype, options) if image is None else io)
-        placeholders[name] = mb.placeholder(shape=port.shape, dtype=dtype)
+        shape = _input_shape(ct, port, flexible)
+        symbolic = shape.symbolic_shape if isinstance(shape, ct.EnumeratedShapes) else shape
+        placeholders[name] = mb.placeholder(shape=symbolic, dtype=dtype)
     opset = opset_target(ct, manifest.target.opset)
     prog = PyProgram()
     with Function(placeholders, opset_version=opset) as func:
@@ -356,7 +398,8 @@ def replay_segments(
     namer = replay.namer
     for segment, program, reader in zip(manifest.segments, programs, weights, strict=True):
         function = program.function(segment.function)
-        bypass = _padding_ops(function, segment)
+        bypass = padding_ops(function, segment)
+        replay.segment = segment.index
         local: dict[str, Any] = {}
         for io in segment.inputs:
             var = replay.cast(values[io.source.key], io.mil_dtype)
@@ -381,7 +424,7 @@ def replay_segments(
             values[(segment.index, io.value)] = var
 
 
-def _padding_ops(function: mil.Function, segment: Any) -> dict[str, str]:
+def padding_ops(function: mil.Function, segment: Any) -> dict[str, str]:
     """The ops that only add or strip engine I/O padding, which one function does not need:
     output name -> the variable it merely passes on (the slice of a padded input, the pad of
     a padded output). An input read by anything else keeps its padding."""
@@ -422,7 +465,11 @@ def _replay_function(
             continue
         if op.op == "const":
             (out,) = op.outputs
-            var = replay.const(op.attribute("val"), reader, replay.namer.fresh(prefix + out.name))
+            value = op.attribute("val")
+            override = replay.flexible and replay.flexible.consts.get((replay.segment, out.name))
+            name = replay.namer.fresh(prefix + out.name)
+            var = replay.const(value, reader, name) if override is None else replay.mb.const(
+                val=override, name=name)  # fmt: skip
         else:
             kwargs = {key: _argument(replay, arg, local, reader, prefix) for key, arg in op.inputs}
             builder = getattr(mb, op.op, None)
@@ -450,11 +497,28 @@ def _argument(
 
 
 def _check_type(replay: Replay, binding: mil.Binding, var: Any, op: str) -> None:
-    """coremltools' inferred type must be the one our program declares."""
+    """coremltools' inferred type must be the one our program declares (with flexible
+    shapes: a fixed dimension must be the one declared at every shape)."""
     t = binding.type
     declared_shape = () if mil.is_scalar(t) else tuple(getattr(t, "shape", ()))
     dtype = getattr(t, "dtype", None)
-    shape = tuple(int(d) for d in var.shape) if var.shape is not None else ()
+    shape = tuple(var.shape) if var.shape is not None else ()
+    flexible = replay.flexible
+    if flexible is not None:
+        from coremltools.converters.mil.mil.types.symbolic import is_symbolic
+
+        everywhere = flexible.declared.get((replay.segment, binding.name), [declared_shape])
+        fixed = [k for k, d in enumerate(shape) if not is_symbolic(d)]
+        fits = all(len(s) == len(shape) and all(s[k] == shape[k] for k in fixed) for s in everywhere)
+        if fits and dtype == replay.dtype_of(var):
+            return
+        written = ["?" if is_symbolic(d) else int(d) for d in shape]
+        raise AnekitError(
+            f"'{binding.name}' ({op}) would have the shape {written} at every enumerated shape, "
+            f"but the programs compiled for them give it {[list(s) for s in everywhere]}",
+            hint="export the enumerated shapes as separate packages",
+        )
+    shape = tuple(int(d) for d in shape)
     if dtype != replay.dtype_of(var) or declared_shape != shape:
         raise InternalError(
             f"'{binding.name}' ({op}): our MIL declares {t}, coremltools infers "

@@ -239,12 +239,17 @@ class Program:
         """The whole model as one Core ML mlprogram (needs the ``coreml`` extra); ``options``
         (`anekit.codegen.coreml_options.CoreMLOptions`) or its fields as keywords: fp16 I/O,
         image inputs, class labels, metadata, compute units, deployment target."""
-        from anekit.codegen.coreml_options import CoreMLOptions
+        from anekit.codegen.coreml_options import given_options
         from anekit.codegen.mlpackage import export_mlpackage
 
-        if options is not None and fields:
-            raise AnekitError("give options= or its fields as keywords, not both")
-        options = options or CoreMLOptions(**fields)
+        options = given_options(options, fields)
+        if options.enumerated_shapes:
+            raise AnekitError(
+                "a compiled program has the fixed shapes it was compiled for; enumerated shapes "
+                "compile the model again at each",
+                hint="anekit.compile(MODEL, ...).save_mlpackage(..., enumerated_shapes=...), or "
+                "anekit compile MODEL --mlpackage PATH --enumerated-shape NAME=DIMS,DIMS",
+            )
         readers = [_reader(w) for w in self.weights]
         try:
             return export_mlpackage(self.manifest, self.programs, readers, path, options)
