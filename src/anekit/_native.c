@@ -1024,16 +1024,18 @@ static void f16w_scalar(const uint16_t *W, const float *X, float *C, long M, lon
 }
 
 PyDoc_STRVAR(gemm_f16w_doc,
-"gemm_f16w(w, xt, out, m, k, n, threads) -> None\n\n"
+"gemm_f16w(w, xt, out, m, k, n, threads, portable=False) -> None\n\n"
 "out[m, n] = w[m, k] @ xt[n, k].T: w C-contiguous float16 (as uint16 bits or float16),\n"
-"xt and out C-contiguous float32. Sums in float32 (FMA with AVX2/F16C, else scalar).");
+"xt and out C-contiguous float32. Sums in float32 (FMA with AVX2/F16C, else scalar;\n"
+"``portable`` takes the scalar loop everywhere).");
 
 static PyObject *gemm_f16w(PyObject *self, PyObject *args)
 {
     PyObject *w, *x, *out;
     Py_ssize_t m, k, n;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOnnni:gemm_f16w", &w, &x, &out, &m, &k, &n, &threads))
+    int threads, portable = 0;
+    if (!PyArg_ParseTuple(args, "OOOnnni|p:gemm_f16w", &w, &x, &out, &m, &k, &n, &threads,
+                          &portable))
         return NULL;
     if (m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
         (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n)) {
@@ -1061,7 +1063,7 @@ static PyObject *gemm_f16w(PyObject *self, PyObject *args)
         PyBuffer_Release(&vx);
         return NULL;
     }
-    int fast = f16w_supported();
+    int fast = !portable && f16w_supported();
     Py_BEGIN_ALLOW_THREADS
     if (!fast) {
         f16w_scalar(vw.buf, vx.buf, vc.buf, m, k, n);
