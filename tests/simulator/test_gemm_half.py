@@ -122,3 +122,12 @@ def test_a_weight_file_read_from_its_chunks_equals_its_bytes() -> None:
     with BlobReader(chunked) as reader:
         for offset, a in zip(offsets, arrays, strict=True):
             np.testing.assert_array_equal(reader.read(offset), a)
+
+
+def test_a_wide_product_widens_blocks_of_rows(monkeypatch) -> None:
+    # over WIDE_COLUMNS positions the weights are widened a block of rows at a time
+    monkeypatch.setattr(gemm, "WIDEN_VALUES", 3 * 40)  # blocks of 3 rows
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((10, 40)).astype(np.float16)
+    x = rng.standard_normal((40, gemm.WIDE_COLUMNS + 3)).astype(np.float32)
+    assert within_summation_bound(gemm.matmul_half(w, x), w, x)
