@@ -168,7 +168,7 @@ class Checkpoint:
                      where=self.where)  # fmt: skip
         half = np.empty(shape, np.float16)
         counts = _Counts(name, self.where)
-        rows = max(1, _BLOCK // max(1, count // shape[0])) if shape else 1
+        rows = max(1, _BLOCK // max(1, count // shape[0])) if shape and shape[0] else 1
         for lo in range(0, shape[0] if shape else 1, rows):
             source = self._read(path, key, name, slice(lo, min(lo + rows, shape[0])) if shape else None)
             counts.convert(source, half[lo : lo + rows] if shape else half)
