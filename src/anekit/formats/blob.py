@@ -358,12 +358,16 @@ class BlobReader:
         return len(self._records)
 
     def read(
-        self, offset: int, shape: tuple[int, ...] | None = None, dtype: str | None = None
-    ) -> np.ndarray:
+        self, offset: int, shape: tuple[int, ...] | None = None, dtype: str | None = None,
+        *, copy: bool = True,
+    ) -> np.ndarray:  # fmt: skip
         """The array stored at record ``offset``: 1-D, or reshaped to ``shape`` if given.
 
         ``dtype`` (a name such as ``fp16`` or ``int4``, as a MIL ``BLOBFILE``'s tensor type
-        states it) is checked against the record's own type.
+        states it) is checked against the record's own type. ``copy=False``: a read-only
+        view of the source's bytes where that is safe (a reader over bytes or chunks in
+        memory, not a memory-mapped file, which closing unmaps; a type numpy holds as
+        stored), else a copy.
         """
         record = self.record(offset)
         if dtype is not None and dtype != record.dtype.name:
@@ -385,7 +389,9 @@ class BlobReader:
                 .view(numpy_dtype(kind))
             )
         else:
-            array = np.frombuffer(data, dtype=np.dtype(kind.numpy)).astype(numpy_dtype(kind))
+            array = np.frombuffer(data, dtype=np.dtype(kind.numpy))
+            in_place = not copy and self._mmap is None and array.dtype == numpy_dtype(kind)
+            array = array if in_place else array.astype(numpy_dtype(kind))
         del data
         if shape is None:
             return array

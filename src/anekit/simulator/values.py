@@ -136,7 +136,9 @@ class BlobFiles:
                 where=target,
                 offset=blob.offset,
             )
-        array = reader.read(blob.offset, tuple(t.shape), t.dtype)  # type: ignore[arg-type]
+        # an fp16 tensor is a view of an in-memory weight file (a compiled model's chunks: the
+        # model's own arrays), so finding its shared copy below copies nothing
+        array = reader.read(blob.offset, tuple(t.shape), t.dtype, copy=t.dtype != "fp16")  # type: ignore[arg-type]
         if t.dtype == "fp16":
             # kept as fp16: the plan widens it for every consumer but a weight product or a
             # table lookup (plan.HALF_CONSUMERS), which read fp16 as it is
