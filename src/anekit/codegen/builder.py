@@ -285,7 +285,10 @@ class FunctionBuilder:
 
 def cast_array(array: np.ndarray, dtype: str) -> np.ndarray:
     """``array`` as a C-ordered array of the MIL ``dtype``, element by element: floats round
-    to nearest, saturating at fp16's largest finite value; integers are range-checked."""
+    to nearest, saturating at fp16's largest finite value; integers are range-checked. An
+    fp16 array (a language model's weights) is already fp16: it is used as it is, not copied."""
+    if dtype == "fp16" and array.dtype == np.float16 and array.flags.c_contiguous:
+        return array
     if dtype in ("fp16", "fp32"):
         wide = np.asarray(array, dtype=np.float32)
         if dtype == "fp16" and wide.size and _beyond_fp16(wide):

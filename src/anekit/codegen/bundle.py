@@ -27,6 +27,7 @@ from anekit.codegen.builder import cast_array
 from anekit.codegen.mil import EmittedSegment, SegmentLike, SegmentSpec, emit_segment
 from anekit.codegen.weights import Conversions, WeightFile
 from anekit.errors import AnekitError
+from anekit.formats.blob import ChunkedBytes
 from anekit.formats.bundle import (
     MANIFEST,
     REPORT,
@@ -86,6 +87,12 @@ class FileData:
     def stream(self) -> Iterator[bytes | memoryview]:
         """The chunks in order, each as soon as it is ready."""
         return iter(self.source) if isinstance(self.source, tuple) else self.source.stream()
+
+    def buffer(self) -> bytes | ChunkedBytes:
+        """The file for a reader, without joining its chunks: a weight file stays the arrays
+        it was made from (one copy of a model's weights, however many programs read it)."""
+        chunks = self.chunks
+        return chunks[0] if len(chunks) == 1 and isinstance(chunks[0], bytes) else ChunkedBytes(chunks)
 
     def to_bytes(self) -> bytes:
         """The file's bytes. Joined once, and then held instead of the chunks; files of equal

@@ -23,10 +23,13 @@ byte padded with ``padding_size_in_bits`` zero bits; the element count is
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import mmap
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -166,6 +169,39 @@ class BlobRecord:
         return self.data_offset + self.size
 
 
+class ChunkedBytes:
+    """A weight.bin held as the chunks it was built from (header, records, each array's
+    bytes), never joined: a compiled model's weights stay where the compiler found them (a
+    language model's one fp16 copy). Reads within one chunk are views; ``bytes()`` joins."""
+
+    def __init__(self, chunks: Sequence[bytes | memoryview]):
+        self._chunks = tuple(memoryview(c).cast("B") for c in chunks)
+        self._starts = list(itertools.accumulate((len(c) for c in self._chunks), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def __getitem__(self, where: slice) -> memoryview | bytes:
+        start, stop, _ = where.indices(len(self))
+        stop = max(start, stop)
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < len(self._chunks) and stop <= self._starts[i + 1]:
+            return self._chunks[i][start - self._starts[i] : stop - self._starts[i]]
+        parts, at = [], start
+        while at < stop:
+            j = bisect.bisect_right(self._starts, at) - 1
+            end = min(stop, self._starts[j + 1])
+            parts.append(self._chunks[j][at - self._starts[j] : end - self._starts[j]])
+            at = end
+        return b"".join(parts)
+
+    def release(self) -> None:
+        """Nothing to release: the chunks belong to their arrays."""
+
+
 class BlobReader:
     """Reads a weight.bin from a path or from bytes; every offset and size is checked.
 
@@ -173,10 +209,14 @@ class BlobReader:
     memory-mapped. Arrays returned by :meth:`read` are independent copies.
     """
 
-    def __init__(self, source: str | os.PathLike[str] | bytes | bytearray | memoryview):
+    def __init__(self, source: str | os.PathLike[str] | bytes | bytearray | memoryview | ChunkedBytes):
         self._mmap: mmap.mmap | None = None
         self._records: dict[int, BlobRecord] = {}
-        if isinstance(source, (bytes, bytearray, memoryview)):
+        self._buf: memoryview | ChunkedBytes
+        if isinstance(source, ChunkedBytes):
+            self.where = "weight.bin"
+            self._buf = source
+        elif isinstance(source, (bytes, bytearray, memoryview)):
             self.where = "weight.bin"
             self._buf = memoryview(source).cast("B")
         else:
@@ -232,7 +272,7 @@ class BlobReader:
                 f"truncated header: the file has {self.size} bytes, a weight.bin header needs 64",
                 0,
             )
-        count, version = _HEADER.unpack_from(self._buf, 0)
+        count, version = _HEADER.unpack(self._buf[0 : _HEADER.size])
         if version != VERSION:
             raise self._error(f"unsupported blob storage version {version} (expected {VERSION})", 4)
         # Each record takes at least 64 bytes, so the count alone can be checked up front.
@@ -267,7 +307,7 @@ class BlobReader:
             raise self._error(
                 f"blob record at {offset} runs past the end of the {self.size}-byte file", offset
             )
-        sentinel, code, size, data_offset, padding = _RECORD.unpack_from(self._buf, offset)
+        sentinel, code, size, data_offset, padding = _RECORD.unpack(self._buf[offset : offset + _RECORD.size])
         if sentinel != SENTINEL:
             raise self._error(f"bad blob sentinel 0x{sentinel:08x} (expected 0xdeadbeef)", offset)
         dtype = DTYPES_BY_CODE.get(code)
@@ -318,12 +358,16 @@ class BlobReader:
         return len(self._records)
 
     def read(
-        self, offset: int, shape: tuple[int, ...] | None = None, dtype: str | None = None
-    ) -> np.ndarray:
+        self, offset: int, shape: tuple[int, ...] | None = None, dtype: str | None = None,
+        *, copy: bool = True,
+    ) -> np.ndarray:  # fmt: skip
         """The array stored at record ``offset``: 1-D, or reshaped to ``shape`` if given.
 
         ``dtype`` (a name such as ``fp16`` or ``int4``, as a MIL ``BLOBFILE``'s tensor type
-        states it) is checked against the record's own type.
+        states it) is checked against the record's own type. ``copy=False``: a read-only
+        view of the source's bytes where that is safe (a reader over bytes or chunks in
+        memory, not a memory-mapped file, which closing unmaps; a type numpy holds as
+        stored), else a copy.
         """
         record = self.record(offset)
         if dtype is not None and dtype != record.dtype.name:
@@ -345,7 +389,9 @@ class BlobReader:
                 .view(numpy_dtype(kind))
             )
         else:
-            array = np.frombuffer(data, dtype=np.dtype(kind.numpy)).astype(numpy_dtype(kind))
+            array = np.frombuffer(data, dtype=np.dtype(kind.numpy))
+            in_place = not copy and self._mmap is None and array.dtype == numpy_dtype(kind)
+            array = array if in_place else array.astype(numpy_dtype(kind))
         del data
         if shape is None:
             return array

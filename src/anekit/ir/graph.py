@@ -220,7 +220,10 @@ class Graph:
             if name in defined:
                 raise ModelError(f"constant '{name}' has the name of a graph input")
             v = self.values.get(name)
-            if v is None or v.shape != arr.shape or v.dtype != dtype_of_array(arr):
+            # an fp32 constant may be held as float16 (a language model's one fp16 copy of
+            # its weights: fp16 values, exact in fp32)
+            half_fp32 = v is not None and v.dtype == DType.FP32 and arr.dtype == np.float16
+            if v is None or v.shape != arr.shape or (v.dtype != dtype_of_array(arr) and not half_fp32):
                 raise ModelError(f"constant '{name}' does not match its declared value {v}")
             defined.add(name)
         node_names: set[str] = set()

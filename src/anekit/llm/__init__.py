@@ -78,8 +78,7 @@ def load(
 
 def resident_bytes(config: LMConfig, context: int) -> int:
     """What generating with a model needs at least on the simulator: what its programs share
-    (the one float32 copy of its fp16 weights and the one fp16 weight file per chunk,
-    `programs.SHARED`), a prefill and a decode program's own bytes (`programs.FOOTPRINT`
+    (the one fp16 copy of its weights, `programs.SHARED`), a prefill and a decode program's own bytes (`programs.FOOTPRINT`
     each) and the float32 decode cache (measured peaks: `benchmarks/results/llm_scale.json`)."""
     from anekit.llm.programs import FOOTPRINT, SHARED
 

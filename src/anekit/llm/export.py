@@ -228,7 +228,7 @@ def _engine_bytes(program: Any) -> int:
     total = 0
     for segment, weights in zip(program.manifest.segments, program.weights, strict=True):
         if segment.device == "ane" and weights is not None:
-            total += len(weights) if isinstance(weights, bytes) else Path(weights).stat().st_size
+            total += Path(weights).stat().st_size if isinstance(weights, Path | str) else len(weights)
     return total
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from anekit.float16 import share
 from anekit.frontend.builder import ops
 from anekit.frontend.builder.tensor import Tensor, graph, input
-from anekit.ir.dtypes import dtype_of_array
+from anekit.ir.dtypes import DType
 from anekit.ir.graph import Graph
 from anekit.ir.registry import TensorType
 from anekit.llm.config import LMConfig, Rope
@@ -174,12 +174,14 @@ def rotary_tables(rope: Rope, head_dim: int, length: int) -> tuple[np.ndarray, n
 
 
 def _const(value: np.ndarray, name: str | None = None) -> Tensor:
-    """A weight as an IR constant. The model's arrays (float32 holding fp16 values, read-only,
+    """A weight as an IR constant. The model's arrays (fp16, read-only,
     `anekit.float16.share`d) are used in place, so every program's graph holds the same
-    copy; anything else is converted."""
-    if value.dtype != np.float32 or not value.flags.c_contiguous:
+    copy; anything else is converted to float32."""
+    if value.dtype != np.float16 or not value.flags.c_contiguous:
         value = np.ascontiguousarray(value, dtype=np.float32)
-    return Tensor(TensorType(value.shape, dtype_of_array(value)), name=name, array=value)
+    # typed fp32 like the activations it meets (the engine computes in fp16 either way); the
+    # compiler writes it to the fp16 weight file as it is
+    return Tensor(TensorType(value.shape, DType.FP32), name=name, array=value)
 
 
 def conv_weight(name: str, weight: np.ndarray) -> Tensor:

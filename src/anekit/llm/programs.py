@@ -25,13 +25,14 @@ from anekit.ir.dtypes import MASK_VALUE
 from anekit.ir.graph import Graph
 
 # Bytes a program keeps per fp16 weight byte of its chunk: the simulator's plan and working set
-# (its weights are shared, below); measured 0.85-0.9 with the Python process's own in
-# benchmarks/results/llm_scale.json (SmolLM2-135M, Qwen3-0.6B).
-FOOTPRINT = 1.0
-# Bytes per fp16 weight byte every program of a model shares: the one float32 copy (2) and
-# the one fp16 weight file per chunk (1), in which a tied vocabulary is both the CPU
-# segment's gather table and the head (SmolLM2-135M 1.21, Qwen3-0.6B 1.26).
-SHARED = 3.3
+# (its weights are shared, below); measured 0.1-0.15 in tests/llm/test_one_copy.py and
+# benchmarks/results/llm_scale.json, with room for a larger prefill bucket's activations.
+FOOTPRINT = 0.25
+# Bytes per fp16 weight byte every program of a model shares: the one fp16 copy the
+# checkpoint reader made (1; the weight files are views of it and the simulator reads it in
+# place, a tied vocabulary once for the gather and the head) and what the Python process and
+# the reader's last block hold beside it.
+SHARED = 1.1
 
 
 @dataclass

@@ -7,8 +7,9 @@ through its own typed path (``ml_dtypes`` gives numpy the bfloat16 type). Only t
 model uses are read, one at a time, each checked against the memory budget first; a tensor
 the model never asks for is never read.
 
-Each tensor becomes fp16 once, here, held as float32 (the simulator computes in float32 on
-fp16 values) in one read-only copy that every program of the model shares. A
+Each tensor becomes fp16 once, here, in one read-only float16 array that every program of
+the model shares: the compiler writes it to the weight files as it is (their chunks are
+views of it) and the simulator's products read it in place (`anekit.simulator.gemm`). A
 value fp16 cannot hold is never saturated silently: a NaN or infinity, or a finite value
 beyond fp16's largest (65504), is refused naming the tensor and the count; values too small
 for fp16's smallest subnormal become zero and are counted in `Conversion`.
@@ -16,7 +17,6 @@ for fp16's smallest subnormal become zero and are counted in `Conversion`.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,8 +98,10 @@ class Conversion:
 class Checkpoint:
     """A folder's tensors by name (the family's prefix stripped), read on `take`.
 
-    Use as a context manager: the files stay memory-mapped by the safetensors library only
-    while it is open.
+    Each tensor is read through its own short-lived ``safe_open``: the safetensors library
+    memory-maps the file, and the pages a read touched stay in the process's resident memory
+    while the map lives. Mapping per tensor bounds what loading holds to the largest tensor
+    (its source pages and its fp16 copy), not the file (1.5 GB more for a 1B bf16 model).
     """
 
     def __init__(self, folder: Path, prefixes: tuple[str, ...] = ()):
@@ -107,26 +109,20 @@ class Checkpoint:
         self.folder, self.where = folder, str(folder)
         self.prefixes = prefixes
         self.conversion = Conversion()
-        self._stack = ExitStack()
-        self._entries: dict[str, tuple[Any, str, str, tuple[int, ...]]] = {}
-        try:
-            files = shard_files(folder)
-            for path in files:
-                self._open(path)
-        except BaseException:
-            self._stack.close()
-            raise
+        self._entries: dict[str, tuple[Path, str, str, tuple[int, ...]]] = {}
+        for path in shard_files(folder):
+            self._index(path)
 
-    def _open(self, path: Path) -> None:
+    def _index(self, path: Path) -> None:
         from safetensors import SafetensorError, safe_open
 
         try:
-            handle = self._stack.enter_context(safe_open(str(path), framework="numpy"))
-            for key in handle.keys():
-                part = handle.get_slice(key)
-                dtype, shape = part.get_dtype(), tuple(int(d) for d in part.get_shape())
-                short = next((key[len(p):] for p in self.prefixes if key.startswith(p)), key)
-                self._entries[short] = (handle, key, dtype, shape)
+            with safe_open(str(path), framework="numpy") as handle:
+                for key in handle.keys():
+                    part = handle.get_slice(key)
+                    dtype, shape = part.get_dtype(), tuple(int(d) for d in part.get_shape())
+                    short = next((key[len(p):] for p in self.prefixes if key.startswith(p)), key)
+                    self._entries[short] = (path, key, dtype, shape)
         except (SafetensorError, OSError, ValueError, TypeError) as exc:
             raise ModelError(f"cannot read the safetensors file: {exc}", where=str(path)) from None
 
@@ -137,7 +133,7 @@ class Checkpoint:
         self.close()
 
     def close(self) -> None:
-        self._stack.close()
+        """Nothing stays open between reads (kept so callers may use ``with``)."""
 
     def has(self, name: str) -> bool:
         return name in self._entries
@@ -148,8 +144,8 @@ class Checkpoint:
 
     def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Tensor ``name`` of ``shape`` (checked), read now, rounded to fp16 and held as a
-        read-only float32 array (the simulator's storage of fp16 values), shared with every
-        program through `anekit.float16.share`."""
+        read-only float16 array: the model's one copy, which every program's weight file
+        and the simulator read in place (`anekit.float16.share` finds it by its bytes)."""
         entry = self._entries.get(name)
         if entry is None:
             raise ModelError(
@@ -157,7 +153,7 @@ class Checkpoint:
                 hint="the folder's weights do not match its config.json",
                 where=self.where,
             )
-        handle, key, dtype, found = entry
+        path, key, dtype, found = entry
         if found != shape:
             raise ModelError(
                 f"tensor '{name}' has the shape {list(found)}; config.json implies {list(shape)}",
@@ -167,63 +163,75 @@ class Checkpoint:
             raise ModelError(f"tensor '{name}' is {dtype}, not a float type (BF16, F16, F32)",
                              where=self.where)  # fmt: skip
         count = int(np.prod(shape, dtype=np.int64))
-        budget.check(count * (_DTYPES[dtype] + 6), f"reading tensor '{name}'", where=self.where)
-        from safetensors import SafetensorError
-
-        try:
-            source = handle.get_tensor(key)
-        except (SafetensorError, OSError, ValueError, TypeError) as exc:
-            raise ModelError(f"cannot read tensor '{name}': {exc}", where=self.where) from None
-        half = to_fp16(source, name, self.conversion, self.where)
-        del source
+        block = min(count, _BLOCK)
+        budget.check(count * 2 + block * (_DTYPES[dtype] * 2 + 6), f"reading tensor '{name}'",
+                     where=self.where)  # fmt: skip
+        half = np.empty(shape, np.float16)
+        counts = _Counts(name, self.where)
+        rows = max(1, _BLOCK // max(1, count // shape[0])) if shape and shape[0] else 1
+        for lo in range(0, shape[0] if shape else 1, rows):
+            source = self._read(path, key, name, slice(lo, min(lo + rows, shape[0])) if shape else None)
+            counts.convert(source, half[lo : lo + rows] if shape else half)
+            del source
+        counts.check(self.conversion)
         self.conversion.tensors += 1
         self.conversion.bytes_read += count * _DTYPES[dtype]
         self.conversion.fp16_bytes += half.nbytes
         self.conversion.source_dtypes.add(dtype)
-        return share(widen(half))
+        return share(half)
+
+    def _read(self, path: Path, key: str, name: str, rows: slice | None) -> np.ndarray:
+        """Rows of one tensor (all of it for None), through a map opened for them alone."""
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="numpy") as handle:
+                return handle.get_tensor(key) if rows is None else handle.get_slice(key)[rows]
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise ModelError(f"cannot read tensor '{name}': {exc}", where=self.where) from None
 
 
-def to_fp16(source: np.ndarray, name: str, conversion: Conversion, where: str) -> np.ndarray:
-    """``source`` (bf16, fp16, fp32, fp64) as fp16, block by block; refuses a NaN, an
-    infinity or a value past fp16's range, naming ``name`` and how many there are."""
-    flat = source.reshape(-1)
-    out = np.empty(flat.shape, np.float16)
-    bad = over = flushed = 0
-    for start in range(0, flat.size, _BLOCK):
-        block = np.asarray(flat[start : start + _BLOCK], dtype=np.float32)
-        finite = np.isfinite(block)
-        if not finite.all():
-            bad += int(block.size - np.count_nonzero(finite))
-            continue
-        beyond = int(np.count_nonzero(np.abs(block) >= _FP16_OVERFLOW))
-        if beyond:
-            over += beyond
-            continue
-        converted = block.astype(np.float16)
-        flushed += int(np.count_nonzero((converted == 0) & (block != 0)))
-        out[start : start + block.size] = converted
-    if bad:
-        raise ModelError(
-            f"tensor '{name}' holds {bad} NaN or infinite values",
-            hint="the checkpoint is corrupt or was saved after a diverged run",
-            where=where,
-        )
-    if over:
-        raise ModelError(
-            f"tensor '{name}' holds {over} values beyond fp16's range (+-{FP16_MAX:g}), which "
-            "the engine cannot represent",
-            hint="rescale the weights (or the layer) so they fit fp16",
-            where=where,
-        )
-    conversion.flushed_to_zero += flushed
-    return out.reshape(source.shape)
+class _Counts:
+    """One tensor's conversion to fp16, block by block: the values fp16 cannot hold are
+    counted over the whole tensor before it is refused."""
 
+    def __init__(self, name: str, where: str):
+        self.name, self.where = name, where
+        self.bad = self.over = self.flushed = 0
 
-def widen(half: np.ndarray) -> np.ndarray:
-    """fp16 values as float32 (exact), C-ordered."""
-    out = np.empty(half.shape, np.float32)
-    out[...] = half
-    return out
+    def convert(self, source: np.ndarray, out: np.ndarray) -> None:
+        """``source`` (bf16, fp16, fp32, fp64) rounded into the fp16 ``out`` of its shape."""
+        flat, dest = source.reshape(-1), out.reshape(-1)
+        for start in range(0, flat.size, _BLOCK):
+            block = np.asarray(flat[start : start + _BLOCK], dtype=np.float32)
+            finite = np.isfinite(block)
+            if not finite.all():
+                self.bad += int(block.size - np.count_nonzero(finite))
+                continue
+            beyond = int(np.count_nonzero(np.abs(block) >= _FP16_OVERFLOW))
+            if beyond:
+                self.over += beyond
+                continue
+            converted = block.astype(np.float16)
+            self.flushed += int(np.count_nonzero((converted == 0) & (block != 0)))
+            dest[start : start + block.size] = converted
+
+    def check(self, conversion: Conversion) -> None:
+        """Refuse the tensor if any value was NaN, infinite or beyond fp16's range."""
+        if self.bad:
+            raise ModelError(
+                f"tensor '{self.name}' holds {self.bad} NaN or infinite values",
+                hint="the checkpoint is corrupt or was saved after a diverged run",
+                where=self.where,
+            )
+        if self.over:
+            raise ModelError(
+                f"tensor '{self.name}' holds {self.over} values beyond fp16's range "
+                f"(+-{FP16_MAX:g}), which the engine cannot represent",
+                hint="rescale the weights (or the layer) so they fit fp16",
+                where=self.where,
+            )
+        conversion.flushed_to_zero += self.flushed
 
 
 def _import_safetensors() -> None:

@@ -24,7 +24,7 @@ from anekit.atomic import locked_folder
 from anekit.errors import AnekitError, FormatError, check_input_names, path_argument
 from anekit.files import regular_file
 from anekit.formats import mil
-from anekit.formats.blob import BlobReader
+from anekit.formats.blob import BlobReader, ChunkedBytes
 from anekit.formats.bundle import (
     REPORT,
     Bundle,
@@ -59,7 +59,7 @@ class Program:
         self,
         manifest: Manifest,
         programs: Sequence[mil.MilProgram],
-        weights: Sequence[Path | bytes | None],
+        weights: Sequence[Path | bytes | ChunkedBytes | None],
         *,
         where: str = "program",
         base_dirs: Sequence[Path | None] | None = None,
@@ -210,7 +210,7 @@ class Program:
                 )
 
     def replace_weights(
-        self, manifest: Manifest, weights: Sequence[Path | bytes | None], changed: Sequence[int]
+        self, manifest: Manifest, weights: Sequence[Path | bytes | ChunkedBytes | None], changed: Sequence[int]
     ) -> None:
         """Take new weight files for the segments ``changed`` and reload them on every
         loaded backend (sessions pick the new runners up on their next step)."""
@@ -443,14 +443,16 @@ def from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
 
 
-def _reader(weights: Path | bytes | None) -> BlobReader | None:
+def _reader(weights: Path | bytes | ChunkedBytes | None) -> BlobReader | None:
     return None if weights is None else BlobReader(weights)
 
 
 def from_contents(contents: Any, *, where: str = "compiled model") -> Program:
     """A Program over a bundle built in memory (`anekit.codegen.bundle.BundleContents`)."""
     manifest: Manifest = contents.manifest
-    weights = [None if s.weights is None else contents.files[s.weights] for s in manifest.segments]
+    # weight files as their chunks (the compiler's arrays), never joined into a second copy
+    weights = [None if s.weights is None else contents.payload[s.weights].buffer()
+               for s in manifest.segments]  # fmt: skip
     from anekit.codegen.weight_map import WEIGHT_MAP
 
     files = contents.files

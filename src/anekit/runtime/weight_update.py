@@ -139,7 +139,7 @@ def _rebuild(program: Program, manifest: Manifest, weights: Sequence[Any],
         old = weights[index]
         if old is None:
             raise FormatError(f"segment {index} has no weight file", where=program.where)
-        data = old.read_bytes() if isinstance(old, Path) else old
+        data = old.read_bytes() if isinstance(old, Path) else bytes(old)
         chunks = _patched(data, by_segment[index], f"{program.where}: segment {index}")
         digest = hashlib.sha256()
         for c in chunks:

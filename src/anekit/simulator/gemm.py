@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - depends on the install
     _native = None
 
 ACCELERATED = _native is not None and bool(_native.gemm_available())
+HALF_WEIGHTS = _native is not None and hasattr(_native, "gemm_f16w")
 MIN_WORK = 1 << 21  # multiply-adds below which numpy's call is cheaper than starting threads
 MIN_COLUMNS = 16  # narrower products waste the kernel's 64-column register block
 _THREAD_VARIABLES = ("ANEKIT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -97,6 +98,38 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 return out.reshape((*batch, a.shape[-2], n))
     out = _split_matmul(a, b)
     return np.matmul(a, b) if out is None else out
+
+
+F16W_THREADED = 1 << 18  # multiply-adds from which the fp16-weight product uses its threads
+# From this many columns (positions) the float32 GEMM's 6x64 blocks beat the fp16 kernel's 4x2
+# (a CNN's pointwise conv over an image: 2x here); the weights are then widened a block of
+# rows at a time, WIDEN_VALUES values (16 MB of float32) at most.
+WIDE_COLUMNS = 256
+WIDEN_VALUES = 1 << 22
+
+
+def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``weight @ x`` for an fp16 ``weight`` [M, K] (held as float16: the one copy of a
+    model's weights) and float32 ``x`` [..., K, N]: float32 [..., M, N], each output a float32
+    sum over K of exact fp16-to-float32 products. ``_native.gemm_f16w`` widens the weights in
+    registers as it reads them (half the bytes of a float32 copy); for wide products, or
+    without it, blocks of rows are widened in turn and multiplied as float32, so the
+    temporary stays small."""
+    m, k = weight.shape
+    n = x.shape[-1]
+    batch = x.shape[:-2]
+    rows = x.reshape(-1, k, n)
+    out = np.empty((rows.shape[0], m, n), np.float32)
+    for b in range(rows.shape[0]):
+        if HALF_WEIGHTS and n < WIDE_COLUMNS:
+            xt = np.ascontiguousarray(rows[b].T, dtype=np.float32)
+            threads = THREADS if m * k * n >= F16W_THREADED else 1
+            _native.gemm_f16w(np.ascontiguousarray(weight), xt, out[b], m, k, n, threads)
+            continue
+        step = max(1, WIDEN_VALUES // max(k, 1))
+        for lo in range(0, m, step):
+            out[b, lo : lo + step] = matmul(weight[lo : lo + step].astype(np.float32), rows[b])
+    return out.reshape((*batch, m, n))
 
 
 SPLIT_WORK = 1 << 22  # multiply-adds from which numpy's product runs as two halves at once

@@ -33,9 +33,11 @@ from anekit.formats.mil import (
 )
 
 from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_shape
+from .fp16 import widen_fp16
 from .fusion import fuse_elementwise
 from .movement import fuse_concat_transpose, static_views
 from .ops import REGISTRY
+from .ops._util import as_str
 from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, frozen, literal_dtype
 
@@ -109,7 +111,7 @@ class _Loader:
         outputs = []
         for name in f.outputs:
             if name in self.known:
-                outputs.append((name, NO_SLOT, self.known[name]))
+                outputs.append((name, NO_SLOT, _widened(self.known[name])))
             else:
                 outputs.append((name, self.slots[name], None))
         keep = [s for _, s, _ in outputs]
@@ -195,6 +197,11 @@ class _Loader:
                 )
             self.check_domain(index, o, d, p.name, dtype, domains)
             dtypes[p.name] = dtype
+        for name, value in known.items():
+            if isinstance(value, tuple):
+                known[name] = tuple(_widened(v) for v in value)
+            elif not _reads_half(o.op, name, value, known):
+                known[name] = _widened(value)
         consts = dict(known)
         if d.defaults is not None:
             for k, v in d.defaults(dtypes, self.opset).items():
@@ -297,7 +304,15 @@ class _Loader:
 
     def fold(self, step: Step) -> None:
         """Run an op whose inputs are all known now, and keep its outputs as constants."""
-        results = apply(step, dict(step.known), {}, self.source)
+        half = step.known.get("x")
+        if step.op == "cast" and _is_half(half) and as_str(step.known.get("dtype")) in ("fp16", "fp32"):
+            # an fp16 weight cast to fp32 (a lookup table the CPU segment reads in fp32)
+            # holds the same values: kept as the one fp16 copy, widened where read
+            self.known[step.outputs[0].name] = half
+            del self.slots[step.outputs[0].name]
+            return
+        given = {k: _widened(v) for k, v in step.known.items()}
+        results = apply(step, given, {}, self.source)
         for e, value in zip(step.outputs, results, strict=True):
             del self.slots[e.name]
             # a folded constant (an fp16 gather table widened by a cast) equal to another
@@ -305,6 +320,37 @@ class _Loader:
             if isinstance(value, np.ndarray) and value.flags.c_contiguous:
                 value = share(frozen(value))
             self.known[e.name] = value
+
+
+# (op, input) pairs whose kernels read a weight held as fp16 as it is (`ops.conv`'s pointwise
+# product through `gemm.matmul_half`, `ops.gather`'s rows): a language model's projections and
+# embedding stay one fp16 copy. Every other consumer gets the weight widened to float32.
+# A constant fp16 -> fp32 cast of one is folded to the fp16 value itself (`_Loader.fold`).
+HALF_CONSUMERS = frozenset({("conv", "weight"), ("gather", "x"), ("cast", "x")})
+
+
+def _is_half(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == np.float16
+
+
+def _reads_half(op_name: str, name: str, value: Any, known: Mapping[str, Any]) -> bool:
+    """True when ``value`` (fp16) may reach this op's kernel as fp16: a pointwise conv's
+    weight (1x1 kernel, one group, stride 1, no padding) or a gather's table."""
+    if not _is_half(value) or (op_name, name) not in HALF_CONSUMERS:
+        return False
+    if op_name == "conv":
+        flat = ("strides", "dilations")
+        return (value.ndim >= 3 and all(d == 1 for d in value.shape[2:])
+                and int(np.asarray(known.get("groups", 1))) == 1
+                and all(np.all(np.asarray(known.get(k, 1)) == 1) for k in flat)
+                and ("pad" not in known or not np.any(np.asarray(known["pad"]))))  # fmt: skip
+    return True
+
+
+def _widened(value: Any) -> Any:
+    """A value held as fp16 in the simulator's storage (float32 holding fp16 values), one
+    copy per process (float16.share); anything else as it is."""
+    return share(frozen(widen_fp16(value))) if _is_half(value) else value
 
 
 def _detail(exc: FormatError) -> str:

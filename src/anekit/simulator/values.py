@@ -1,6 +1,8 @@
 """Runtime values of the simulator: MIL dtypes to storage, literals decoded, BLOBFILE weights read safely.
 
-Storage: fp16 values live in float32 arrays (holding fp16 values exactly), fp32 in float32,
+Storage: fp16 values live in float32 arrays (holding fp16 values exactly), except fp16
+weight files' tensors, read as float16 (one copy of a model's weights; `plan.HALF_CONSUMERS`
+says who reads them so, the plan widens them for any other consumer); fp32 in float32,
 fp64 in float64, integers and bool in their own numpy types (sub-byte integers unpacked to
 int8/uint8), strings as Python ``str``. Scalars are 0-d arrays. Every value the simulator
 hands to a kernel is read-only, so no kernel can change another op's data.
@@ -134,9 +136,13 @@ class BlobFiles:
                 where=target,
                 offset=blob.offset,
             )
-        array = reader.read(blob.offset, tuple(t.shape), t.dtype)  # type: ignore[arg-type]
+        # an fp16 tensor is a view of an in-memory weight file (a compiled model's chunks: the
+        # model's own arrays), so finding its shared copy below copies nothing
+        array = reader.read(blob.offset, tuple(t.shape), t.dtype, copy=t.dtype != "fp16")  # type: ignore[arg-type]
         if t.dtype == "fp16":
-            array = widen_fp16(array)
+            # kept as fp16: the plan widens it for every consumer but a weight product or a
+            # table lookup (plan.HALF_CONSUMERS), which read fp16 as it is
+            array = np.asarray(array, dtype=np.float16)
         elif t.dtype in STORAGE:
             array = array.astype(STORAGE[t.dtype], copy=False)
         else:  # bf16 and fp8 have no MIL text spelling, so cannot be declared

@@ -42,7 +42,10 @@ class AneRunner(e5rt.E5Program):
             mil_path = segment.base_dir / Path(segment.entry.program).name
         else:
             weights = segment.weights
-            data = weights.read_bytes() if isinstance(weights, Path) else weights
+            if isinstance(weights, Path):
+                data = weights.read_bytes()
+            else:  # bytes, a chunked weight file (joined for staging) or None
+                data = None if weights is None else bytes(weights)
             text = print_program(segment.program, legacy_scalars=segment.program.version == "1.0")
             self._staged = e5rt.stage(text, data)
             mil_path = self._staged / "model.mil"

@@ -114,6 +114,11 @@ def conv(
     _check_positive(st, "strides")
     _check_positive(dl, "dilations")
     padding = pads(as_str(pad_type), x.shape[2:], kernel, st, dl, pad)
+    pointwise = g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st)
+    if weight.dtype == np.float16 and pointwise and all(p == (0, 0) for p in padding):
+        # a weight held as fp16 (plan.HALF_CONSUMERS): read as it is, never widened whole
+        out = gemm.matmul_half(weight.reshape(c_out, c_in), x.reshape(x.shape[0], c_in, -1))
+        return _biased(out.reshape((x.shape[0], c_out) + x.shape[2:]), bias, n)
     weight = weight.astype(x.dtype, copy=False)
     batch = x.shape[0]
     w = weight.reshape(g, c_out // g, -1)

@@ -45,13 +45,19 @@ def gather(
         raise ValueError(f"batch_dims {b} does not fit x {list(x.shape)} and indices")
     idx = _indices(indices, x.shape[ax])
     if b == 0:
-        return np.take(x, idx, axis=ax)
+        return _stored(np.take(x, idx, axis=ax))
     batch = x.shape[:b]
     xs = x.reshape((-1,) + x.shape[b:])
     ids = idx.reshape((-1,) + idx.shape[b:])
     parts = [np.take(p, i, axis=ax - b) for p, i in zip(xs, ids, strict=True)]
     stacked = np.stack(parts) if parts else np.empty((0,), x.dtype)
-    return stacked.reshape(batch + stacked.shape[1:])
+    return _stored(stacked.reshape(batch + stacked.shape[1:]))
+
+
+def _stored(rows: np.ndarray) -> np.ndarray:
+    """Rows of a table held as fp16 (a model's embedding: `plan.HALF_CONSUMERS`) in the
+    simulator's storage of fp16 values, float32; anything else as it is."""
+    return rows.astype(np.float32) if rows.dtype == np.float16 else rows
 
 
 def gather_along_axis(

@@ -1,0 +1,133 @@
+"""Products of fp16 weights held as float16 (``_native.gemm_f16w``, `gemm.matmul_half`) and the
+simulator's kernels that read them so (a pointwise conv's weight, a gather's table).
+
+Each output is a float32 sum of K exact products (fp16 widens to float32 exactly), so it is
+within K * 2**-24 * sum(|w||x|) of the exact value, whatever order the kernel sums in (8
+lanes, then across them); checked element by element against float64 products of the widened
+weights, on shapes that hit every edge of the 4-row, 2-column register block and the 8-wide
+k loop, with one and two threads, and on the portable scalar loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit.formats.blob import BlobReader, BlobWriter, ChunkedBytes
+from anekit.simulator import gemm
+from anekit.simulator.ops.conv import conv
+from anekit.simulator.ops.gather import gather
+
+native = gemm._native
+
+
+def within_summation_bound(got: np.ndarray, w: np.ndarray, x: np.ndarray) -> bool:
+    wide = w.astype(np.float64)
+    exact = wide @ x.astype(np.float64)
+    bound = (w.shape[1] + 1) * 2.0**-24 * (np.abs(wide) @ np.abs(x.astype(np.float64))) + 1e-37
+    return bool(np.all(np.abs(got - exact) <= bound))
+
+
+def test_the_kernel_is_built() -> None:
+    assert gemm.HALF_WEIGHTS, "the fp16-weight kernel is not in use: pip install -e ."
+
+
+SHAPES = [(1, 1, 1), (1, 7, 1), (4, 8, 1), (5, 9, 2), (7, 13, 3), (3, 17, 5), (576, 576, 1),
+          (1536, 576, 16), (129, 1000, 4), (49, 2048, 1), (8, 0, 3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("threads,portable", [(1, False), (2, False), (1, True)])
+def test_kernel_matches_float32_products_of_the_widened_weights(m, k, n, threads, portable) -> None:
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    w = (rng.standard_normal((m, k)) * 3).astype(np.float16)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    native.gemm_f16w(w, np.ascontiguousarray(x.T), out, m, k, n, threads, portable)
+    assert within_summation_bound(out, w, x)
+    if k == 0:
+        assert np.all(out == 0)
+
+
+def test_threads_do_not_change_the_bits() -> None:
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((1003, 515)).astype(np.float16)
+    xt = rng.standard_normal((3, 515)).astype(np.float32)
+    one, two = np.empty((1003, 3), np.float32), np.empty((1003, 3), np.float32)
+    native.gemm_f16w(w, xt, one, 1003, 515, 3, 1)
+    native.gemm_f16w(w, xt, two, 1003, 515, 3, 2)
+    assert np.array_equal(one, two)
+
+
+def test_fp16_specials_pass_through_as_float32_would() -> None:
+    w = np.array([[np.inf, 1.0], [2.0**-24, 65504.0]], np.float16)  # subnormal, largest normal
+    x = np.array([[1.0], [2.0]], np.float32)
+    out = np.empty((2, 1), np.float32)
+    for portable in (False, True):
+        native.gemm_f16w(w, np.ascontiguousarray(x.T), out, 2, 2, 1, 1, portable)
+        np.testing.assert_array_equal(out, w.astype(np.float32) @ x)
+
+
+def test_bad_buffers_are_refused() -> None:
+    w = np.zeros((4, 8), np.float16)
+    with pytest.raises(ValueError, match="fp16 values"):
+        native.gemm_f16w(w, np.zeros((1, 8), np.float32), np.zeros((5, 1), np.float32), 5, 8, 1, 1)
+    with pytest.raises(ValueError, match="float32"):
+        native.gemm_f16w(w, np.zeros((1, 8), np.float64), np.zeros((4, 1), np.float32), 4, 8, 1, 1)
+    with pytest.raises(ValueError, match="threads"):
+        native.gemm_f16w(w, np.zeros((1, 8), np.float32), np.zeros((4, 1), np.float32), 4, 8, 1, 0)
+
+
+def test_matmul_half_takes_batches_and_strided_activations() -> None:
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((33, 40)).astype(np.float16)
+    x = rng.standard_normal((2, 7, 40)).astype(np.float32).transpose(0, 2, 1)  # [2, 40, 7], strided
+    got = gemm.matmul_half(w, x)
+    assert got.shape == (2, 33, 7) and got.dtype == np.float32
+    for b in range(2):
+        assert within_summation_bound(got[b], w, x[b])
+
+
+def test_pointwise_conv_reads_an_fp16_weight_in_place() -> None:
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((24, 16, 1, 1)).astype(np.float16)
+    bias = rng.standard_normal(24).astype(np.float32)
+    x = rng.standard_normal((1, 16, 1, 5)).astype(np.float32)
+    got = conv(x, weight, bias)
+    want = conv(x, weight.astype(np.float32), bias)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # a conv the fp16 product does not cover (3x1 kernel) widens and matches too
+    wide = rng.standard_normal((4, 16, 3, 1)).astype(np.float16)
+    x3 = rng.standard_normal((1, 16, 5, 1)).astype(np.float32)
+    np.testing.assert_allclose(conv(x3, wide), conv(x3, wide.astype(np.float32)), rtol=1e-5, atol=1e-5)
+
+
+def test_gather_of_an_fp16_table_gives_float32_rows() -> None:
+    table = np.arange(40, dtype=np.float16).reshape(10, 4) / 8
+    rows = gather(table, np.array([[3, -1, 0]], np.int32))
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(rows, table.astype(np.float32)[[3, 9, 0]][None])
+
+
+def test_a_weight_file_read_from_its_chunks_equals_its_bytes() -> None:
+    writer = BlobWriter()
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(n).astype(np.float16) for n in (3, 64, 1000)]
+    offsets = [writer.add(a, "fp16") for a in arrays]
+    data = writer.to_bytes()
+    cuts = [0, 5, 64, 200, 201, 700, len(data)]  # chunk edges inside headers, records and data
+    chunked = ChunkedBytes([data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)])
+    assert len(chunked) == len(data) and bytes(chunked) == data
+    assert bytes(chunked[10:300]) == data[10:300] and bytes(chunked[64:64]) == b""
+    with BlobReader(chunked) as reader:
+        for offset, a in zip(offsets, arrays, strict=True):
+            np.testing.assert_array_equal(reader.read(offset), a)
+
+
+def test_a_wide_product_widens_blocks_of_rows(monkeypatch) -> None:
+    # over WIDE_COLUMNS positions the weights are widened a block of rows at a time
+    monkeypatch.setattr(gemm, "WIDEN_VALUES", 3 * 40)  # blocks of 3 rows
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((10, 40)).astype(np.float16)
+    x = rng.standard_normal((40, gemm.WIDE_COLUMNS + 3)).astype(np.float32)
+    assert within_summation_bound(gemm.matmul_half(w, x), w, x)
