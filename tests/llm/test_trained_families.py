@@ -1,0 +1,89 @@
+"""Acceptance: one tiny model per family, trained on real text (tests/data/llm, made by
+tests/data/make_tiny_lms.py), generates on sim the 64 greedy tokens transformers fp32
+generates, with logits cosine >= 0.9999 at every step, from its fp32 checkpoint and from the
+bf16 checkpoint ``save_pretrained`` writes of it (transformers' reference loads that same bf16
+checkpoint and computes in fp32). Each model switches on what sets its family apart: Llama 3
+rotary scaling, sliding windows shorter than the 64 generated tokens (Mistral, Qwen2 over a
+full-attention layer, Phi-3), Qwen3's query/key norms and explicit head_dim, Gemma 3's
+interleaved sliding and global layers, Phi-3's fused projections."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import anekit.llm
+from tests.llm.conftest import DATA, PROMPT
+from tests.llm.test_parity import cosine
+
+FAMILIES = ["tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
+STEPS = 64
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """(family, dtype) -> folder: the shipped fp32 checkpoint, or its bf16 copy made once."""
+    made: dict = {}
+
+    def folder(name: str, dtype: str):
+        if dtype == "fp32":
+            return DATA / name
+        if (name, dtype) not in made:
+            out = tmp_path_factory.mktemp(f"{name}-bf16")
+            model = transformers.AutoModelForCausalLM.from_pretrained(DATA / name, dtype=torch.float32)
+            model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+            shutil.copy(DATA / name / "tokenizer.json", out / "tokenizer.json")
+            made[name, dtype] = out
+        return made[name, dtype]
+
+    return folder
+
+
+def hf_greedy_fp32(folder, prompt_ids: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+    """transformers' greedy tokens and logits computing in fp32 (a bf16 checkpoint too)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+            pad_token_id=0, output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    return out.sequences[0, len(prompt_ids) :].tolist(), [l[0].numpy() for l in out.logits]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_trained_family_generates_what_transformers_generates(name: str, dtype: str, checkpoints) -> None:
+    folder = checkpoints(name, dtype)
+    model = anekit.llm.load(folder)
+    assert model.conversion.source_dtypes == {"BF16" if dtype == "bf16" else "F32"}
+    result = model.generate(PROMPT, max_new_tokens=STEPS, stop_at_eos=False, return_logits=True)
+    expected, ref_logits = hf_greedy_fp32(folder, result.prompt_ids, STEPS)
+    assert result.token_ids == expected
+    worst = min(cosine(a, b) for a, b in zip(result.logits, ref_logits, strict=True))
+    assert worst >= 0.9999, worst
+    # trained, so decisive (a clear top-1 at most steps), as a real checkpoint's logits are
+    margins = [np.diff(np.sort(l)[-2:])[0] for l in ref_logits]
+    assert np.median(margins) > 0.1
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_generation_reaches_past_the_sliding_window(name: str) -> None:
+    """The features under test are on: windows shorter than prompt + 64 tokens where the
+    family has them, and every family record read from the shipped config."""
+    from anekit.llm.config import read_config
+
+    cfg = read_config(DATA / name)
+    tokens = anekit.llm.load(DATA / name).encode(PROMPT)
+    windows = {"tiny-mistral": (16, 16), "tiny-qwen2": (None, 16), "tiny-gemma3": (16, None), "tiny-phi3": (16, 16)}
+    assert cfg.windows == windows.get(name, (None, None))
+    assert all(w is None or w < len(tokens) + STEPS for w in cfg.windows)
+    assert cfg.family == {"tiny-llama3": "llama", "tiny-gemma3": "gemma3_text"}.get(name, name[5:])
+    assert (cfg.rope.type == "llama3") == (name == "tiny-llama3")
+    assert cfg.qk_norm == (name in ("tiny-qwen3", "tiny-gemma3"))
+    assert cfg.fused == (name == "tiny-phi3")
+    assert (cfg.head_dim == 32) == (name == "tiny-qwen3")  # unequal to hidden/heads = 16
+    assert cfg.sandwich == (name == "tiny-gemma3") and (cfg.rope_sliding is not None) == (name == "tiny-gemma3")
