@@ -18,7 +18,7 @@ import transformers
 
 import anekit.llm
 from tests.llm.conftest import DATA, PROMPT
-from tests.llm.test_parity import cosine
+from tests.llm.test_parity import cosine, hf_greedy
 
 FAMILIES = ["tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-phi3"]
 STEPS = 64
@@ -43,17 +43,6 @@ def checkpoints(tmp_path_factory):
     return folder
 
 
-def hf_greedy_fp32(folder, prompt_ids: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
-    """transformers' greedy tokens and logits computing in fp32 (a bf16 checkpoint too)."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-            pad_token_id=0, output_logits=True, return_dict_in_generate=True,
-        )  # fmt: skip
-    return out.sequences[0, len(prompt_ids) :].tolist(), [l[0].numpy() for l in out.logits]
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("name", FAMILIES)
 def test_trained_family_generates_what_transformers_generates(name: str, dtype: str, checkpoints) -> None:
@@ -61,7 +50,7 @@ def test_trained_family_generates_what_transformers_generates(name: str, dtype: 
     model = anekit.llm.load(folder)
     assert model.conversion.source_dtypes == {"BF16" if dtype == "bf16" else "F32"}
     result = model.generate(PROMPT, max_new_tokens=STEPS, stop_at_eos=False, return_logits=True)
-    expected, ref_logits = hf_greedy_fp32(folder, result.prompt_ids, STEPS)
+    expected, ref_logits = hf_greedy(folder, result.prompt_ids, STEPS)
     assert result.token_ids == expected
     worst = min(cosine(a, b) for a, b in zip(result.logits, ref_logits, strict=True))
     assert worst >= 0.9999, worst
