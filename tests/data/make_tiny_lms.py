@@ -9,7 +9,7 @@ safetensors) beside the tokenizer: GPT-2 as vocab.json + merges.txt, the others 
 tokenizer.json.
 
 Beside GPT-2 and Llama, one model per family anekit reads, each configured to exercise what
-sets the family apart (``FAMILIES``): Llama 3 rotary scaling and tied embeddings; Mistral's
+sets the family apart (``family_configs``): Llama 3 rotary scaling and tied embeddings; Mistral's
 and Qwen2's sliding windows shorter than a prompt plus 64 generated tokens (Qwen2 with one
 full-attention layer below a sliding one, and query/key/value biases); Qwen3's query/key
 norms and an explicit head_dim unequal to hidden/heads; Gemma 3's interleaved sliding and

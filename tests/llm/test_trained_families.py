@@ -60,7 +60,7 @@ def test_trained_family_generates_what_transformers_generates(name: str, dtype: 
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_generation_reaches_past_the_sliding_window(name: str) -> None:
+def test_shipped_configs_switch_on_their_family_features(name: str) -> None:
     """The features under test are on: windows shorter than prompt + 64 tokens where the
     family has them, and every family record read from the shipped config."""
     from anekit.llm.config import read_config
