@@ -12,8 +12,9 @@ published. For each model and each context (256, 2048, 4096 positions):
 - transformers fp32 (``from_pretrained(dtype=float32)``) in another child on the same
   number of threads: 32 greedy tokens with its KV cache, decode tokens/s, peak RSS;
 - agreement: tokens equal to transformers' (random weights make logits nearly flat, so
-  fp16 may flip a near tie: the first differing step is recorded) and the first step's
-  logits cosine;
+  fp16 may flip a near tie: the first differing step is recorded, with both sides' top two
+  tokens and top-1 minus top-2 logit margins there) and the first step's logits cosine and
+  largest absolute difference (the scale of fp16's noise a margin is compared with);
 - memory: peak RSS against the model's fp16 weight bytes plus its KV cache (goal 1.5x);
   anekit runs under ``ANEKIT_MAX_MEMORY`` (``--max-memory``, default the machine's available
   memory less 1 GiB), so a model that will not fit is refused before any weight is read
@@ -147,11 +148,14 @@ def anekit_run(folder: Path, context: int, prompt: list[int], new: int) -> dict:
         load_s = time.perf_counter() - start
         result = model.generate({prompt}, max_new_tokens={new}, stop_at_eos=False, return_logits=True)
         est = model.estimate({len(prompt)})
+        tops = [l.argsort()[-2:][::-1] for l in result.logits]
         print(json.dumps({{
             "load_s": load_s, "compile_s": result.compile_seconds,
             "prefill_tokens_per_s": result.prefill_tokens_per_s,
             "decode_tokens_per_s": result.decode_tokens_per_s,
             "tokens": result.token_ids, "first_logits": result.logits[0].tolist(),
+            "top2": [t.tolist() for t in tops],
+            "margins": [float(l[t[0]] - l[t[1]]) for l, t in zip(result.logits, tops)],
             "plan": model.plan.as_dict(), "weights": model.conversion.as_dict(),
             "estimate_m4": est,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
@@ -169,15 +173,18 @@ def transformers_run(folder: Path, prompt: list[int], new: int) -> dict:
             prefill = time.perf_counter() - start
             cache, logits = out.past_key_values, out.logits[0, -1]
             tokens, first = [int(logits.argmax())], logits.tolist()
+            tops = [logits.topk(2)]
             start = time.perf_counter()
             for _ in range({new} - 1):
                 out = model(torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
                 tokens.append(int(out.logits[0, -1].argmax()))
+                tops.append(out.logits[0, -1].topk(2))
             decode = time.perf_counter() - start
         print(json.dumps({{"prefill_tokens_per_s": {len(prompt)} / prefill,
                           "decode_tokens_per_s": ({new} - 1) / decode, "tokens": tokens,
-                          "first_logits": first,
+                          "first_logits": first, "top2": [t.indices.tolist() for t in tops],
+                          "margins": [float(t.values[0] - t.values[1]) for t in tops],
                           "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
     """)
 
@@ -201,17 +208,23 @@ def measure(name: str, config: dict, contexts: list[int], new: int, work: Path) 
     row["fp16_weight_bytes"] = weights
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, config["vocab_size"], PROMPT_TOKENS)]
     ref = transformers_run(folder, prompt, new)
-    row["transformers_fp32"] = {k: v for k, v in ref.items() if k != "first_logits"}
+    row["transformers_fp32"] = {k: v for k, v in ref.items() if k not in ("first_logits", "top2")}
     row["contexts"] = {}
     for context in contexts:
         ours = anekit_run(folder, context, prompt, new)
-        entry = {k: v for k, v in ours.items() if k != "first_logits"}
+        entry = {k: v for k, v in ours.items() if k not in ("first_logits", "top2", "margins")}
         if "error" not in ours and "error" not in ref and "refused" not in ours:
             a, b = np.array(ours["first_logits"]), np.array(ref["first_logits"])
             same = [x == y for x, y in zip(ours["tokens"], ref["tokens"], strict=True)]
             entry["tokens_equal"] = all(same)
             entry["first_difference"] = same.index(False) if not all(same) else None
             entry["first_logits_cosine"] = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+            entry["first_logits_max_abs_difference"] = float(np.abs(a - b).max())  # fp16's noise
+            if not all(same):  # a near tie swaps the top two, with a gap inside fp16's noise
+                d = entry["first_difference"]
+                entry["at_first_difference"] = {
+                    "transformers_top2": ref["top2"][d], "transformers_margin": ref["margins"][d],
+                    "anekit_top2": ours["top2"][d], "anekit_margin": ours["margins"][d]}  # fmt: skip
             need = weights + kv_per_position * context
             entry["fp16_weights_plus_kv_bytes"] = need
             entry["peak_rss_over_fp16_weights_plus_kv"] = ours["peak_rss"] / need

@@ -18,7 +18,8 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def hf_greedy(folder, prompt_ids: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    """transformers' greedy tokens and logits, computed in fp32 (from a bf16 checkpoint too)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         out = model.generate(
             torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
