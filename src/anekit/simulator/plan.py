@@ -36,6 +36,7 @@ from .execute import NO_SLOT, Expect, Source, Step, apply, op_error, storage_sha
 from .fusion import fuse_elementwise
 from .movement import fuse_concat_transpose, static_views
 from .ops import REGISTRY
+from .prepared import prepare_steps
 from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, frozen, literal_dtype
 
@@ -122,7 +123,8 @@ class _Loader:
         storages.update((slot, STORAGE.get(storage_shape(b.type)[1]))
                         for b, slot in zip(f.inputs, input_slots, strict=True))  # fmt: skip
         steps = fuse_elementwise(steps, keep, shapes, storages)
-        steps = _with_frees(static_views(steps, shapes), tuple(input_slots), keep)
+        steps = prepare_steps(static_views(steps, shapes), shapes)
+        steps = _with_frees(steps, tuple(input_slots), keep)
         inputs = {slot: (shapes.get(slot), STORAGE.get(storage_shape(b.type)[1]))
                   for b, slot in zip(f.inputs, input_slots, strict=True)}  # fmt: skip
         peak, at = _peak_bytes(steps, inputs)
