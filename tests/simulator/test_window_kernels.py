@@ -315,3 +315,25 @@ def test_reshape_of_a_transposed_layout_copies_the_values(perm) -> None:
     assert got.flags.c_contiguous and _same_bits(got, want)
     view = shape.reshape(x, np.array(x.shape[:2] + (x.shape[2], 1), np.int32))
     assert np.shares_memory(view, x)  # no copy where a view does
+
+
+@pytest.mark.parametrize("stride,pad", [(1, 0), (2, 1), (3, 2)])
+def test_conv_along_h_of_width_one_sums_as_the_gemm_of_the_im2col_matrix(
+    stride: int, pad: int
+) -> None:
+    """A 1-D convolution written along H of a [N, C, H, 1] input (the direct kernel reads it
+    along W, the same memory) and tiles with fewer than 16 outputs (a narrow block): the
+    C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(stride)
+    for shape, weight_shape in [((2, 7, 100, 1), (9, 7, 3, 1)), ((1, 3, 1, 11), (20, 3, 1, 4))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        weight = rng.standard_normal(weight_shape).astype(np.float32)
+        bias = np.zeros(weight_shape[0], np.float32)
+        pads = (pad, pad, 0, 0) if shape[3] == 1 else (0, 0, pad, pad)
+        strides = (stride, 1) if shape[3] == 1 else (1, stride)
+        got = conv.conv(x, weight, bias, np.array(strides, np.int32), "custom",
+                        np.array(pads, np.int32))  # fmt: skip
+        want = _im2col_product(x, weight, 1, bias, strides, (1, 1), pads)
+        assert _same_bits(got, want)

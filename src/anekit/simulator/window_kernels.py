@@ -137,6 +137,12 @@ class DirectConv:
         self.target = (*self.out_shape[:2], *_three(out_sizes, 1)[1:])
         self.geometry = tuple(_three(v, fill)[1:] for v, fill in
                               ((kernel, 1), (strides, 1), (dilations, 1), (before, 0)))  # fmt: skip
+        if self.planes[3] == 1 and self.target[3] == 1 and self.geometry[0][1] == 1:
+            # a 1-D convolution along H ([N, C, H, 1]) is the same memory along W, where
+            # the kernel's tiles are 64 outputs wide instead of one
+            self.planes = (*self.planes[:2], 1, self.planes[2])
+            self.target = (*self.target[:2], 1, self.target[2])
+            self.geometry = tuple((b, a) for a, b in self.geometry)
         self.rows = self.target[0] * self.target[2]
         self.work = math.prod(self.out_shape) * self.w.shape[1] // 16  # vector FMAs
 
