@@ -110,3 +110,18 @@ def test_a_pad_the_op_refuses_is_refused_as_before() -> None:
                     [np.zeros((1, 14), np.float32)], dtype="fp16")  # fmt: skip
     with pytest.raises(FormatError, match="reflect padding must be smaller"):
         SimProgram(program).run({"x": np.zeros((1, 4), np.float16)})
+
+
+@pytest.mark.parametrize("consts", [{"axis": np.int32(-1), "num_splits": np.int32(4)},
+                                    {"axis": np.int32(1), "split_sizes": np.array([1, 3, 2], np.int32)}])  # fmt: skip
+def test_prepared_split_gives_the_general_kernels_views(consts: dict) -> None:
+    from anekit.simulator.ops.tensor import prepare_split, split
+
+    x = np.random.default_rng(3).standard_normal((2, 6, 8)).astype(np.float32)
+    run = prepare_split(consts, {"x": x.shape})
+    assert run is not None
+    got, want = run(x), split(x, **consts)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and np.array_equal(g, w) and np.shares_memory(g, x)
+    assert prepare_split({"axis": np.int32(1), "num_splits": np.int32(4)}, {"x": x.shape}) is None

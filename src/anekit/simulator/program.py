@@ -153,8 +153,10 @@ class SimProgram:
 
     def _feeds(self, feeds: Mapping[str, Any], symbols: dict) -> list[Any]:
         names = [b.name for b in self._plan.inputs]
-        takes = f"the function '{self.function.name}' takes {self.signature()}"
-        check_input_names(names, feeds, takes)
+        if not isinstance(feeds, Mapping) or feeds.keys() != set(names):
+            # the message (every input's type as text) only when it is needed
+            check_input_names(names, feeds, f"the function '{self.function.name}' takes "
+                                            f"{self.signature()}")  # fmt: skip
         return [self._feed(b.name, b.type, feeds[b.name], symbols) for b in self._plan.inputs]
 
     def _feed(self, name: str, t: ScalarType | MilTensorType, value: Any, symbols: dict) -> Any:
