@@ -239,9 +239,12 @@ class SimProgram:
         native = fp16._native  # read per run: tests switch it off
         with np.errstate(all="ignore"), gemm.blas_on_one_thread():
             for (
-                step, positional, known, dynamic, gathers, fused, variadic, single, frees
+                step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads
             ) in self._loop:  # fmt: skip
-                if positional is not None:
+                if reads is not None:  # runtime values only, one or two: no list to build
+                    kwargs = None
+                    args = (env[reads[0]],) if len(reads) == 1 else (env[reads[0]], env[reads[1]])
+                elif positional is not None:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
                     if gathers:
@@ -333,11 +336,24 @@ class SimProgram:
 
 def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
     """What a run reads of each step of ``plan``, unpacked once (see SimProgram.__init__)."""
-    return tuple(
-        (step, *_call(step), _gathers(step), _fused(step), step.variadic,
-         step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
-        for step in plan.steps
-    )  # fmt: skip
+    out = []
+    for step in plan.steps:
+        positional, known, dynamic = _call(step)
+        gathers = _gathers(step)
+        out.append((step, positional, known, dynamic, gathers, _fused(step), step.variadic,
+                    step.outputs[0] if len(step.outputs) == 1 else None, step.frees,
+                    _reads(positional, gathers)))  # fmt: skip
+    return tuple(out)
+
+
+def _reads(positional: Any, gathers: bool) -> tuple[int, ...] | None:
+    """The slots of a step's positional arguments when they are one or two runtime values
+    taken as they are (the run loop's shortest path), else None."""
+    if positional is None or gathers or not 1 <= len(positional) <= 2:
+        return None
+    if any(slot == NO_SLOT for slot, _ in positional):
+        return None
+    return tuple(slot for slot, _ in positional)
 
 
 def _gathers(step: Step) -> bool:

@@ -147,9 +147,11 @@ class DirectConv:
         self.work = math.prod(self.out_shape) * self.w.shape[1] // 16  # vector FMAs
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        planes = np.ascontiguousarray(x).reshape(self.planes)
+        planes = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        if planes.shape != self.planes:
+            planes = planes.reshape(self.planes)
         out = np.empty(self.out_shape, np.float32)
-        target = out.reshape(self.target)
+        target = out if self.target == self.out_shape else out.reshape(self.target)
         args = (planes, self.w, target, self.groups, *self.geometry)
         if self.work < SPLIT_MIN:
             _native.conv_rows(*args, 0, self.rows)

@@ -195,11 +195,12 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
             return None
         direct = window_kernels.DirectConv(w.reshape(c_out, -1), g, kernel, st, dl,
                                            [a for a, _ in padding], x_shape, out_sizes)  # fmt: skip
+        if bias is None:
+            return direct
 
         def run(x: np.ndarray) -> np.ndarray:
             out = direct(x)
-            if bias is not None:
-                out += bias
+            out += bias
             return out
 
         return run
