@@ -2174,11 +2174,12 @@ __attribute__((target("avx512f"))) static void block8_narrow(const float *A, lon
     _mm512_mask_storeu_ps(C + 7 * ldc, mask, c7);
 }
 
-/* Row ``t`` of a panel: x[iy][(ox0 + t) * sx + off] for t in [0, cols), 0 outside the row. */
-static void conv_panel_row(const float *src, Py_ssize_t wd, Py_ssize_t ox0, Py_ssize_t sx,
-                           Py_ssize_t off, Py_ssize_t cols, float *dst)
+/* The t in [lo, hi) of a panel row whose reads x[iy][(ox0 + t) * sx + off] fall inside
+ * the row (0 <= index < wd); the others are padding. */
+static void conv_range(Py_ssize_t wd, Py_ssize_t ox0, Py_ssize_t sx, Py_ssize_t off,
+                       Py_ssize_t cols, Py_ssize_t *lo_out, Py_ssize_t *hi_out)
 {
-    Py_ssize_t lo = 0, hi = cols; /* the t that read inside the row */
+    Py_ssize_t lo = 0, hi = cols;
     if (off < 0) {
         Py_ssize_t first = (-off + sx - 1) / sx - ox0;
         lo = first > 0 ? first : 0;
@@ -2188,17 +2189,70 @@ static void conv_panel_row(const float *src, Py_ssize_t wd, Py_ssize_t ox0, Py_s
         hi = 0;
     else if (last / sx - ox0 + 1 < hi)
         hi = last / sx - ox0 + 1;
+    if (lo > cols)
+        lo = cols;
     if (hi < lo)
         hi = lo;
-    for (Py_ssize_t t = 0; t < lo && t < cols; t++)
-        dst[t] = 0.0f;
-    if (sx == 1)
-        memcpy(dst + lo, src + ox0 + lo + off, (size_t)(hi - lo) * 4);
-    else
-        for (Py_ssize_t t = lo; t < hi; t++)
-            dst[t] = src[(ox0 + t) * sx + off];
-    for (Py_ssize_t t = hi; t < cols; t++)
-        dst[t] = 0.0f;
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+#define CONV_KW_MAX 64 /* kernel widths whose ranges are worked out once per tile */
+
+/* Lanes [a, b) of a 16-lane vector (clipped to it). */
+static inline __mmask16 conv_lanes(Py_ssize_t a, Py_ssize_t b)
+{
+    if (a < 0)
+        a = 0;
+    if (b > 16)
+        b = 16;
+    return b <= a ? (__mmask16)0 : (__mmask16)(((1u << (b - a)) - 1u) << a);
+}
+
+/* A depthwise convolution (one input and one output channel per group) of column stride 1:
+ * no panel, each tap's inputs loaded straight from the input row, the lanes outside it
+ * loaded as zeros, so every output is the panel's FMA chain (padding taps included: w * 0
+ * is added as there), 64 outputs at a time. */
+__attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_job *j,
+    Py_ssize_t row0, Py_ssize_t row1)
+{
+    const Py_ssize_t K = j->kh * j->kw;
+    for (Py_ssize_t r = row0; r < row1; r++) {
+        const Py_ssize_t n = r / j->oh, oy = r % j->oh;
+        for (Py_ssize_t g = 0; g < j->groups; g++) {
+            const float *xg = j->x + (n * j->c + g) * j->h * j->wd, *wg = j->w + g * K;
+            float *out = j->out + ((n * j->co + g) * j->oh + oy) * j->ow;
+            for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
+                const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+                __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+                for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
+                    const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
+                    const int inside = iy >= 0 && iy < j->h;
+                    const float *src = xg + (inside ? iy : 0) * j->wd;
+                    for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
+                        const __m512 w = _mm512_set1_ps(wg[ky * j->kw + kx]);
+                        const Py_ssize_t start = ox0 + kx * j->dx - j->px; /* input of t = 0 */
+                        /* the t in [lo, hi) read inside the row, 0 <= start + t < wd */
+                        Py_ssize_t lo = inside ? -start : 0, hi = inside ? j->wd - start : 0;
+                        if (hi > cols)
+                            hi = cols;
+                        const float *in = src + start;
+                        c0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in), c0);
+                        c1 = _mm512_fmadd_ps(
+                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16), c1);
+                        c2 = _mm512_fmadd_ps(
+                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 32, hi - 32), in + 32), c2);
+                        c3 = _mm512_fmadd_ps(
+                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 48, hi - 48), in + 48), c3);
+                    }
+                }
+                _mm512_mask_storeu_ps(out + ox0, conv_lanes(0, cols), c0);
+                _mm512_mask_storeu_ps(out + ox0 + 16, conv_lanes(0, cols - 16), c1);
+                _mm512_mask_storeu_ps(out + ox0 + 32, conv_lanes(0, cols - 32), c2);
+                _mm512_mask_storeu_ps(out + ox0 + 48, conv_lanes(0, cols - 48), c3);
+            }
+        }
+    }
 }
 
 static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, float *panel)
@@ -2213,17 +2267,34 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, f
             float *out = j->out + ((n * j->co + g * og) * j->oh + oy) * j->ow;
             for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
                 const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+                /* the inside range of each tap column, the same for every channel and row */
+                Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
+                for (Py_ssize_t kx = 0; kx < j->kw; kx++)
+                    conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &lo[kx], &hi[kx]);
                 float *row = panel;
                 for (Py_ssize_t ci = 0; ci < cg; ci++)
                     for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
                         const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
                         const float *src = xg + (ci * j->h + iy) * j->wd;
                         for (Py_ssize_t kx = 0; kx < j->kw; kx++, row += COLS) {
-                            if (iy < 0 || iy >= j->h)
+                            if (iy < 0 || iy >= j->h) {
                                 memset(row, 0, (size_t)cols * 4);
-                            else
-                                conv_panel_row(src, j->wd, ox0, j->sx, kx * j->dx - j->px, cols,
-                                               row);
+                                continue;
+                            }
+                            const Py_ssize_t a = lo[kx], b = hi[kx];
+                            const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
+                            for (Py_ssize_t t = 0; t < a; t++)
+                                row[t] = 0.0f;
+                            if (j->sx == 1) {
+                                const float *in = src + base;
+                                for (Py_ssize_t t = a; t < b; t++)
+                                    row[t] = in[t];
+                            } else {
+                                for (Py_ssize_t t = a; t < b; t++)
+                                    row[t] = src[base + t * j->sx];
+                            }
+                            for (Py_ssize_t t = b; t < cols; t++)
+                                row[t] = 0.0f;
                         }
                     }
                 __mmask16 mask[4];
@@ -2306,7 +2377,7 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
     }
     const Py_ssize_t n = vx.shape[0], c = vx.shape[1], co = vo.shape[1];
     int ok = groups >= 1 && kh >= 1 && kw >= 1 && sy >= 1 && sx >= 1 && dy >= 1 && dx >= 1 &&
-             py >= 0 && px >= 0 && vo.shape[0] == n && c % groups == 0 && co % groups == 0 &&
+             kw <= CONV_KW_MAX && py >= 0 && px >= 0 && vo.shape[0] == n && c % groups == 0 && co % groups == 0 &&
              vw.shape[0] == co && vw.shape[1] == c / groups * kh * kw && vw.shape[1] > 0 &&
              0 <= row0 && row0 <= row1 && row1 <= n * vo.shape[2];
     if (!ok) {
@@ -2329,8 +2400,12 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
             PyBuffer_Release(&vo);
             return PyErr_NoMemory();
         }
+        const int depthwise = groups == c && groups == co && sx == 1;
         Py_BEGIN_ALLOW_THREADS
-        conv_rows_run(&job, row0, row1, panel);
+        if (depthwise)
+            conv_depthwise_rows(&job, row0, row1);
+        else
+            conv_rows_run(&job, row0, row1, panel);
         Py_END_ALLOW_THREADS
         free(panel);
     }

@@ -148,17 +148,19 @@ def _im2col_product(x: np.ndarray, weight: np.ndarray, groups: int, bias: np.nda
     return out.reshape(len(x), -1, *sizes) + bias.reshape(-1, *(1,) * n)
 
 
-@settings(max_examples=60, deadline=None)
-@given(geometry, st.integers(1, 3), st.integers(1, 3), st.booleans(), st.booleans(),
-       st.integers(0, 10**6))  # fmt: skip
+@settings(max_examples=80, deadline=None)
+@given(geometry, st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.booleans(),
+       st.booleans(), st.integers(0, 10**6))  # fmt: skip
 def test_conv_with_real_weights_sums_as_the_gemm_of_the_im2col_matrix(
-    geo, groups, per_group, special, strided, seed
+    geo, groups, per_group, outputs, special, strided, seed
 ) -> None:
     """A 1-D or 2-D convolution with real weights runs the direct C kernel (no im2col
     matrix): every output has the bits of the C GEMM's product of numpy's im2col matrix,
     signed zeros included (a channel of -0 inputs times weights of both signs still sums
-    to +0), NaN payloads aside. 3-D convolutions, and every machine without the kernel,
-    multiply the windows the C gather laid out with numpy's product: numpy's own bits."""
+    to +0), NaN payloads aside; depthwise ones (one input and one output per group) load
+    their taps without a panel, to the same bits. 3-D convolutions, and every machine
+    without the kernel, multiply the windows the C gather laid out with numpy's product
+    (1x1 convolutions multiply the input itself): numpy's own bits."""
     n, kernel, strides, dilations, pads, sizes = geo
     pad_sum = [pads[2 * i] + pads[2 * i + 1] for i in range(n)]
     fits = zip(sizes, pad_sum, kernel, dilations, strict=True)
@@ -171,14 +173,17 @@ def test_conv_with_real_weights_sums_as_the_gemm_of_the_im2col_matrix(
         x = np.ascontiguousarray(np.moveaxis(x, 0, -1))
         x = np.moveaxis(x, -1, 0)
     rng = np.random.default_rng(seed + 1)
-    weight = rng.standard_normal((groups * 2, per_group, *kernel)).astype(np.float32)
+    weight = rng.standard_normal((groups * outputs, per_group, *kernel)).astype(np.float32)
     weight[rng.random(weight.shape) < 0.2] = -0.0
-    bias = rng.standard_normal(groups * 2).astype(np.float32)
+    if special:
+        weight.reshape(-1)[: min(2, weight.size)] = [np.inf, np.nan][: min(2, weight.size)]  # padding taps add w * 0
+    bias = rng.standard_normal(groups * outputs).astype(np.float32)
     kwargs = {"x": x, "weight": weight, "groups": np.int32(groups), "bias": bias,
               "strides": np.array(strides, np.int32), "dilations": np.array(dilations, np.int32),
               "pad_type": "custom", "pad": np.array(pads, np.int32)}  # fmt: skip
     fast = conv.conv(**kwargs)
-    if window_kernels.direct_available() and n < 3:
+    pointwise = groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides)
+    if window_kernels.direct_available() and n < 3 and not pointwise:
         assert _same_sums(fast, _im2col_product(x, weight, groups, bias, strides, dilations, pads))
     else:
         assert _same_bits(fast, _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs))
