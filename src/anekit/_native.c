@@ -2209,7 +2209,19 @@ static inline __mmask16 conv_lanes(Py_ssize_t a, Py_ssize_t b)
     return b <= a ? (__mmask16)0 : (__mmask16)(((1u << (b - a)) - 1u) << a);
 }
 
-/* A depthwise convolution (one input and one output channel per group) of column stride 1:
+/* The 16 even values of in[0:32], lanes of ``in`` outside [lo, hi) read as zeros. */
+__attribute__((target("avx512f"))) static inline __m512 conv_evens(const float *in,
+    Py_ssize_t lo, Py_ssize_t hi)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    __m512 a = _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in);
+    __m512 b = _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16);
+    return _mm512_permutex2var_ps(a, even, b);
+}
+
+/* A depthwise convolution (one input and one output channel per group) of column stride 1
+ * or 2:
  * no panel, each tap's inputs loaded straight from the input row, the lanes outside it
  * loaded as zeros, so every output is the panel's FMA chain (padding taps included: w * 0
  * is added as there), 64 outputs at a time. */
@@ -2231,19 +2243,27 @@ __attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_jo
                     const float *src = xg + (inside ? iy : 0) * j->wd;
                     for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
                         const __m512 w = _mm512_set1_ps(wg[ky * j->kw + kx]);
-                        const Py_ssize_t start = ox0 + kx * j->dx - j->px; /* input of t = 0 */
-                        /* the t in [lo, hi) read inside the row, 0 <= start + t < wd */
+                        const Py_ssize_t start = ox0 * j->sx + kx * j->dx - j->px; /* t = 0 reads */
+                        /* the inputs start + i inside the row: i in [lo, hi), and the ones
+                         * the tile's outputs read (i = t * sx for t < cols) */
                         Py_ssize_t lo = inside ? -start : 0, hi = inside ? j->wd - start : 0;
-                        if (hi > cols)
-                            hi = cols;
+                        if (hi > (cols - 1) * j->sx + 1)
+                            hi = (cols - 1) * j->sx + 1;
                         const float *in = src + start;
-                        c0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in), c0);
-                        c1 = _mm512_fmadd_ps(
-                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16), c1);
-                        c2 = _mm512_fmadd_ps(
-                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 32, hi - 32), in + 32), c2);
-                        c3 = _mm512_fmadd_ps(
-                            w, _mm512_maskz_loadu_ps(conv_lanes(lo - 48, hi - 48), in + 48), c3);
+                        if (j->sx == 1) {
+                            c0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in), c0);
+                            c1 = _mm512_fmadd_ps(
+                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16), c1);
+                            c2 = _mm512_fmadd_ps(
+                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 32, hi - 32), in + 32), c2);
+                            c3 = _mm512_fmadd_ps(
+                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 48, hi - 48), in + 48), c3);
+                        } else { /* stride 2: output t reads input 2t, the even lanes of 32 */
+                            c0 = _mm512_fmadd_ps(w, conv_evens(in, lo, hi), c0);
+                            c1 = _mm512_fmadd_ps(w, conv_evens(in + 32, lo - 32, hi - 32), c1);
+                            c2 = _mm512_fmadd_ps(w, conv_evens(in + 64, lo - 64, hi - 64), c2);
+                            c3 = _mm512_fmadd_ps(w, conv_evens(in + 96, lo - 96, hi - 96), c3);
+                        }
                     }
                 }
                 _mm512_mask_storeu_ps(out + ox0, conv_lanes(0, cols), c0);
@@ -2400,7 +2420,7 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
             PyBuffer_Release(&vo);
             return PyErr_NoMemory();
         }
-        const int depthwise = groups == c && groups == co && sx == 1;
+        const int depthwise = groups == c && groups == co && (sx == 1 || sx == 2);
         Py_BEGIN_ALLOW_THREADS
         if (depthwise)
             conv_depthwise_rows(&job, row0, row1);

@@ -342,3 +342,24 @@ def test_conv_along_h_of_width_one_sums_as_the_gemm_of_the_im2col_matrix(
                         np.array(pads, np.int32))  # fmt: skip
         want = _im2col_product(x, weight, 1, bias, strides, (1, 1), pads)
         assert _same_bits(got, want)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_wide_depthwise_conv_sums_as_the_gemm_of_the_im2col_matrix(
+    stride: int, dilation: int
+) -> None:
+    """Depthwise convolutions over rows of several 64-wide tiles (strides 1 and 2 load their
+    taps from the input rows, 3 takes the panel): the C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(stride * 10 + dilation)
+    x = rng.standard_normal((2, 3, 7, 203)).astype(np.float32)
+    weight = rng.standard_normal((3, 1, 3, 5)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    pads = (1, 2, 3, 1)
+    got = conv.conv(x, weight, bias, np.array([stride, stride], np.int32), "custom",
+                    np.array(pads, np.int32), np.array([dilation, dilation], np.int32),
+                    np.int32(3))  # fmt: skip
+    want = _im2col_product(x, weight, 3, bias, (stride, stride), (dilation, dilation), pads)
+    assert _same_bits(got, want)
