@@ -53,6 +53,7 @@ class Plan:
     outputs: tuple[tuple[str, int, Any], ...]  # (name, slot or -1, known value)
     output_types: Mapping[str, Any]
     slot_count: int
+    peak_bytes: int = 0  # the most bytes of (static) runtime values alive at once
 
 
 def opset_number(opset: str | None) -> int:
@@ -137,6 +138,7 @@ class _Loader:
             tuple(outputs),
             {name: self.types[name] for name in f.outputs},
             self.next_slot,
+            peak,
         )
 
     # --- one operation --------------------------------------------------------------------

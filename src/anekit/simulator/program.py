@@ -15,6 +15,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from anekit.errors import InputError, check_input_names
 from anekit.formats.mil import MilProgram, MilTensorType, ScalarType, parse, parse_file
 
-from . import fp16, gemm
+from . import fp16, gemm, heap
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
@@ -106,6 +107,7 @@ class SimProgram:
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = _loop(self._plan)
+        self._heap = heap.reuse(self._plan.peak_bytes)  # large results: freed memory reused
         # constants a kernel could hand back unchanged: outputs that are one of them are copied
         self._constants = frozenset(
             id(v)
@@ -237,7 +239,7 @@ class SimProgram:
             env[slot] = array
         source = self._source
         native = fp16._native  # read per run: tests switch it off
-        with np.errstate(all="ignore"), gemm.blas_on_one_thread():
+        with np.errstate(all="ignore"), gemm.blas_on_one_thread(), self._heap or nullcontext():
             for (
                 step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads
             ) in self._loop:  # fmt: skip
