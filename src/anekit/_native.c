@@ -2236,6 +2236,7 @@ __attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_jo
             float *out = j->out + ((n * j->co + g) * j->oh + oy) * j->ow;
             for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
                 const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+                const int vectors = (int)((cols + 15) / 16);
                 __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
                 for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
                     const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
@@ -2250,19 +2251,26 @@ __attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_jo
                         if (hi > (cols - 1) * j->sx + 1)
                             hi = (cols - 1) * j->sx + 1;
                         const float *in = src + start;
+                        /* vectors past the tile's last output are skipped (narrow rows) */
                         if (j->sx == 1) {
                             c0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in), c0);
-                            c1 = _mm512_fmadd_ps(
-                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16), c1);
-                            c2 = _mm512_fmadd_ps(
-                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 32, hi - 32), in + 32), c2);
-                            c3 = _mm512_fmadd_ps(
-                                w, _mm512_maskz_loadu_ps(conv_lanes(lo - 48, hi - 48), in + 48), c3);
+                            if (vectors > 1)
+                                c1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 16, hi - 16), in + 16), c1);
+                            if (vectors > 2)
+                                c2 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 32, hi - 32), in + 32), c2);
+                            if (vectors > 3)
+                                c3 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 48, hi - 48), in + 48), c3);
                         } else { /* stride 2: output t reads input 2t, the even lanes of 32 */
                             c0 = _mm512_fmadd_ps(w, conv_evens(in, lo, hi), c0);
-                            c1 = _mm512_fmadd_ps(w, conv_evens(in + 32, lo - 32, hi - 32), c1);
-                            c2 = _mm512_fmadd_ps(w, conv_evens(in + 64, lo - 64, hi - 64), c2);
-                            c3 = _mm512_fmadd_ps(w, conv_evens(in + 96, lo - 96, hi - 96), c3);
+                            if (vectors > 1)
+                                c1 = _mm512_fmadd_ps(w, conv_evens(in + 32, lo - 32, hi - 32), c1);
+                            if (vectors > 2)
+                                c2 = _mm512_fmadd_ps(w, conv_evens(in + 64, lo - 64, hi - 64), c2);
+                            if (vectors > 3)
+                                c3 = _mm512_fmadd_ps(w, conv_evens(in + 96, lo - 96, hi - 96), c3);
                         }
                     }
                 }
