@@ -241,7 +241,8 @@ class SimProgram:
         native = fp16._native  # read per run: tests switch it off
         with np.errstate(all="ignore"), gemm.blas_on_one_thread(), self._heap or nullcontext():
             for (
-                step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads
+                step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads,
+                kernel,
             ) in self._loop:  # fmt: skip
                 if reads is not None:  # runtime values only, one or two: no list to build
                     kwargs = None
@@ -268,27 +269,28 @@ class SimProgram:
                                 env[slot] = None
                             continue
                     try:
-                        out = step.kernel(*args) if kwargs is None else step.kernel(**kwargs)
+                        out = kernel(*args) if kwargs is None else kernel(**kwargs)
                     except KERNEL_ERRORS as exc:
                         raise kernel_error(step, exc, source) from None
                     if (
                         type(out) is not np.ndarray
-                        or out.dtype != e.storage
+                        or (out.dtype is not e.storage and out.dtype != e.storage)
                         or out.shape != e.shape
                     ):
                         out = check_output(step, e, out, symbols, source)
                     else:
+                        flags = out.flags
                         if e.round:
                             # writeable means made by the kernel: every value a kernel is given
                             # is read-only, and so is any view of one (a reshaped matmul result
                             # is a view, and is rounded where it is, without a copy)
-                            flags = out.flags
                             if native is not None and flags.writeable and flags.c_contiguous:
                                 if native.round_in_place(out):  # left |x| >= 65520, inf, NaN
                                     round_to_fp16(out, in_place=True)  # exact for those
                             else:
                                 out = round_to_fp16(out, in_place=flags.writeable)
-                        out.flags.writeable = False
+                                flags = out.flags
+                        flags.writeable = False
                     env[e.slot] = out
                 elif type(step.kernel) is FusedKernel and kwargs is None:
                     # a fused group's outputs: made, shaped and rounded by the kernel
@@ -344,7 +346,7 @@ def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
         gathers = _gathers(step)
         out.append((step, positional, known, dynamic, gathers, _fused(step), step.variadic,
                     step.outputs[0] if len(step.outputs) == 1 else None, step.frees,
-                    _reads(positional, gathers)))  # fmt: skip
+                    _reads(positional, gathers), step.kernel))  # fmt: skip
     return tuple(out)
 
 
