@@ -6,9 +6,10 @@ through page faults first: a PP-OCR detector's run took 84k of them, a quarter o
 time. While a program whose live values peak at LARGE or more runs, allocations come from
 the heap instead (mmap off, trimming held back), so the block one op frees is the next op's
 result without new pages; when the last such run ends, glibc's default settings are set
-back and the free memory is returned to the system (``malloc_trim``). Setting them at all
-turns off glibc's rising mmap threshold in this process (it stays at 128 KiB). Where the C
-library is not glibc this does nothing.
+back and the free memory past KEPT bytes is returned to the system (``malloc_trim``; KEPT is
+what training sessions ask glibc to keep at the heap top, `anekit.train.runner`, so a step's
+pages stay for the next step). Setting them at all turns off glibc's rising mmap threshold
+in this process (it stays at 128 KiB). Where the C library is not glibc this does nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ LARGE = 64 << 20  # bytes of live values from which a run takes its memory from 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters (malloc.h)
 _DEFAULT_TRIM, _DEFAULT_MMAP_MAX = 128 * 1024, 65536  # glibc's defaults
 _HELD_TRIM = 1 << 30  # free memory kept in the heap during a run
+KEPT = 64 << 20  # free bytes left at the heap top when the last run ends
 
 
 def _glibc() -> Any:
@@ -56,7 +58,7 @@ class HeapReuse:
             if _runs == 0:
                 _libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
                 _libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM)
-                _libc.malloc_trim(0)
+                _libc.malloc_trim(KEPT)
 
 
 def reuse(peak_bytes: int) -> HeapReuse | None:
