@@ -2358,14 +2358,10 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, f
 /* A C-contiguous float32 buffer of ``ndim`` dimensions (writable if asked). */
 static int conv_buffer(PyObject *obj, Py_buffer *view, int ndim, int writable, const char *what)
 {
-    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0)
+    if (window_buffer(obj, view, ndim, writable, what) < 0)
         return -1;
-    const char *fmt = view->format ? view->format : "B";
-    if (*fmt == '<' || *fmt == '=' || *fmt == '@')
-        fmt++;
-    if (view->itemsize != 4 || strcmp(fmt, "f") != 0 || view->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %d-D float32 array", what, ndim);
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous", what);
         PyBuffer_Release(view);
         return -1;
     }
