@@ -2289,6 +2289,329 @@ static PyObject *clamp(PyObject *self, PyObject *args)
 
 /* ---- end of window kernels --------------------------------------------------------------- */
 
+/* ---- direct convolution ------------------------------------------------------------------
+ * conv_rows: a 2-D convolution (groups, strides, dilations, zero padding) without the im2col
+ * matrix. For each output row and each 64-wide tile of it, the tile's windows are gathered
+ * into a [K, 64] panel (K = C/groups * KH * KW in (c, ky, kx) order, zeros outside x) that
+ * stays in L2, and the GEMM's register blocks (block6/block1) multiply the group's weight rows
+ * by it, in blocks of KC values of k whose sums resume from the output. Every output is then
+ * gemm()'s sum over the im2col matrix: one FMA chain over k in order, from +0 (a -0 read as
+ * is, where window_gather writes 0 + x, changes no sum: the chain never holds -0), whatever
+ * the tiling and whichever rows a call covers, so the caller may split the rows between
+ * threads. A depthwise 3x3 over 16 x 368 x 1184 takes ~15 ms where im2col and a batched
+ * matrix-vector product took ~300. */
+#ifdef HAVE_GEMM
+typedef struct {
+    const float *x, *w;
+    float *out;
+    Py_ssize_t c, h, wd, co, groups, kh, kw, sy, sx, dy, dx, py, px, oh, ow;
+} conv_job;
+
+/* Eight rows of a panel at most 16 columns wide (``mask``): one vector per row, where
+ * block6 would multiply four, three of them masked off. The same FMA chain per output. */
+__attribute__((target("avx512f"))) static void block8_narrow(const float *A, long lda,
+    const float *B, long ldb, float *C, long ldc, long K, __mmask16 mask, int resume)
+{
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+           c7 = c0;
+    if (resume) {
+        c0 = _mm512_maskz_loadu_ps(mask, C);
+        c1 = _mm512_maskz_loadu_ps(mask, C + ldc);
+        c2 = _mm512_maskz_loadu_ps(mask, C + 2 * ldc);
+        c3 = _mm512_maskz_loadu_ps(mask, C + 3 * ldc);
+        c4 = _mm512_maskz_loadu_ps(mask, C + 4 * ldc);
+        c5 = _mm512_maskz_loadu_ps(mask, C + 5 * ldc);
+        c6 = _mm512_maskz_loadu_ps(mask, C + 6 * ldc);
+        c7 = _mm512_maskz_loadu_ps(mask, C + 7 * ldc);
+    }
+    for (long k = 0; k < K; k++) {
+        __m512 b = _mm512_maskz_loadu_ps(mask, B + k * ldb);
+        c0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k]), b, c0);
+        c1 = _mm512_fmadd_ps(_mm512_set1_ps(A[lda + k]), b, c1);
+        c2 = _mm512_fmadd_ps(_mm512_set1_ps(A[2 * lda + k]), b, c2);
+        c3 = _mm512_fmadd_ps(_mm512_set1_ps(A[3 * lda + k]), b, c3);
+        c4 = _mm512_fmadd_ps(_mm512_set1_ps(A[4 * lda + k]), b, c4);
+        c5 = _mm512_fmadd_ps(_mm512_set1_ps(A[5 * lda + k]), b, c5);
+        c6 = _mm512_fmadd_ps(_mm512_set1_ps(A[6 * lda + k]), b, c6);
+        c7 = _mm512_fmadd_ps(_mm512_set1_ps(A[7 * lda + k]), b, c7);
+    }
+    _mm512_mask_storeu_ps(C, mask, c0);
+    _mm512_mask_storeu_ps(C + ldc, mask, c1);
+    _mm512_mask_storeu_ps(C + 2 * ldc, mask, c2);
+    _mm512_mask_storeu_ps(C + 3 * ldc, mask, c3);
+    _mm512_mask_storeu_ps(C + 4 * ldc, mask, c4);
+    _mm512_mask_storeu_ps(C + 5 * ldc, mask, c5);
+    _mm512_mask_storeu_ps(C + 6 * ldc, mask, c6);
+    _mm512_mask_storeu_ps(C + 7 * ldc, mask, c7);
+}
+
+/* The t in [lo, hi) of a panel row whose reads x[iy][(ox0 + t) * sx + off] fall inside
+ * the row (0 <= index < wd); the others are padding. */
+static void conv_range(Py_ssize_t wd, Py_ssize_t ox0, Py_ssize_t sx, Py_ssize_t off,
+                       Py_ssize_t cols, Py_ssize_t *lo_out, Py_ssize_t *hi_out)
+{
+    Py_ssize_t lo = 0, hi = cols;
+    if (off < 0) {
+        Py_ssize_t first = (-off + sx - 1) / sx - ox0;
+        lo = first > 0 ? first : 0;
+    }
+    Py_ssize_t last = wd - 1 - off; /* (ox0 + t) * sx <= last */
+    if (last < 0)
+        hi = 0;
+    else if (last / sx - ox0 + 1 < hi)
+        hi = last / sx - ox0 + 1;
+    if (lo > cols)
+        lo = cols;
+    if (hi < lo)
+        hi = lo;
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+#define CONV_KW_MAX 64 /* kernel widths whose ranges are worked out once per tile */
+
+/* Lanes [a, b) of a 16-lane vector (clipped to it). */
+static inline __mmask16 conv_lanes(Py_ssize_t a, Py_ssize_t b)
+{
+    if (a < 0)
+        a = 0;
+    if (b > 16)
+        b = 16;
+    return b <= a ? (__mmask16)0 : (__mmask16)(((1u << (b - a)) - 1u) << a);
+}
+
+/* The 16 even values of in[0:32], lanes of ``in`` outside [lo, hi) read as zeros. */
+__attribute__((target("avx512f"))) static inline __m512 conv_evens(const float *in,
+    Py_ssize_t lo, Py_ssize_t hi)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    __m512 a = _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in);
+    __m512 b = _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16);
+    return _mm512_permutex2var_ps(a, even, b);
+}
+
+/* A depthwise convolution (one input and one output channel per group) of column stride 1
+ * or 2:
+ * no panel, each tap's inputs loaded straight from the input row, the lanes outside it
+ * loaded as zeros, so every output is the panel's FMA chain (padding taps included: w * 0
+ * is added as there), 64 outputs at a time. */
+__attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_job *j,
+    Py_ssize_t row0, Py_ssize_t row1)
+{
+    const Py_ssize_t K = j->kh * j->kw;
+    for (Py_ssize_t r = row0; r < row1; r++) {
+        const Py_ssize_t n = r / j->oh, oy = r % j->oh;
+        for (Py_ssize_t g = 0; g < j->groups; g++) {
+            const float *xg = j->x + (n * j->c + g) * j->h * j->wd, *wg = j->w + g * K;
+            float *out = j->out + ((n * j->co + g) * j->oh + oy) * j->ow;
+            for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
+                const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+                const int vectors = (int)((cols + 15) / 16);
+                __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+                for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
+                    const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
+                    const int inside = iy >= 0 && iy < j->h;
+                    const float *src = xg + (inside ? iy : 0) * j->wd;
+                    for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
+                        const __m512 w = _mm512_set1_ps(wg[ky * j->kw + kx]);
+                        const Py_ssize_t start = ox0 * j->sx + kx * j->dx - j->px; /* t = 0 reads */
+                        /* the inputs start + i inside the row: i in [lo, hi), and the ones
+                         * the tile's outputs read (i = t * sx for t < cols) */
+                        Py_ssize_t lo = inside ? -start : 0, hi = inside ? j->wd - start : 0;
+                        if (hi > (cols - 1) * j->sx + 1)
+                            hi = (cols - 1) * j->sx + 1;
+                        const float *in = src + start;
+                        /* vectors past the tile's last output are skipped (narrow rows) */
+                        if (j->sx == 1) {
+                            c0 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in), c0);
+                            if (vectors > 1)
+                                c1 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 16, hi - 16), in + 16), c1);
+                            if (vectors > 2)
+                                c2 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 32, hi - 32), in + 32), c2);
+                            if (vectors > 3)
+                                c3 = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(
+                                    conv_lanes(lo - 48, hi - 48), in + 48), c3);
+                        } else { /* stride 2: output t reads input 2t, the even lanes of 32 */
+                            c0 = _mm512_fmadd_ps(w, conv_evens(in, lo, hi), c0);
+                            if (vectors > 1)
+                                c1 = _mm512_fmadd_ps(w, conv_evens(in + 32, lo - 32, hi - 32), c1);
+                            if (vectors > 2)
+                                c2 = _mm512_fmadd_ps(w, conv_evens(in + 64, lo - 64, hi - 64), c2);
+                            if (vectors > 3)
+                                c3 = _mm512_fmadd_ps(w, conv_evens(in + 96, lo - 96, hi - 96), c3);
+                        }
+                    }
+                }
+                _mm512_mask_storeu_ps(out + ox0, conv_lanes(0, cols), c0);
+                _mm512_mask_storeu_ps(out + ox0 + 16, conv_lanes(0, cols - 16), c1);
+                _mm512_mask_storeu_ps(out + ox0 + 32, conv_lanes(0, cols - 32), c2);
+                _mm512_mask_storeu_ps(out + ox0 + 48, conv_lanes(0, cols - 48), c3);
+            }
+        }
+    }
+}
+
+static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, float *panel)
+{
+    const Py_ssize_t cg = j->c / j->groups, og = j->co / j->groups;
+    const Py_ssize_t K = cg * j->kh * j->kw, plane = j->oh * j->ow;
+    for (Py_ssize_t r = row0; r < row1; r++) {
+        const Py_ssize_t n = r / j->oh, oy = r % j->oh;
+        for (Py_ssize_t g = 0; g < j->groups; g++) {
+            const float *xg = j->x + (n * j->c + g * cg) * j->h * j->wd;
+            const float *A = j->w + g * og * K;
+            float *out = j->out + ((n * j->co + g * og) * j->oh + oy) * j->ow;
+            for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
+                const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+                /* the inside range of each tap column, the same for every channel and row */
+                Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
+                for (Py_ssize_t kx = 0; kx < j->kw; kx++)
+                    conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &lo[kx], &hi[kx]);
+                float *row = panel;
+                for (Py_ssize_t ci = 0; ci < cg; ci++)
+                    for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
+                        const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
+                        const float *src = xg + (ci * j->h + iy) * j->wd;
+                        for (Py_ssize_t kx = 0; kx < j->kw; kx++, row += COLS) {
+                            if (iy < 0 || iy >= j->h) {
+                                memset(row, 0, (size_t)cols * 4);
+                                continue;
+                            }
+                            const Py_ssize_t a = lo[kx], b = hi[kx];
+                            const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
+                            for (Py_ssize_t t = 0; t < a; t++)
+                                row[t] = 0.0f;
+                            if (j->sx == 1) {
+                                const float *in = src + base;
+                                for (Py_ssize_t t = a; t < b; t++)
+                                    row[t] = in[t];
+                            } else {
+                                for (Py_ssize_t t = a; t < b; t++)
+                                    row[t] = src[base + t * j->sx];
+                            }
+                            for (Py_ssize_t t = b; t < cols; t++)
+                                row[t] = 0.0f;
+                        }
+                    }
+                __mmask16 mask[4];
+                for (int v = 0; v < 4; v++) {
+                    long left = cols - 16 * v;
+                    mask[v] = left >= 16 ? (__mmask16)0xFFFF
+                            : left <= 0  ? (__mmask16)0
+                                         : (__mmask16)((1u << left) - 1u);
+                }
+                for (Py_ssize_t k0 = 0; k0 < K; k0 += KC) {
+                    const Py_ssize_t kc = K - k0 < KC ? K - k0 : KC;
+                    for (Py_ssize_t o = 0; o < og;) {
+                        int rows = og - o >= ROWS ? ROWS : 1;
+                        if (cols <= 16 && og - o >= 8) {
+                            block8_narrow(A + o * K + k0, K, panel + k0 * COLS, COLS,
+                                          out + o * plane + ox0, plane, kc, mask[0], k0 > 0);
+                            rows = 8;
+                        } else if (rows == ROWS)
+                            block6(A + o * K + k0, K, panel + k0 * COLS, COLS,
+                                   out + o * plane + ox0, plane, kc, mask, k0 > 0);
+                        else
+                            block1(A + o * K + k0, K, panel + k0 * COLS, COLS,
+                                   out + o * plane + ox0, plane, kc, mask, k0 > 0);
+                        o += rows;
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* A C-contiguous float32 buffer of ``ndim`` dimensions (writable if asked). */
+static int conv_buffer(PyObject *obj, Py_buffer *view, int ndim, int writable, const char *what)
+{
+    if (window_buffer(obj, view, ndim, writable, what) < 0)
+        return -1;
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(conv_rows_doc,
+"conv_rows(x, w, out, groups, kernel, strides, dilations, pad_before, row0, row1) -> None\n\n"
+"x [N, C, H, W], w [C_out, C/groups * KH * KW], out [N, C_out, OH, OW], all C-contiguous\n"
+"float32: out[n, o, oy, ox] = sum over (c, ky, kx) of w * x[n, c, oy * sy + ky * dy - py,\n"
+"ox * sx + kx * dx - px] (0 outside x), as gemm() sums (one FMA chain over k in order),\n"
+"for the output rows (n * OH + oy) in [row0, row1). Raises RuntimeError where\n"
+"gemm_available() is False.");
+
+static PyObject *conv_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *oo;
+    Py_ssize_t groups, kh, kw, sy, sx, dy, dx, py, px, row0, row1;
+    if (!PyArg_ParseTuple(args, "OOOn(nn)(nn)(nn)(nn)nn:conv_rows", &xo, &wo, &oo, &groups, &kh,
+                          &kw, &sy, &sx, &dy, &dx, &py, &px, &row0, &row1))
+        return NULL;
+    if (!gemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "conv_rows needs x86-64 with AVX-512F");
+        return NULL;
+    }
+    Py_buffer vx, vw, vo;
+    if (conv_buffer(xo, &vx, 4, 0, "conv_rows: x") < 0)
+        return NULL;
+    if (conv_buffer(wo, &vw, 2, 0, "conv_rows: w") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    if (conv_buffer(oo, &vo, 4, 1, "conv_rows: out") < 0) {
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vw);
+        return NULL;
+    }
+    const Py_ssize_t n = vx.shape[0], c = vx.shape[1], co = vo.shape[1];
+    int ok = groups >= 1 && kh >= 1 && kw >= 1 && sy >= 1 && sx >= 1 && dy >= 1 && dx >= 1 &&
+             kw <= CONV_KW_MAX && py >= 0 && px >= 0 && vo.shape[0] == n && c % groups == 0 && co % groups == 0 &&
+             vw.shape[0] == co && vw.shape[1] == c / groups * kh * kw && vw.shape[1] > 0 &&
+             0 <= row0 && row0 <= row1 && row1 <= n * vo.shape[2];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "conv_rows: x, w, out and the geometry do not fit");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vw);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+#ifdef HAVE_GEMM
+    /* reads outside x are padding, so any output size is safe */
+    conv_job job = {vx.buf, vw.buf, vo.buf, c, vx.shape[2], vx.shape[3], co, groups, kh, kw,
+                    sy, sx, dy, dx, py, px, vo.shape[2], vo.shape[3]};
+    float *panel = NULL;
+    if (row1 > row0 && vo.shape[3] > 0) {
+        panel = aligned_alloc(64, (size_t)vw.shape[1] * COLS * 4);
+        if (panel == NULL) {
+            PyBuffer_Release(&vx);
+            PyBuffer_Release(&vw);
+            PyBuffer_Release(&vo);
+            return PyErr_NoMemory();
+        }
+        const int depthwise = groups == c && groups == co && (sx == 1 || sx == 2);
+        Py_BEGIN_ALLOW_THREADS
+        if (depthwise)
+            conv_depthwise_rows(&job, row0, row1);
+        else
+            conv_rows_run(&job, row0, row1, panel);
+        Py_END_ALLOW_THREADS
+        free(panel);
+    }
+#endif
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vw);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
+/* ---- end of direct convolution ----------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"round_in_place", round_in_place, METH_O, round_doc},
     {"gemm", gemm, METH_VARARGS, gemm_doc},
@@ -2306,6 +2629,10 @@ static PyMethodDef methods[] = {
     {"window_max", window_max, METH_VARARGS, window_max_doc},
     {"clamp", clamp, METH_VARARGS, clamp_doc},
     /* end of window kernels */
+
+    /* direct convolution */
+    {"conv_rows", conv_rows, METH_VARARGS, conv_rows_doc},
+    /* end of direct convolution */
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
 """The C window kernels (sim/window_kernels.py, ``_native``) against the numpy code they
-replace, bit for bit: the im2col gather and col2im scatter of picking convolutions over
+replace, bit for bit (the direct convolution against the C GEMM of numpy's im2col
+matrix): the im2col gather and col2im scatter of picking convolutions over
 strides, dilations, paddings, groups and spatial ranks 1 to 3, and clip/relu's clamp, on
 values full of signed zeros, subnormals, infinities and NaNs with payloads."""
 
@@ -129,15 +130,37 @@ def test_window_gather_gives_numpys_bits(geo, groups, special, strided, seed) ->
     assert _same_bits(fast, slow)
 
 
-@settings(max_examples=60, deadline=None)
-@given(geometry, st.integers(1, 3), st.integers(1, 3), st.booleans(), st.booleans(),
-       st.integers(0, 10**6))  # fmt: skip
-def test_conv_with_real_weights_on_gathered_windows_gives_numpys_bits(
-    geo, groups, per_group, special, strided, seed
+def _im2col_product(x: np.ndarray, weight: np.ndarray, groups: int, bias: np.ndarray,
+                    strides, dilations, pads) -> np.ndarray:  # noqa: ANN001
+    """The reference of the direct kernel: numpy's im2col matrix (0 + each window value),
+    multiplied by the C GEMM group by group, plus the bias."""
+    n = x.ndim - 2
+    padded = np.pad(x, ((0, 0), (0, 0), *[(pads[2 * i], pads[2 * i + 1]) for i in range(n)]))
+    view = conv.windows(padded, weight.shape[2:], strides, dilations)  # [N, C, *O, *K]
+    sizes = view.shape[2 : 2 + n]
+    order = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
+    cols = (np.float32(0) + view.transpose(order)).reshape(len(x), groups, -1, math.prod(sizes))
+    w = weight.reshape(groups, weight.shape[0] // groups, -1)
+    out = np.empty((len(x), *w.shape[:2], cols.shape[-1]), np.float32)
+    for b, j in np.ndindex(len(x), groups):
+        a, c = np.ascontiguousarray(w[j]), np.ascontiguousarray(cols[b, j])
+        window_kernels._native.gemm(a, c, out[b, j], a.shape[0], a.shape[1], c.shape[1], 1)
+    return out.reshape(len(x), -1, *sizes) + bias.reshape(-1, *(1,) * n)
+
+
+@settings(max_examples=80, deadline=None)
+@given(geometry, st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.booleans(),
+       st.booleans(), st.integers(0, 10**6))  # fmt: skip
+def test_conv_with_real_weights_sums_as_the_gemm_of_the_im2col_matrix(
+    geo, groups, per_group, outputs, special, strided, seed
 ) -> None:
-    """A convolution with real weights multiplies windows the C gather laid out in the
-    im2col layout; the numpy im2col copy gives the same bits, signed zeros included (a
-    channel of -0 inputs times weights of both signs still sums to +0)."""
+    """A 1-D or 2-D convolution with real weights runs the direct C kernel (no im2col
+    matrix): every output has the bits of the C GEMM's product of numpy's im2col matrix,
+    signed zeros included (a channel of -0 inputs times weights of both signs still sums
+    to +0), NaN payloads aside; depthwise ones (one input and one output per group) load
+    their taps without a panel, to the same bits. 3-D convolutions, and every machine
+    without the kernel, multiply the windows the C gather laid out with numpy's product
+    (1x1 convolutions multiply the input itself): numpy's own bits."""
     n, kernel, strides, dilations, pads, sizes = geo
     pad_sum = [pads[2 * i] + pads[2 * i + 1] for i in range(n)]
     fits = zip(sizes, pad_sum, kernel, dilations, strict=True)
@@ -150,15 +173,20 @@ def test_conv_with_real_weights_on_gathered_windows_gives_numpys_bits(
         x = np.ascontiguousarray(np.moveaxis(x, 0, -1))
         x = np.moveaxis(x, -1, 0)
     rng = np.random.default_rng(seed + 1)
-    weight = rng.standard_normal((groups * 2, per_group, *kernel)).astype(np.float32)
+    weight = rng.standard_normal((groups * outputs, per_group, *kernel)).astype(np.float32)
     weight[rng.random(weight.shape) < 0.2] = -0.0
-    kwargs = {"x": x, "weight": weight, "groups": np.int32(groups),
-              "bias": rng.standard_normal(groups * 2).astype(np.float32),
+    if special:
+        weight.reshape(-1)[: min(2, weight.size)] = [np.inf, np.nan][: min(2, weight.size)]  # padding taps add w * 0
+    bias = rng.standard_normal(groups * outputs).astype(np.float32)
+    kwargs = {"x": x, "weight": weight, "groups": np.int32(groups), "bias": bias,
               "strides": np.array(strides, np.int32), "dilations": np.array(dilations, np.int32),
               "pad_type": "custom", "pad": np.array(pads, np.int32)}  # fmt: skip
     fast = conv.conv(**kwargs)
-    slow = _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs)
-    assert _same_bits(fast, slow)
+    pointwise = groups == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides)
+    if window_kernels.direct_available() and n < 3 and not pointwise:
+        assert _same_sums(fast, _im2col_product(x, weight, groups, bias, strides, dilations, pads))
+    else:  # NaN weights meet NaN inputs: numpy's loops keep either payload
+        assert _same_sums(fast, _numpy(pytest.MonkeyPatch(), conv.conv, **kwargs))
 
 
 @settings(max_examples=60, deadline=None)
@@ -292,3 +320,46 @@ def test_reshape_of_a_transposed_layout_copies_the_values(perm) -> None:
     assert got.flags.c_contiguous and _same_bits(got, want)
     view = shape.reshape(x, np.array(x.shape[:2] + (x.shape[2], 1), np.int32))
     assert np.shares_memory(view, x)  # no copy where a view does
+
+
+@pytest.mark.parametrize("stride,pad", [(1, 0), (2, 1), (3, 2)])
+def test_conv_along_h_of_width_one_sums_as_the_gemm_of_the_im2col_matrix(
+    stride: int, pad: int
+) -> None:
+    """A 1-D convolution written along H of a [N, C, H, 1] input (the direct kernel reads it
+    along W, the same memory) and tiles with fewer than 16 outputs (a narrow block): the
+    C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(stride)
+    for shape, weight_shape in [((2, 7, 100, 1), (9, 7, 3, 1)), ((1, 3, 1, 11), (20, 3, 1, 4))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        weight = rng.standard_normal(weight_shape).astype(np.float32)
+        bias = np.zeros(weight_shape[0], np.float32)
+        pads = (pad, pad, 0, 0) if shape[3] == 1 else (0, 0, pad, pad)
+        strides = (stride, 1) if shape[3] == 1 else (1, stride)
+        got = conv.conv(x, weight, bias, np.array(strides, np.int32), "custom",
+                        np.array(pads, np.int32))  # fmt: skip
+        want = _im2col_product(x, weight, 1, bias, strides, (1, 1), pads)
+        assert _same_bits(got, want)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_wide_depthwise_conv_sums_as_the_gemm_of_the_im2col_matrix(
+    stride: int, dilation: int
+) -> None:
+    """Depthwise convolutions over rows of several 64-wide tiles (strides 1 and 2 load their
+    taps from the input rows, 3 takes the panel): the C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(stride * 10 + dilation)
+    x = rng.standard_normal((2, 3, 7, 203)).astype(np.float32)
+    weight = rng.standard_normal((3, 1, 3, 5)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    pads = (1, 2, 3, 1)
+    got = conv.conv(x, weight, bias, np.array([stride, stride], np.int32), "custom",
+                    np.array(pads, np.int32), np.array([dilation, dilation], np.int32),
+                    np.int32(3))  # fmt: skip
+    want = _im2col_product(x, weight, 3, bias, (stride, stride), (dilation, dilation), pads)
+    assert _same_bits(got, want)

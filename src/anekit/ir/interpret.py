@@ -28,10 +28,10 @@ def coerce_feed(value: Value, array: Any) -> np.ndarray:
     values the graph's dtype cannot hold (a float64 beyond fp32's range, an int64 beyond
     int32's) rather than letting them become inf or wrap around."""
     want = value.dtype
-    convert = f"numpy.asarray(array, dtype=numpy.{want.numpy.name})"
     try:
         arr = np.asarray(array)
     except (ValueError, TypeError) as exc:  # a ragged nested list, an unconvertible object
+        convert = f"numpy.asarray(array, dtype=numpy.{want.numpy.name})"
         raise InputError(
             f"input '{value.name}' is not an array ({exc})",
             hint=f"pass a numpy array of shape {list(value.shape)}, e.g. {convert}",

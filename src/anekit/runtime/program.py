@@ -413,8 +413,10 @@ def check_feeds(
 ) -> dict[str, np.ndarray]:
     """``feeds`` checked against ``ports`` (names, then each value's shape and dtype), as the
     ports' dtypes; errors say ``takes (name: dtype[shape], ...)note``."""
-    sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ports.values())
-    check_input_names(ports, feeds, f"{takes} ({sig}){note}")
+    if not isinstance(feeds, Mapping) or feeds.keys() != ports.keys():
+        # the message (every port as text) only when it is needed
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ports.values())
+        check_input_names(ports, feeds, f"{takes} ({sig}){note}")
     return {
         n: coerce_feed(Value(n, p.shape, to_dtype(p.dtype)), feeds[n]) for n, p in ports.items()
     }

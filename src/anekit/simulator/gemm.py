@@ -62,6 +62,9 @@ def thread_count() -> int:
 
 
 THREADS = thread_count()
+# The GEMM's threads for the runs going on now: THREADS, or 1 while no CPU is idle (set for
+# each run by blas_on_one_thread; the bits do not depend on it)
+_run_threads = THREADS
 
 
 COPY_ROWS = 64  # rows of ``a`` from which a strided ``b`` is copied for the C GEMM
@@ -93,7 +96,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             if n >= MIN_COLUMNS and m * k * n >= MIN_WORK:
                 x = np.ascontiguousarray(a.reshape(m, k))
                 out = np.empty((m, n), np.float32)
-                _native.gemm(x, y, out, m, k, n, THREADS)
+                _native.gemm(x, y, out, m, k, n, _run_threads)
                 batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
                 return out.reshape((*batch, a.shape[-2], n))
     out = _split_matmul(a, b)
@@ -181,21 +184,45 @@ def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return out.reshape((1,) * (max(a.ndim, b.ndim) - 2) + (m, n))
 
 
-_controller: Any = None  # threadpoolctl's view of the loaded BLAS libraries, made on first use
-_modules_seen = 0  # len(sys.modules) when it was made: an import since may have loaded a BLAS
+_blas: list[Any] = []  # threadpoolctl's controllers of the loaded BLAS libraries
+_modules_seen = -1  # len(sys.modules) when they were found: an import since may have loaded a BLAS
+
+
+class _OneBlasThread:
+    """numpy's BLAS libraries held to one thread inside the block, then set back: the
+    libraries' own get/set calls (about 3 us), where threadpoolctl's ``limit`` lists every
+    library again (about 16 us, three times per run of a three-segment model). The GEMM
+    runs on THREADS threads when a CPU is idle (pieces.spare_cpu), else on one: on this
+    2-core machine at load 6, PP-OCRv4 det took 3.8 s on one thread and 4.2-4.3 s on two
+    (workers the OS took the CPU from held their chunks), the 48x192 classifier 15-23 ms
+    against 31-34 ms."""
+
+    def __enter__(self) -> None:
+        global _run_threads
+        _run_threads = THREADS if pieces.spare_cpu(THREADS) else 1
+        self.saved = [(lib, lib.num_threads) for lib in _blas]
+        for lib, threads in self.saved:
+            if threads != 1:
+                lib.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, threads in self.saved:
+            if threads != 1:
+                lib.set_num_threads(threads)
 
 
 def blas_on_one_thread() -> AbstractContextManager[Any]:
     """Context for one simulator run: numpy's BLAS limited to one thread while the GEMM's
-    workers run (a no-op where the GEMM does not run or has one thread). About 15 us."""
-    global _controller, _modules_seen
+    workers run, and the GEMM's threads chosen for the run (a no-op where the GEMM does not
+    run or has one thread)."""
+    global _blas, _modules_seen
     if not ACCELERATED or THREADS < 2:
         return nullcontext()
-    if _controller is None or len(sys.modules) != _modules_seen:
+    if len(sys.modules) != _modules_seen:
         from threadpoolctl import ThreadpoolController
 
-        # made again after imports: a library loaded since (scipy's own OpenBLAS, say) would
+        # found again after imports: a library loaded since (scipy's own OpenBLAS, say) would
         # otherwise keep its threads beside the GEMM's
-        _controller = ThreadpoolController()
+        _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
         _modules_seen = len(sys.modules)
-    return _controller.limit(limits=1, user_api="blas")
+    return _OneBlasThread()

@@ -38,6 +38,7 @@ from .fusion import fuse_elementwise
 from .movement import fuse_concat_transpose, static_views
 from .ops import REGISTRY
 from .ops._util import as_str
+from .prepared import prepare_steps
 from .registry import Signature, SimOp
 from .values import STORAGE, BlobFiles, decode_value, frozen, literal_dtype
 
@@ -54,6 +55,7 @@ class Plan:
     outputs: tuple[tuple[str, int, Any], ...]  # (name, slot or -1, known value)
     output_types: Mapping[str, Any]
     slot_count: int
+    peak_bytes: int = 0  # the most bytes of (static) runtime values alive at once
 
 
 def opset_number(opset: str | None) -> int:
@@ -124,7 +126,8 @@ class _Loader:
         storages.update((slot, STORAGE.get(storage_shape(b.type)[1]))
                         for b, slot in zip(f.inputs, input_slots, strict=True))  # fmt: skip
         steps = fuse_elementwise(steps, keep, shapes, storages)
-        steps = _with_frees(static_views(steps, shapes), tuple(input_slots), keep)
+        steps = prepare_steps(static_views(steps, shapes), shapes)
+        steps = _with_frees(steps, tuple(input_slots), keep)
         inputs = {slot: (shapes.get(slot), STORAGE.get(storage_shape(b.type)[1]))
                   for b, slot in zip(f.inputs, input_slots, strict=True)}  # fmt: skip
         peak, at = _peak_bytes(steps, inputs)
@@ -137,6 +140,7 @@ class _Loader:
             tuple(outputs),
             {name: self.types[name] for name in f.outputs},
             self.next_slot,
+            peak,
         )
 
     # --- one operation --------------------------------------------------------------------

@@ -15,6 +15,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from anekit.errors import InputError, check_input_names
 from anekit.formats.mil import MilProgram, MilTensorType, ScalarType, parse, parse_file
 
-from . import fp16, gemm
+from . import fp16, gemm, heap
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
@@ -106,6 +107,7 @@ class SimProgram:
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = _loop(self._plan)
+        self._heap = heap.reuse(self._plan.peak_bytes)  # large results: freed memory reused
         # constants a kernel could hand back unchanged: outputs that are one of them are copied
         self._constants = frozenset(
             id(v)
@@ -153,8 +155,10 @@ class SimProgram:
 
     def _feeds(self, feeds: Mapping[str, Any], symbols: dict) -> list[Any]:
         names = [b.name for b in self._plan.inputs]
-        takes = f"the function '{self.function.name}' takes {self.signature()}"
-        check_input_names(names, feeds, takes)
+        if not isinstance(feeds, Mapping) or feeds.keys() != set(names):
+            # the message (every input's type as text) only when it is needed
+            check_input_names(names, feeds, f"the function '{self.function.name}' takes "
+                                            f"{self.signature()}")  # fmt: skip
         return [self._feed(b.name, b.type, feeds[b.name], symbols) for b in self._plan.inputs]
 
     def _feed(self, name: str, t: ScalarType | MilTensorType, value: Any, symbols: dict) -> Any:
@@ -235,11 +239,15 @@ class SimProgram:
             env[slot] = array
         source = self._source
         native = fp16._native  # read per run: tests switch it off
-        with np.errstate(all="ignore"), gemm.blas_on_one_thread():
+        with np.errstate(all="ignore"), gemm.blas_on_one_thread(), self._heap or nullcontext():
             for (
-                step, positional, known, dynamic, gathers, fused, variadic, single, frees
+                step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads,
+                kernel,
             ) in self._loop:  # fmt: skip
-                if positional is not None:
+                if reads is not None:  # runtime values only, one or two: no list to build
+                    kwargs = None
+                    args = (env[reads[0]],) if len(reads) == 1 else (env[reads[0]], env[reads[1]])
+                elif positional is not None:
                     kwargs = None
                     args = [env[slot] if slot != NO_SLOT else value for slot, value in positional]
                     if gathers:
@@ -261,27 +269,28 @@ class SimProgram:
                                 env[slot] = None
                             continue
                     try:
-                        out = step.kernel(*args) if kwargs is None else step.kernel(**kwargs)
+                        out = kernel(*args) if kwargs is None else kernel(**kwargs)
                     except KERNEL_ERRORS as exc:
                         raise kernel_error(step, exc, source) from None
                     if (
                         type(out) is not np.ndarray
-                        or out.dtype != e.storage
+                        or (out.dtype is not e.storage and out.dtype != e.storage)
                         or out.shape != e.shape
                     ):
                         out = check_output(step, e, out, symbols, source)
                     else:
+                        flags = out.flags
                         if e.round:
                             # writeable means made by the kernel: every value a kernel is given
                             # is read-only, and so is any view of one (a reshaped matmul result
                             # is a view, and is rounded where it is, without a copy)
-                            flags = out.flags
                             if native is not None and flags.writeable and flags.c_contiguous:
                                 if native.round_in_place(out):  # left |x| >= 65520, inf, NaN
                                     round_to_fp16(out, in_place=True)  # exact for those
                             else:
                                 out = round_to_fp16(out, in_place=flags.writeable)
-                        out.flags.writeable = False
+                                flags = out.flags
+                        flags.writeable = False
                     env[e.slot] = out
                 elif type(step.kernel) is FusedKernel and kwargs is None:
                     # a fused group's outputs: made, shaped and rounded by the kernel
@@ -331,11 +340,24 @@ class SimProgram:
 
 def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
     """What a run reads of each step of ``plan``, unpacked once (see SimProgram.__init__)."""
-    return tuple(
-        (step, *_call(step), _gathers(step), _fused(step), step.variadic,
-         step.outputs[0] if len(step.outputs) == 1 else None, step.frees)
-        for step in plan.steps
-    )  # fmt: skip
+    out = []
+    for step in plan.steps:
+        positional, known, dynamic = _call(step)
+        gathers = _gathers(step)
+        out.append((step, positional, known, dynamic, gathers, _fused(step), step.variadic,
+                    step.outputs[0] if len(step.outputs) == 1 else None, step.frees,
+                    _reads(positional, gathers), step.kernel))  # fmt: skip
+    return tuple(out)
+
+
+def _reads(positional: Any, gathers: bool) -> tuple[int, ...] | None:
+    """The slots of a step's positional arguments when they are one or two runtime values
+    taken as they are (the run loop's shortest path), else None."""
+    if positional is None or gathers or not 1 <= len(positional) <= 2:
+        return None
+    if any(slot == NO_SLOT for slot, _ in positional):
+        return None
+    return tuple(slot for slot, _ in positional)
 
 
 def _gathers(step: Step) -> bool:

@@ -111,6 +111,78 @@ def window_max(
     return out
 
 
+class DirectConv:
+    """The 1-D or 2-D convolution of inputs of one shape [N, C, *S] (zeros ``before`` each
+    spatial axis and past its end) by ``w`` [C_out, C/groups * prod(K)] without an im2col
+    matrix (``_native.conv_rows``): each output summed as the C GEMM sums the im2col
+    product, in pieces of output rows on two threads when large. The geometry is worked
+    out once; see :func:`direct_conv`."""
+
+    def __init__(
+        self,
+        w: np.ndarray,
+        groups: int,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        before: Sequence[int],
+        x_shape: Sequence[int],
+        out_sizes: Sequence[int],
+    ):
+        self.w = np.ascontiguousarray(w, np.float32)
+        self.groups = groups
+        self.x_shape = tuple(x_shape)
+        self.planes = (*x_shape[:2], *_three(x_shape[2:], 1)[1:])
+        self.out_shape = (x_shape[0], w.shape[0], *out_sizes)
+        self.target = (*self.out_shape[:2], *_three(out_sizes, 1)[1:])
+        self.geometry = tuple(_three(v, fill)[1:] for v, fill in
+                              ((kernel, 1), (strides, 1), (dilations, 1), (before, 0)))  # fmt: skip
+        if self.planes[3] == 1 and self.target[3] == 1 and self.geometry[0][1] == 1:
+            # a 1-D convolution along H ([N, C, H, 1]) is the same memory along W, where
+            # the kernel's tiles are 64 outputs wide instead of one
+            self.planes = (*self.planes[:2], 1, self.planes[2])
+            self.target = (*self.target[:2], 1, self.target[2])
+            self.geometry = tuple((b, a) for a, b in self.geometry)
+        self.rows = self.target[0] * self.target[2]
+        self.work = math.prod(self.out_shape) * self.w.shape[1] // 16  # vector FMAs
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        planes = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        if planes.shape != self.planes:
+            planes = planes.reshape(self.planes)
+        out = np.empty(self.out_shape, np.float32)
+        target = out if self.target == self.out_shape else out.reshape(self.target)
+        args = (planes, self.w, target, self.groups, *self.geometry)
+        if self.work < SPLIT_MIN:
+            _native.conv_rows(*args, 0, self.rows)
+        else:
+            _run(lambda lo, hi: _native.conv_rows(*args, lo, hi), self.rows, self.work)
+        return out
+
+
+def direct_available() -> bool:
+    """True when :class:`DirectConv` runs: the C module has it and the CPU has AVX-512F
+    (read per call: tests switch the module off)."""
+    return _native is not None and hasattr(_native, "conv_rows") and gemm.ACCELERATED
+
+
+def direct_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    groups: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    before: Sequence[int],
+    out_sizes: Sequence[int],
+) -> np.ndarray | None:
+    """:class:`DirectConv` of ``x``: [N, C_out, *O]; None without the C module or AVX-512F,
+    for other ranks and dtypes."""
+    if not direct_available() or len(kernel) not in (1, 2) or x.dtype != np.float32 or x.size == 0:
+        return None
+    return DirectConv(w, groups, kernel, strides, dilations, before, x.shape, out_sizes)(x)
+
+
 def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
     """``numpy.minimum(numpy.maximum(x, lo), hi)`` of a C-contiguous float32 array and two
     float32 bounds that are not NaN (their NaN payloads would not survive the call); None

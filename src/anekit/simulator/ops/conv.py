@@ -10,14 +10,15 @@ Padding follows coremltools' ``aggregated_pad``: ``same`` puts the odd extra ele
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import gemm, window_kernels
 from ..registry import FLOAT, Signature, SimOp, op
-from ._util import as_int, as_ints, as_str, checked_shape
+from ._util import MAX_ELEMENTS, as_int, as_ints, as_str, checked_shape
 
 PAD_TYPES = ("valid", "same", "custom", "same_lower")
 
@@ -127,8 +128,10 @@ def conv(
         out = _gathered_windows(x, w, kernel, st, dl, padding, picks)
         if out is not None:
             return _biased(out.reshape((batch, c_out, *out.shape[2 + n :])), bias, n)
-        if picks is None:  # real weights: one GEMM per group over the gathered windows
-            out = _product_of_columns(x, w, kernel, st, dl, padding)
+        if picks is None:  # real weights: the direct kernel, else a GEMM per group over windows
+            out = _direct(x, w.reshape(c_out, -1), g, kernel, st, dl, padding)
+            if out is None:
+                out = _product_of_columns(x, w, kernel, st, dl, padding)
             if out is not None:
                 return _biased(out, bias, n)
     if any(p != (0, 0) for p in padding):
@@ -159,6 +162,68 @@ def conv(
     return _biased(out, bias, n)
 
 
+def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """:func:`conv` for inputs of one shape with known weights (see prepared.py): a 1x1
+    stride-1 product or the direct kernel, with the geometry worked out once; None (the
+    general kernel) for picking weights, other paths and arguments it would refuse."""
+    weight, x_shape = known.get("weight"), shapes.get("x")
+    if set(shapes) != {"x"} or not isinstance(weight, np.ndarray) or weight.dtype != np.float32:
+        return None
+    n = len(x_shape) - 2
+    if n not in (1, 2) or weight.ndim != len(x_shape):
+        return None
+    try:
+        g = as_int(known.get("groups", 1))
+        st = _spatial(known.get("strides"), n, 1, "strides")
+        dl = _spatial(known.get("dilations"), n, 1, "dilations")
+        _check_positive(st, "strides")
+        _check_positive(dl, "dilations")
+        kernel = weight.shape[2:]
+        padding = pads(as_str(known.get("pad_type", "valid")), x_shape[2:], kernel, st, dl,
+                       known.get("pad"))  # fmt: skip
+    except ValueError:
+        return None
+    c_in, c_out, batch = x_shape[1], weight.shape[0], x_shape[0]
+    if g < 1 or c_in % g or c_out % g or weight.shape[1] != c_in // g:
+        return None
+    bias = known.get("bias")
+    if bias is not None:
+        if not isinstance(bias, np.ndarray) or bias.shape != (c_out,):
+            return None
+        bias = bias.astype(np.float32, copy=False).reshape((1, c_out) + (1,) * n)
+    w = weight.reshape(g, c_out // g, -1)
+    if not all(k == 1 for k in kernel) or not all(s == 1 for s in st) or g != 1:
+        out_sizes = _out_sizes_of(x_shape[2:], kernel, st, dl, padding)
+        if _pick_weights(w) is not None or out_sizes is None or not window_kernels.direct_available():
+            return None
+        if math.prod((batch, c_out, *out_sizes)) > MAX_ELEMENTS:
+            return None
+        direct = window_kernels.DirectConv(w.reshape(c_out, -1), g, kernel, st, dl,
+                                           [a for a, _ in padding], x_shape, out_sizes)  # fmt: skip
+        if bias is None:
+            return direct
+
+        def run(x: np.ndarray) -> np.ndarray:
+            out = direct(x)
+            out += bias
+            return out
+
+        return run
+    if any(p != (0, 0) for p in padding):
+        return None
+    matrix = weight.reshape(c_out, c_in)
+    out_shape = (batch, c_out, *x_shape[2:])
+
+    def run_1x1(x: np.ndarray) -> np.ndarray:
+        # [C_out, C_in] @ [N, C_in, S], on views, as conv does
+        out = gemm.matmul(matrix, x.reshape(batch, c_in, -1)).reshape(out_shape)
+        if bias is not None:
+            out += bias
+        return out
+
+    return run_1x1
+
+
 def _biased(out: np.ndarray, bias: np.ndarray | None, n: int) -> np.ndarray:
     """``out`` [N, C_out, *O] plus ``bias`` [C_out] (in place: the kernel made ``out``)."""
     if bias is not None:
@@ -178,13 +243,46 @@ def _out_sizes(
 ) -> list[int] | None:
     """The output's spatial sizes; None when a (padded) input is smaller than the kernel's
     extent (windows() then raises the error)."""
-    sizes = [d + a + b for d, (a, b) in zip(x.shape[2:], padding, strict=True)]
+    return _out_sizes_of(x.shape[2:], kernel, st, dl, padding)
+
+
+def _out_sizes_of(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dl: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+) -> list[int] | None:
+    """:func:`_out_sizes` of an input of spatial sizes ``spatial``."""
+    sizes = [d + a + b for d, (a, b) in zip(spatial, padding, strict=True)]
     out_sizes = []
     for size, k, s, d in zip(sizes, kernel, st, dl, strict=True):
         if size < (k - 1) * d + 1:
             return None
         out_sizes.append((size - (k - 1) * d - 1) // s + 1)
     return out_sizes
+
+
+def _direct(
+    x: np.ndarray,
+    w: np.ndarray,
+    groups: int,
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dl: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+) -> np.ndarray | None:
+    """The 1-D or 2-D convolution of the unpadded ``x`` by ``w`` [C_out, C/g * K] without an
+    im2col matrix (window_kernels.direct_conv: each output the C GEMM's sum over the im2col
+    product), [N, C_out, *O]; None where that kernel does not run."""
+    out_sizes = _out_sizes(x, kernel, st, dl, padding)
+    if out_sizes is None or not window_kernels.direct_available():
+        return None
+    checked_shape((x.shape[0], w.shape[0], *out_sizes), "conv output")
+    before = [a for a, _ in padding]
+    return window_kernels.direct_conv(
+        x, np.ascontiguousarray(w, np.float32), groups, kernel, st, dl, before, out_sizes
+    )
 
 
 def _product_of_columns(
@@ -475,6 +573,8 @@ _CONV_TRANSPOSE = (
     "x:T weight:U bias?:U pad?!:int32 output_shape?!:int32 pad_type?!:string strides?!:int32 "
     "dilations?!:int32 groups?!:int32"
 )
+
+conv.prepare = prepare_conv  # type: ignore[attr-defined]  # see prepared.py
 
 OPS: tuple[SimOp, ...] = (
     op("conv", _CONV, "T", conv, check=_check_conv, T=FLOAT, U=FLOAT),

@@ -7,6 +7,7 @@ padding) are checked against the simulator's element limit before anything is al
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,28 @@ def split(
     return tuple(np.split(x, bounds, axis=ax))
 
 
+def prepare_split(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """:func:`split` of inputs of one shape (see prepared.py): the same views, by slices
+    worked out once (np.split's machinery costs ~15 us a call); None (the general kernel)
+    for arguments it refuses."""
+    if set(shapes) != {"x"}:
+        return None
+    shape = shapes["x"]
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape, [0] * len(shape))
+    try:
+        parts = split(probe, **known)  # views of a probe without memory
+    except (ValueError, TypeError):
+        return None
+    ax = axis_of(as_int(known["axis"]), len(shape))
+    starts = np.cumsum([0] + [p.shape[ax] for p in parts]).tolist()
+    index = [(slice(None),) * ax + (slice(a, b),) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(x[i] for i in index)
+
+    return run
+
+
 def stack(values: tuple[np.ndarray, ...], axis: Any) -> np.ndarray:
     if not values or any(v.shape != values[0].shape for v in values):
         raise ValueError("stack needs values of one shape")
@@ -77,13 +100,8 @@ def tile(x: np.ndarray, reps: np.ndarray) -> np.ndarray:
 def pad(
     x: np.ndarray, pad: np.ndarray, mode: str = "constant", constant_val: Any = 0.0
 ) -> np.ndarray:
-    amounts = as_ints(pad)
     mode = as_str(mode)
-    if len(amounts) % 2 or len(amounts) // 2 > x.ndim or any(a < 0 for a in amounts):
-        raise ValueError(f"pad {list(amounts)} must be 2*N non-negative values, N <= {x.ndim}")
-    pairs = [(0, 0)] * (x.ndim - len(amounts) // 2) + [
-        (amounts[i], amounts[i + 1]) for i in range(0, len(amounts), 2)
-    ]
+    pairs = _pad_pairs(x.shape, pad, mode)
     shape = checked_shape([d + a + b for d, (a, b) in zip(x.shape, pairs, strict=True)], "pad")
     if mode == "constant":
         # the fill and one slice assignment: np.pad's general machinery costs ~30 us a call,
@@ -91,15 +109,71 @@ def pad(
         out = np.full(shape, np.asarray(constant_val, dtype=x.dtype), dtype=x.dtype)
         out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pairs, strict=True))] = x
         return out
-    if mode == "reflect":
-        if any(max(a, b) > d - 1 for d, (a, b) in zip(x.shape, pairs, strict=True) if a or b):
-            raise ValueError("reflect padding must be smaller than the dimension it pads")
-        return np.pad(x, pairs, mode="reflect")
-    if mode == "replicate":
-        if any(d == 0 for d, (a, b) in zip(x.shape, pairs, strict=True) if a or b):
-            raise ValueError("replicate padding of an empty dimension")
-        return np.pad(x, pairs, mode="edge")
-    raise ValueError(f"mode {mode!r} is not constant, reflect or replicate")
+    return np.pad(x, pairs, mode="reflect" if mode == "reflect" else "edge")
+
+
+def _pad_pairs(shape: tuple[int, ...], pad: Any, mode: str) -> list[tuple[int, int]]:
+    """(before, after) of every axis of an input of ``shape``; ValueError for amounts or
+    a mode the op refuses."""
+    amounts = as_ints(pad)
+    rank = len(shape)
+    if len(amounts) % 2 or len(amounts) // 2 > rank or any(a < 0 for a in amounts):
+        raise ValueError(f"pad {list(amounts)} must be 2*N non-negative values, N <= {rank}")
+    pairs = [(0, 0)] * (rank - len(amounts) // 2) + [
+        (amounts[i], amounts[i + 1]) for i in range(0, len(amounts), 2)
+    ]
+    padded = [(d, a, b) for d, (a, b) in zip(shape, pairs, strict=True) if a or b]
+    if mode == "reflect" and any(max(a, b) > d - 1 for d, a, b in padded):
+        raise ValueError("reflect padding must be smaller than the dimension it pads")
+    if mode == "replicate" and any(d == 0 for d, _, _ in padded):
+        raise ValueError("replicate padding of an empty dimension")
+    if mode not in ("constant", "reflect", "replicate"):
+        raise ValueError(f"mode {mode!r} is not constant, reflect or replicate")
+    return pairs
+
+
+def prepare_pad(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """:func:`pad` of inputs of one shape with known amounts (see prepared.py): a reflect or
+    replicate pad as one gather of precomputed indices along each padded axis (np.pad's
+    values; np.pad's general machinery costs ~30 us a call), a constant pad as the general
+    kernel's fill and slice assignment with the slices worked out once; None (the general
+    kernel) for amounts it refuses."""
+    if set(shapes) != {"x"} or "pad" not in known:
+        return None
+    shape = shapes["x"]
+    mode = as_str(known.get("mode", "constant"))
+    try:
+        pairs = _pad_pairs(shape, known["pad"], mode)
+        padded = checked_shape([d + a + b for d, (a, b) in zip(shape, pairs, strict=True)], "pad")
+    except ValueError:
+        return None
+    if mode == "constant":
+        value = known.get("constant_val", 0.0)
+        inside = tuple(slice(a, a + d) for d, (a, _) in zip(shape, pairs, strict=True))
+
+        def run_constant(x: np.ndarray) -> np.ndarray:
+            out = np.full(padded, np.asarray(value, dtype=x.dtype), dtype=x.dtype)
+            out[inside] = x
+            return out
+
+        return run_constant
+    numpy_mode = "reflect" if mode == "reflect" else "edge"
+    takes = [
+        (axis, np.pad(np.arange(d), (a, b), mode=numpy_mode))
+        for axis, (d, (a, b)) in enumerate(zip(shape, pairs, strict=True))
+        if a or b
+    ]
+
+    def run(x: np.ndarray) -> np.ndarray:
+        for axis, index in takes:
+            x = np.take(x, index, axis=axis)
+        return x if takes else x.copy()
+
+    return run
+
+
+pad.prepare = prepare_pad  # type: ignore[attr-defined]
+split.prepare = prepare_split  # type: ignore[attr-defined]
 
 
 def band_part(x: np.ndarray, lower: Any = -1, upper: Any = -1) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""Kernels prepared at load for one input shape (simulator/prepared.py) give the general
+kernels' bits: a program with static shapes runs them, and the same program with its
+preparation switched off runs the general kernels on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit.simulator import SimProgram, plan
+from anekit.simulator.ops import REGISTRY
+
+from .milops import build
+
+
+def _both(op: str, inputs: dict, consts: dict, out_shape: tuple[int, ...],
+          monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, np.ndarray, bool]:  # fmt: skip
+    """(prepared result, general result, whether the step's kernel was prepared)."""
+    program = build(op, inputs, consts, [np.zeros(out_shape, np.float32)], dtype="fp16")
+    prepared = SimProgram(program)
+    took = prepared._plan.steps[0].kernel is not REGISTRY[op].kernel
+    with monkeypatch.context() as m:
+        m.setattr(plan, "prepare_steps", lambda steps, shapes: list(steps))
+        general = SimProgram(program)
+    assert general._plan.steps[0].kernel is REGISTRY[op].kernel
+    return prepared.run(inputs)["y0"], general.run(inputs)["y0"], took
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+CONVS = [
+    # x shape, weight shape, strides, dilations, groups, pad_type, pad
+    ((1, 64, 1, 16), (32, 64, 1, 1), (1, 1), (1, 1), 1, "valid", None),  # 1x1
+    ((2, 4, 9, 11), (6, 4, 3, 3), (1, 1), (1, 1), 1, "valid", None),
+    ((1, 4, 9, 11), (6, 2, 3, 3), (2, 1), (1, 2), 2, "custom", (1, 2, 0, 3)),
+    ((1, 6, 8, 70), (6, 1, 3, 3), (1, 1), (1, 1), 6, "same", None),  # depthwise, two tiles
+    ((1, 3, 7, 10), (4, 3, 4, 2), (2, 3), (1, 1), 1, "same_lower", None),
+    ((1, 1, 1, 399), (129, 1, 1, 15), (1, 128), (1, 1), 1, "custom", (0, 0, 0, 0)),  # STFT
+    ((1, 16, 40, 1), (20, 16, 5, 1), (1, 1), (1, 1), 1, "valid", None),  # along H
+    ((1, 3, 20), (5, 3, 4), (3,), (2,), 1, "custom", (2, 1)),  # 1-D
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: f"{c[0]}x{c[1]}")
+@pytest.mark.parametrize("bias", [False, True])
+def test_prepared_conv_gives_the_general_kernels_bits(
+    case, bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xs, ws, strides, dilations, groups, pad_type, pad = case
+    rng = np.random.default_rng(len(xs) + ws[0])
+    x = rng.standard_normal(xs).astype(np.float16)
+    x.reshape(-1)[::7] = -0.0
+    consts = {
+        "weight": (rng.standard_normal(ws) * 0.3).astype(np.float16),
+        "strides": np.array(strides, np.int32),
+        "dilations": np.array(dilations, np.int32),
+        "groups": np.int32(groups),
+        "pad_type": pad_type,
+        **({"pad": np.array(pad, np.int32)} if pad is not None else {}),
+        **({"bias": rng.standard_normal(ws[0]).astype(np.float16)} if bias else {}),
+    }
+    from anekit.simulator.ops.conv import conv
+
+    out = conv(x.astype(np.float32), **{k: np.asarray(v, np.float32) if k in ("weight", "bias")
+                                        else v for k, v in consts.items()})  # fmt: skip
+    got, want, took = _both("conv", {"x": x}, consts, out.shape, monkeypatch)
+    assert took
+    assert _same_bits(got, want)
+
+
+def test_picking_weights_keep_the_general_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conv whose weights only pick inputs (a compiled step's im2col) keeps its exact
+    copying path: nothing is prepared."""
+    weight = np.zeros((4, 1, 2, 2), np.float16)
+    for t in range(4):
+        weight[t, 0, t // 2, t % 2] = 1.0
+    x = np.random.default_rng(1).standard_normal((1, 1, 5, 5)).astype(np.float16)
+    consts = {"weight": weight, "groups": np.int32(1), "pad_type": "valid"}
+    got, want, took = _both("conv", {"x": x}, consts, (1, 4, 4, 4), monkeypatch)
+    assert not took and _same_bits(got, want)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "constant"])
+@pytest.mark.parametrize("shape,amounts", [((1, 576), (0, 0, 64, 64)), ((2, 3, 5, 7), (1, 2, 3, 0))])
+def test_prepared_pad_gives_the_general_kernels_values(
+    mode: str, shape, amounts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float16)
+    out_shape = tuple(
+        d + (a + b if i >= len(shape) - len(amounts) // 2 else 0)
+        for i, (d, a, b) in enumerate(
+            zip(shape, ([0, 0] * len(shape) + list(amounts))[-2 * len(shape) :: 2],
+                ([0, 0] * len(shape) + list(amounts))[-2 * len(shape) + 1 :: 2], strict=True)
+        )
+    )  # fmt: skip
+    consts = {"pad": np.array(amounts, np.int32), "mode": mode}
+    got, want, took = _both("pad", {"x": x}, consts, out_shape, monkeypatch)
+    assert took
+    assert _same_bits(got, want)
+
+
+def test_a_pad_the_op_refuses_is_refused_as_before() -> None:
+    """Reflect amounts past the dimension: not prepared, and the general kernel's error."""
+    from anekit.errors import FormatError
+
+    program = build("pad", {"x": np.zeros((1, 4), np.float16)},
+                    {"pad": np.array([0, 0, 5, 5], np.int32), "mode": "reflect"},
+                    [np.zeros((1, 14), np.float32)], dtype="fp16")  # fmt: skip
+    with pytest.raises(FormatError, match="reflect padding must be smaller"):
+        SimProgram(program).run({"x": np.zeros((1, 4), np.float16)})
+
+
+@pytest.mark.parametrize("consts", [{"axis": np.int32(-1), "num_splits": np.int32(4)},
+                                    {"axis": np.int32(1), "split_sizes": np.array([1, 3, 2], np.int32)}])  # fmt: skip
+def test_prepared_split_gives_the_general_kernels_views(consts: dict) -> None:
+    from anekit.simulator.ops.tensor import prepare_split, split
+
+    x = np.random.default_rng(3).standard_normal((2, 6, 8)).astype(np.float32)
+    run = prepare_split(consts, {"x": x.shape})
+    assert run is not None
+    got, want = run(x), split(x, **consts)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and np.array_equal(g, w) and np.shares_memory(g, x)
+    assert prepare_split({"axis": np.int32(1), "num_splits": np.int32(4)}, {"x": x.shape}) is None
