@@ -2368,7 +2368,7 @@ static void conv_range(Py_ssize_t wd, Py_ssize_t ox0, Py_ssize_t sx, Py_ssize_t 
     *hi_out = hi;
 }
 
-#define CONV_KW_MAX 64 /* kernel widths whose ranges are worked out once per tile */
+#define CONV_KW_MAX 64 /* taps of a kernel row whose ranges are worked out once per tile */
 
 /* Lanes [a, b) of a 16-lane vector (clipped to it). */
 static inline __mmask16 conv_lanes(Py_ssize_t a, Py_ssize_t b)
@@ -2468,7 +2468,7 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, f
                 const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
                 /* the inside range of each tap column, the same for every channel and row */
                 Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
-                for (Py_ssize_t kx = 0; kx < j->kw; kx++)
+                for (Py_ssize_t kx = 0; kx < j->kw && kx < CONV_KW_MAX; kx++)
                     conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &lo[kx], &hi[kx]);
                 float *row = panel;
                 for (Py_ssize_t ci = 0; ci < cg; ci++)
@@ -2480,7 +2480,11 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, f
                                 memset(row, 0, (size_t)cols * 4);
                                 continue;
                             }
-                            const Py_ssize_t a = lo[kx], b = hi[kx];
+                            Py_ssize_t a, b; /* wider kernels: worked out per row */
+                            if (kx < CONV_KW_MAX)
+                                a = lo[kx], b = hi[kx];
+                            else
+                                conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &a, &b);
                             const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
                             for (Py_ssize_t t = 0; t < a; t++)
                                 row[t] = 0.0f;
@@ -2572,7 +2576,7 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
     }
     const Py_ssize_t n = vx.shape[0], c = vx.shape[1], co = vo.shape[1];
     int ok = groups >= 1 && kh >= 1 && kw >= 1 && sy >= 1 && sx >= 1 && dy >= 1 && dx >= 1 &&
-             kw <= CONV_KW_MAX && py >= 0 && px >= 0 && vo.shape[0] == n && c % groups == 0 && co % groups == 0 &&
+             py >= 0 && px >= 0 && vo.shape[0] == n && c % groups == 0 && co % groups == 0 &&
              vw.shape[0] == co && vw.shape[1] == c / groups * kh * kw && vw.shape[1] > 0 &&
              0 <= row0 && row0 <= row1 && row1 <= n * vo.shape[2];
     if (!ok) {

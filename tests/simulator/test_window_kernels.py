@@ -363,3 +363,19 @@ def test_wide_depthwise_conv_sums_as_the_gemm_of_the_im2col_matrix(
                     np.int32(3))  # fmt: skip
     want = _im2col_product(x, weight, 3, bias, (stride, stride), (dilation, dilation), pads)
     assert _same_bits(got, want)
+
+
+def test_a_kernel_wider_than_64_taps_sums_as_the_gemm_of_the_im2col_matrix() -> None:
+    """Taps past the 64 whose input ranges the direct kernel works out once per tile (a
+    1-D filter bank over audio, an STFT as a convolution)."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 2, 1, 300)).astype(np.float32)
+    weight = rng.standard_normal((5, 2, 1, 90)).astype(np.float32)
+    bias = np.zeros(5, np.float32)
+    pads = (0, 0, 40, 40)
+    got = conv.conv(x, weight, bias, np.array([1, 3], np.int32), "custom",
+                    np.array(pads, np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (1, 3), (1, 1), pads)
+    assert _same_bits(got, want)
