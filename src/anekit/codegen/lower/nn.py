@@ -50,19 +50,21 @@ def channel_vector(lo: Lowering, i: int, rank: int, key: str) -> str:
 # --- convolutions and matmul ---------------------------------------------------------------------
 
 
-def _conv(lo: Lowering) -> str:
-    x = lo.need(0)
-    sp = x.rank - 2
-    strides, pads, dilations = conv_geometry(sp, lo.attrs)
-    inputs = {
-        "x": lo.x(0),
-        "weight": lo.weight(1),
+def _conv_params(lo: Lowering) -> dict[str, str]:
+    """MIL conv's strides, explicit pads, dilations and groups for the call's attributes."""
+    strides, pads, dilations = conv_geometry(lo.need(0).rank - 2, lo.attrs)
+    return {
         "strides": lo.p("strides", list(strides)),
         "pad_type": lo.p("pad_type", "custom", "string"),
         "pad": lo.p("pad", interleave_pads(pads)),
         "dilations": lo.p("dilations", list(dilations)),
         "groups": lo.p("groups", np.int32(lo.attrs["group"])),
     }
+
+
+def _conv(lo: Lowering) -> str:
+    x = lo.need(0)
+    inputs = {"x": lo.x(0), "weight": lo.weight(1), **_conv_params(lo)}
     if lo.arg(2) is None:
         return lo.out("conv", inputs)
     # the engine's compiler takes no conv bias= (Orion #13): a separate add, which it fuses
@@ -77,7 +79,9 @@ def _conv_integer(lo: Lowering) -> str:
     stays on the CPU (its int8 operands keep it off the engine) and in fp32."""
     x, w = lo.need(0), lo.need(1)
     if w.const is None:
-        raise lo.error("a computed integer weight has no MIL form", hint="make the weight a constant")
+        raise lo.error(
+            "a computed integer weight has no MIL form", hint="make the weight a constant"
+        )
     if lo.fdtype != "fp32":
         raise lo.error("integer convolution is exact only in an fp32 (CPU) program")
     weight = np.asarray(w.const, np.int64)
@@ -91,17 +95,8 @@ def _conv_integer(lo: Lowering) -> str:
     if lo.arg(2) is not None:
         zx = lo.x(2, "fp32")
         centred = lo.tmp("sub", {"x": centred, "y": zx}, x.shape, "fp32", "centred")
-    sp = x.rank - 2
-    strides, pads, dilations = conv_geometry(sp, lo.attrs)
-    inputs = {
-        "x": centred,
-        "weight": lo.t(weight.astype(np.float32), "centred_weight"),
-        "strides": lo.p("strides", list(strides)),
-        "pad_type": lo.p("pad_type", "custom", "string"),
-        "pad": lo.p("pad", interleave_pads(pads)),
-        "dilations": lo.p("dilations", list(dilations)),
-        "groups": lo.p("groups", np.int32(lo.attrs["group"])),
-    }
+    weight = lo.t(weight.astype(np.float32), "centred_weight")
+    inputs = {"x": centred, "weight": weight, **_conv_params(lo)}
     acc = lo.tmp("conv", inputs, lo.out_shape(), "fp32", "accumulated")
     return lo.out("cast", {"x": acc, "dtype": lo.p("dtype", "int32", "string")})
 

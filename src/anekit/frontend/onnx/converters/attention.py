@@ -60,15 +60,7 @@ class _Attention:
         return self.cx.emit("transpose", [x], {"perm": (0, 2, 1, 3)})
 
     def repeat_kv(self, x: str) -> str:
-        """Grouped-query attention: each KV head serves heads/kv_heads query heads in turn."""
-        b, kvh, s, d = self.shape(x)
-        if kvh == self.heads:
-            return x
-        if self.heads % kvh:
-            raise ModelError(f"{self.heads} query heads are not a multiple of {kvh} KV heads")
-        x = self.cx.emit("reshape", [x], {"shape": (b, kvh, 1, s, d)})
-        x = self.cx.emit("expand", [x], {"shape": (b, kvh, self.heads // kvh, s, d)})
-        return self.cx.emit("reshape", [x], {"shape": (b, self.heads, s, d)})
+        return repeat_kv_heads(self.cx, x, self.heads)
 
     # --- masks ----------------------------------------------------------------------------
 
@@ -150,6 +142,28 @@ class _Attention:
         b, h, s, d = self.shape(y)
         y = self.cx.emit("transpose", [y], {"perm": (0, 2, 1, 3)})
         return self.cx.emit("reshape", [y], {"shape": (b, s, h * d)})
+
+
+def split_heads(cx: NodeContext, x: str, heads: int) -> str:
+    """[B, S, heads * size] -> [B, heads, S, size]."""
+    b, s, hidden = cx.shape_of(x)
+    if hidden % heads:
+        raise ModelError(f"a hidden size of {hidden} does not split into {heads} heads")
+    split = cx.emit("reshape", [x], {"shape": (b, s, heads, hidden // heads)})
+    return cx.emit("transpose", [split], {"perm": (0, 2, 1, 3)})
+
+
+def repeat_kv_heads(cx: NodeContext, x: str, heads: int) -> str:
+    """Grouped-query attention: each KV head of x [B, kv_heads, S, size] serves
+    heads / kv_heads query heads in turn."""
+    b, kvh, s, d = cx.shape_of(x)
+    if kvh == heads:
+        return x
+    if heads % kvh:
+        raise ModelError(f"{heads} query heads are not a multiple of {kvh} KV heads")
+    x = cx.emit("reshape", [x], {"shape": (b, kvh, 1, s, d)})
+    x = cx.emit("expand", [x], {"shape": (b, kvh, heads // kvh, s, d)})
+    return cx.emit("reshape", [x], {"shape": (b, heads, s, d)})
 
 
 def _fused(a: _Attention) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
-from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles
+from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles, split_heads
 from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
 from anekit.ir.dtypes import DType
 
@@ -237,15 +237,6 @@ def fused_matmul(cx: NodeContext):
     return cx.emit("mul", [y, scale], final=True)
 
 
-def _heads(cx: NodeContext, x: str, heads: int) -> str:
-    """[B, S, H * D] -> [B, H, S, D]."""
-    b, s, hidden = cx.shape_of(x)
-    if hidden % heads:
-        raise ModelError(f"a hidden size of {hidden} does not split into {heads} heads")
-    split = cx.emit("reshape", [x], {"shape": (b, s, heads, hidden // heads)})
-    return cx.emit("transpose", [split], {"perm": (0, 2, 1, 3)})
-
-
 def _merged(cx: NodeContext, y: str) -> str:
     """[B, H, S, D] -> [B, S, H * D] under the node's output name."""
     b, h, s, d = cx.shape_of(y)
@@ -297,7 +288,9 @@ def contrib_attention(cx: NodeContext):
     mask = _key_mask(cx, 3, b, s)
     attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
     y = cx.emit(
-        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+        "attention",
+        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), mask],
+        attrs,
     )
     return _merged(cx, y)
 
@@ -322,6 +315,8 @@ def multi_head_attention(cx: NodeContext):
     mask = _key_mask(cx, 4, cx.shape(0)[0], cx.shape(1)[1])
     attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
     y = cx.emit(
-        "attention", [_heads(cx, q, heads), _heads(cx, k, heads), _heads(cx, v, heads), mask], attrs
+        "attention",
+        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), mask],
+        attrs,
     )
     return _merged(cx, y)

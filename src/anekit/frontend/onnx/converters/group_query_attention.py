@@ -16,7 +16,11 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
-from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles
+from anekit.frontend.onnx.converters.attention import (
+    repeat_kv_heads,
+    rotate_by_cached_angles,
+    split_heads,
+)
 
 # inputs beyond the ones converted, with what they are for
 _UNSUPPORTED_INPUTS = {
@@ -54,9 +58,9 @@ def group_query_attention(cx: NodeContext):
     start = cx.emit("sub", [start, cx.constant(np.int64(seq - 1), "new_minus_one")])
     start = cx.emit("reshape", [start], {"shape": (batch, 1, 1, 1)})
 
-    q = _heads(cx, _normed(cx, q, 14, heads, "q"), heads)
-    k = _heads(cx, _normed(cx, k, 15, kv_heads, "k"), kv_heads)
-    v = _heads(cx, v, kv_heads)
+    q = split_heads(cx, _normed(cx, q, 14, heads, "q"), heads)
+    k = split_heads(cx, _normed(cx, k, 15, kv_heads, "k"), kv_heads)
+    v = split_heads(cx, v, kv_heads)
     if cx.attr("do_rotary", 0):
         positions = _positions(cx, start, batch, seq)
         q, k = (_rotated(cx, x, positions) for x in (q, k))
@@ -66,10 +70,9 @@ def group_query_attention(cx: NodeContext):
     present_v = _written(cx, 4, v, place, length, dtype)
     keep = _keep(cx, start, seq, length)
     scale = cx.attr("scale", None) or None
-    repeat = heads // kv_heads
     y = cx.emit(
         "attention",
-        [q, _repeated(cx, present_k, repeat), _repeated(cx, present_v, repeat), keep],
+        [q, repeat_kv_heads(cx, present_k, heads), repeat_kv_heads(cx, present_v, heads), keep],
         {"scale": scale, "causal": False},
     )
     y = cx.emit("transpose", [y], {"perm": (0, 2, 1, 3)})
@@ -137,13 +140,6 @@ def _normed(cx: NodeContext, x: str, weight: int, heads: int, which: str) -> str
     return cx.emit("reshape", [normed], {"shape": (b, s, hidden)})
 
 
-def _heads(cx: NodeContext, x: str, heads: int) -> str:
-    """[B, S, heads * size] -> [B, heads, S, size]."""
-    b, s, hidden = cx.shape_of(x)
-    x = cx.emit("reshape", [x], {"shape": (b, s, heads, hidden // heads)})
-    return cx.emit("transpose", [x], {"perm": (0, 2, 1, 3)})
-
-
 def _positions(cx: NodeContext, start: str, batch: int, seq: int) -> str:
     """Each new token's position [B, S]: position_ids when given, else P_b + s."""
     if cx.input(9) is not None:
@@ -200,13 +196,3 @@ def _keep(cx: NodeContext, start: str, seq: int, length: int) -> str:
         reach = cx.emit("add", [behind, cx.constant(np.int64(window), "window")])
         keep = cx.emit("and", [keep, cx.emit("less", [start, reach])])
     return keep
-
-
-def _repeated(cx: NodeContext, x: str, repeat: int) -> str:
-    """Each KV head serves ``repeat`` query heads in turn."""
-    if repeat == 1:
-        return x
-    b, kvh, s, d = cx.shape_of(x)
-    x = cx.emit("reshape", [x], {"shape": (b, kvh, 1, s, d)})
-    x = cx.emit("expand", [x], {"shape": (b, kvh, repeat, s, d)})
-    return cx.emit("reshape", [x], {"shape": (b, kvh * repeat, s, d)})

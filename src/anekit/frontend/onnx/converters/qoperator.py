@@ -16,6 +16,7 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.quant import centred_int32
 from anekit.ir.dtypes import DType
 
 MS = "com.microsoft"
@@ -92,24 +93,13 @@ def qlinear_softmax(cx: NodeContext):
     return _quantized(cx, y, 3, 4, 0)
 
 
-def _centred_int32(cx: NodeContext, x: int, zero: int, rows: bool) -> str:
-    """x - zero_point in int32; ``rows``: a zero point per row of x (B stored [N, K])."""
-    x32 = cx.emit("cast", [cx.input(x)], {"to": DType.INT32})
-    if cx.input(zero) is None:
-        return x32
-    z32 = cx.emit("cast", [cx.input(zero)], {"to": DType.INT32})
-    if rows and int(np.prod(cx.shape(zero))) > 1:
-        z32 = cx.emit("reshape", [z32], {"shape": (int(np.prod(cx.shape(zero))), 1)})
-    return cx.emit("sub", [x32, z32])
-
-
 @converter(f"{MS}.QGemm")
 def qgemm(cx: NodeContext):
     """alpha (A - a_zp) @ (B - b_zp) in exact int32 (+ the int32 bias C, on the scale
     a_scale b_scale), times a_scale b_scale; quantized to y_scale/y_zero_point, or float
     when y_scale is absent. B's scale may be per output column."""
-    a = _centred_int32(cx, 0, 2, rows=False)
-    b = _centred_int32(cx, 3, 5, rows=bool(cx.attr("transB", 0)))
+    a = centred_int32(cx, cx.input(0), cx.input(2), row_param=False)
+    b = centred_int32(cx, cx.input(3), cx.input(5), row_param=bool(cx.attr("transB", 0)))
     if cx.attr("transA", 0):
         a = cx.emit("transpose", [a], {"perm": (1, 0)})
     if cx.attr("transB", 0):

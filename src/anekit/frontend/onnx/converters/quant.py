@@ -56,8 +56,9 @@ def dynamic_quantize_linear(cx: NodeContext):
     return y, scale, zp_u8
 
 
-def _centred(cx: NodeContext, x: str, zp: str | None, row_param: bool) -> str:
-    """x - zero_point in int32; a per-row zero point of the left operand is a column."""
+def centred_int32(cx: NodeContext, x: str, zp: str | None, row_param: bool) -> str:
+    """x - zero_point in int32; ``row_param``: a zero point per row of x (a matmul's left
+    operand, or a right one stored [N, K]) is reshaped to a column."""
     x32 = cx.emit("cast", [x], {"to": DType.INT32})
     if zp is None:
         return x32
@@ -69,16 +70,16 @@ def _centred(cx: NodeContext, x: str, zp: str | None, row_param: bool) -> str:
 
 @converter("MatMulInteger")
 def matmul_integer(cx: NodeContext):
-    a = _centred(cx, cx.input(0), cx.input(2), True)
-    b = _centred(cx, cx.input(1), cx.input(3), False)
+    a = centred_int32(cx, cx.input(0), cx.input(2), True)
+    b = centred_int32(cx, cx.input(1), cx.input(3), False)
     return cx.emit("matmul", [a, b], final=True)
 
 
 @converter("QLinearMatMul")
 def qlinear_matmul(cx: NodeContext):
     """int32 (a - a_zp) @ (b - b_zp), rescaled by a_scale b_scale / y_scale and requantized."""
-    a = _centred(cx, cx.input(0), cx.input(2), True)
-    b = _centred(cx, cx.input(3), cx.input(5), False)
+    a = centred_int32(cx, cx.input(0), cx.input(2), True)
+    b = centred_int32(cx, cx.input(3), cx.input(5), False)
     acc = cx.emit("cast", [cx.emit("matmul", [a, b])], {"to": DType.FP32})
     a_scale, b_scale, y_scale = cx.input(1), cx.input(4), cx.input(6)
     if int(np.prod(cx.shape(1))) > 1:
