@@ -1,49 +1,71 @@
 """A large run takes its results from freed heap memory (simulator/heap.py): a block freed
 inside the setting stays in the process for the next result; outside it, glibc's own
 setting is back (a large block is a mapping of its own, returned to the system when
-freed), and so is the memory the run kept."""
+freed), and so is the memory the run kept.
+
+Each case runs in a fresh child process: a large run earlier in a test worker can leave a
+free hole in its heap big enough to serve the next large block from the heap, whatever the
+setting, which made these measurements depend on the tests run before them."""
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 from anekit.simulator import heap
 
 pytestmark = pytest.mark.skipif(heap._libc is None, reason="not glibc")
 
+SRC = Path(__file__).resolve().parents[2] / "src"
+PRELUDE = """
+import os
+import numpy as np
+from anekit.simulator import heap
+
 SIZE = 192 << 20  # bytes: above glibc's largest mmap threshold (32 MiB) and heap.KEPT
 
-
-def _resident() -> int:
+def _resident():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-
-def _returned_when_freed() -> int:
-    """Bytes of resident memory a written, then freed, large block gives back."""
+def _returned_when_freed():
+    # bytes of resident memory a written, then freed, large block gives back
     block = np.ones(SIZE // 4, np.float32)
     before = _resident()
     del block
     return before - _resident()
+"""
+
+
+def _in_child(body: str) -> None:
+    code = PRELUDE + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_large_run_keeps_freed_memory_and_sets_glibc_back() -> None:
-    assert heap.reuse(heap.LARGE - 1) is None
-    with heap.reuse(heap.LARGE):
-        kept = _returned_when_freed()
-        during = _resident()
-    assert kept < SIZE // 4
-    assert during - _resident() >= SIZE - heap.KEPT - (8 << 20)  # returned when it ended
-    assert _returned_when_freed() > SIZE // 2
+    _in_child("""
+        assert heap.reuse(heap.LARGE - 1) is None
+        with heap.reuse(heap.LARGE):
+            kept = _returned_when_freed()
+            during = _resident()
+        assert kept < SIZE // 4, kept
+        assert during - _resident() >= SIZE - heap.KEPT - (8 << 20)  # returned when it ended
+        assert _returned_when_freed() > SIZE // 2
+    """)
 
 
 def test_nested_runs_keep_the_setting_until_the_last_ends() -> None:
-    with heap.reuse(heap.LARGE):
+    _in_child("""
         with heap.reuse(heap.LARGE):
-            pass
-        assert _returned_when_freed() < SIZE // 4
-    assert heap._runs == 0
-    assert _returned_when_freed() > SIZE // 2
+            with heap.reuse(heap.LARGE):
+                pass
+            assert _returned_when_freed() < SIZE // 4
+        assert heap._runs == 0
+        assert _returned_when_freed() > SIZE // 2
+    """)
