@@ -171,6 +171,32 @@ def test_wide_kernel_split(x_shape, w_shape, attrs) -> None:
     _check(model, feeds)
 
 
+@pytest.mark.parametrize(
+    "width, channels, kernel, stride, pads",
+    [
+        (576, 1, 256, 128, (0, 0)),  # silero-vad's STFT, its reflect padding done before
+        (600, 1, 400, 160, (0, 0)),  # whisper's 25 ms window at 10 ms: zeros past the end
+        (130, 2, 20, 3, (0, 0)),  # kernel not a multiple of the stride, two channels
+        (500, 1, 64, 16, (32, 32)),  # the convolution's own padding: one pad op
+        (97, 3, 24, 8, (5, 0)),  # padding before only, the end cropped
+    ],
+)
+def test_wide_strided_1d_kernel_is_folded_into_one_convolution(
+    width, channels, kernel, stride, pads
+) -> None:
+    """An STFT front end (silero-vad: 258 filters of 256 taps at stride 128): the stride
+    folded into the channels gives one convolution of ceil(k / s) taps, not pieces summed."""
+    feeds = {"x": _rand(1, channels, width)}
+    w, b = _rand(10, channels, kernel), _rand(10)
+    model = _model("Conv", feeds, 3, consts={"w": w, "b": b}, strides=[stride], pads=list(pads))
+    _check(model, feeds)
+    graph = compile_model(model, "m4").graph
+    mains = [n.attrs["main"] for n in graph.nodes]
+    (conv,) = [n for n in graph.nodes if n.attrs["main"] == "conv"]
+    assert graph.values[conv.inputs[1]].shape == (10, channels * stride, 1, -(-kernel // stride))
+    assert "add" not in mains
+
+
 def test_torch_modules_match_torch() -> None:
     import torch
 
