@@ -32,6 +32,7 @@ from anekit.passes.decompose.norms import (
     decompose_lrn,
     decompose_softmax,
 )
+from anekit.passes.decompose.recurrent import MAX_UNROLLED_STEPS, unroll_short_recurrence
 from anekit.passes.decompose.tensor_ops import (
     decompose_reduction,
     expand_as_broadcast,
@@ -78,6 +79,7 @@ DECOMPOSITIONS: tuple[Decomposition, ...] = (
     Decomposition(expand_as_broadcast),
     Decomposition(decompose_lrn),
     Decomposition(wrap_pad_as_concat),
+    Decomposition(unroll_short_recurrence),
 )
 DECOMPOSE_RULES = tuple(d.rule for d in DECOMPOSITIONS)
 
@@ -99,6 +101,7 @@ __all__ = [
     "ERF_TANH_MAX_ABS_ERROR",
     "GELU_TANH_MAX_ABS_ERROR",
     "LRN_MAX_CHANNELS",
+    "MAX_UNROLLED_STEPS",
     "decompose",
     "rules_for",
 ]
