@@ -125,3 +125,75 @@ def test_prepared_split_gives_the_general_kernels_views(consts: dict) -> None:
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and np.array_equal(g, w) and np.shares_memory(g, x)
     assert prepare_split({"axis": np.int32(1), "num_splits": np.int32(4)}, {"x": x.shape}) is None
+
+
+REDUCTIONS = ["reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_l2_norm",
+              "reduce_log_sum_exp", "reduce_prod"]  # fmt: skip
+REDUCED = [  # x shape, axes (None: all), keep_dims
+    ((1, 1, 1, 1), (1,), True),  # silero-vad's mean of one value
+    ((2, 5, 3, 7), (1, 3), False),
+    ((2, 5, 3, 7), (-1,), True),
+    ((4, 33), None, False),  # every axis: a numpy scalar before the cast
+    ((3, 1000), (1,), True),  # pairwise summation blocks
+]
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("case", REDUCED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_prepared_reductions_give_the_general_kernels_float32_bits(name, case) -> None:
+    """In float32, before any fp16 rounding could hide a difference; with NaN, infinities
+    and -0 among the values."""
+    shape, axes, keep = case
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::11], flat[5::17], flat[3::13] = -0.0, np.inf, np.nan
+    clean = np.abs(x) + 0.5  # and values where every reduction is finite
+    kernel = REGISTRY[name].kernel
+    known = {"keep_dims": np.bool_(keep), **({} if axes is None else {"axes": np.array(axes, np.int32)})}
+    prepared = kernel.prepare(known, {"x": shape})
+    assert prepared is not None
+    for values in (x, clean):
+        with np.errstate(all="ignore"):  # as the run loop: NaN and inf are values here
+            want = kernel(values, known.get("axes"), known["keep_dims"])
+            got = prepared(values)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_a_prepared_mean_runs_in_a_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.random.default_rng(3).standard_normal((2, 6, 5)).astype(np.float16)
+    consts = {"axes": np.array([1, 2], np.int32), "keep_dims": np.bool_(True)}
+    got, want, took = _both("reduce_mean", {"x": x}, consts, (2, 1, 1), monkeypatch)
+    assert took and _same_bits(got, want)
+
+
+@pytest.mark.parametrize("positions", [1, 7])
+def test_prepared_pointwise_conv_on_fp16_weights_gives_the_general_kernels_bits(
+    positions: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiled model's 1x1 conv reads its weight file's fp16 values in place
+    (plan.HALF_CONSUMERS): the prepared kernel makes conv's own fp16-weight product."""
+    import anekit
+    from anekit import ops
+
+    rng = np.random.default_rng(positions)
+    x = anekit.input("x", (1, 128, 1, positions))
+    weight = rng.standard_normal((512, 128, 1, 1)).astype(np.float32) * 0.1
+    bias = rng.standard_normal(512).astype(np.float32)
+    compiled = anekit.compile(anekit.graph(ops.conv2d(x, weight, bias, name="pw")), "m4")
+    feeds = {"x": rng.standard_normal((1, 128, 1, positions)).astype(np.float32)}
+    (runner,) = compiled.program.runners("sim")
+    steps = [s for s in runner.program._plan.steps if s.op == "conv"]
+    assert [s.kernel.__name__ for s in steps] == ["run_half"]
+    got = compiled.program.run(feeds, "sim")
+    with monkeypatch.context() as m:
+        m.setattr(plan, "prepare_steps", lambda steps, shapes: list(steps))
+        general = anekit.compile(anekit.graph(ops.conv2d(x, weight, bias, name="pw")), "m4")
+        (runner,) = general.program.runners("sim")
+        assert [s.kernel for s in runner.program._plan.steps if s.op == "conv"] == [
+            REGISTRY["conv"].kernel
+        ]
+        want = general.program.run(feeds, "sim")
+    for name in want:
+        assert np.array_equal(got[name].view(np.uint32), want[name].view(np.uint32))

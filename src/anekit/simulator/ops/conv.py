@@ -167,7 +167,9 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
     stride-1 product or the direct kernel, with the geometry worked out once; None (the
     general kernel) for picking weights, other paths and arguments it would refuse."""
     weight, x_shape = known.get("weight"), shapes.get("x")
-    if set(shapes) != {"x"} or not isinstance(weight, np.ndarray) or weight.dtype != np.float32:
+    if set(shapes) != {"x"} or not isinstance(weight, np.ndarray):
+        return None
+    if weight.dtype not in (np.float32, np.float16):
         return None
     n = len(x_shape) - 2
     if n not in (1, 2) or weight.ndim != len(x_shape):
@@ -191,8 +193,21 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
         if not isinstance(bias, np.ndarray) or bias.shape != (c_out,):
             return None
         bias = bias.astype(np.float32, copy=False).reshape((1, c_out) + (1,) * n)
+    pointwise = g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st)
+    if weight.dtype == np.float16:  # held as fp16 (plan.HALF_CONSUMERS): conv's own product
+        if not pointwise or any(p != (0, 0) for p in padding):
+            return None
+        half, out_shape = weight.reshape(c_out, c_in), (batch, c_out, *x_shape[2:])
+
+        def run_half(x: np.ndarray) -> np.ndarray:
+            out = gemm.matmul_half(half, x.reshape(batch, c_in, -1)).reshape(out_shape)
+            if bias is not None:
+                out += bias
+            return out
+
+        return run_half
     w = weight.reshape(g, c_out // g, -1)
-    if not all(k == 1 for k in kernel) or not all(s == 1 for s in st) or g != 1:
+    if not pointwise:
         out_sizes = _out_sizes_of(x_shape[2:], kernel, st, dl, padding)
         if _pick_weights(w) is not None or out_sizes is None or not window_kernels.direct_available():
             return None
