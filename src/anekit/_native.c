@@ -2454,6 +2454,47 @@ __attribute__((target("avx512f"))) static void conv_depthwise_rows(const conv_jo
     }
 }
 
+/* The [K, COLS] panel of output row oy's tile [ox0, ox0 + cols) for group input ``xg`` of
+ * ``cg`` channels: the windows in (c, ky, kx) order, zeros outside x. */
+static void conv_panel(const conv_job *j, const float *xg, Py_ssize_t cg, Py_ssize_t oy,
+                       Py_ssize_t ox0, Py_ssize_t cols, float *panel)
+{
+    /* the inside range of each tap column, the same for every channel and row */
+    Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
+    for (Py_ssize_t kx = 0; kx < j->kw && kx < CONV_KW_MAX; kx++)
+        conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &lo[kx], &hi[kx]);
+    float *row = panel;
+    for (Py_ssize_t ci = 0; ci < cg; ci++)
+        for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
+            const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
+            const float *src = xg + (ci * j->h + iy) * j->wd;
+            for (Py_ssize_t kx = 0; kx < j->kw; kx++, row += COLS) {
+                if (iy < 0 || iy >= j->h) {
+                    memset(row, 0, (size_t)cols * 4);
+                    continue;
+                }
+                Py_ssize_t a, b; /* wider kernels: worked out per row */
+                if (kx < CONV_KW_MAX)
+                    a = lo[kx], b = hi[kx];
+                else
+                    conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &a, &b);
+                const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
+                for (Py_ssize_t t = 0; t < a; t++)
+                    row[t] = 0.0f;
+                if (j->sx == 1) {
+                    const float *in = src + base;
+                    for (Py_ssize_t t = a; t < b; t++)
+                        row[t] = in[t];
+                } else {
+                    for (Py_ssize_t t = a; t < b; t++)
+                        row[t] = src[base + t * j->sx];
+                }
+                for (Py_ssize_t t = b; t < cols; t++)
+                    row[t] = 0.0f;
+            }
+        }
+}
+
 static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, float *panel)
 {
     const Py_ssize_t cg = j->c / j->groups, og = j->co / j->groups;
@@ -2466,40 +2507,7 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, f
             float *out = j->out + ((n * j->co + g * og) * j->oh + oy) * j->ow;
             for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
                 const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
-                /* the inside range of each tap column, the same for every channel and row */
-                Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
-                for (Py_ssize_t kx = 0; kx < j->kw && kx < CONV_KW_MAX; kx++)
-                    conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &lo[kx], &hi[kx]);
-                float *row = panel;
-                for (Py_ssize_t ci = 0; ci < cg; ci++)
-                    for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
-                        const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
-                        const float *src = xg + (ci * j->h + iy) * j->wd;
-                        for (Py_ssize_t kx = 0; kx < j->kw; kx++, row += COLS) {
-                            if (iy < 0 || iy >= j->h) {
-                                memset(row, 0, (size_t)cols * 4);
-                                continue;
-                            }
-                            Py_ssize_t a, b; /* wider kernels: worked out per row */
-                            if (kx < CONV_KW_MAX)
-                                a = lo[kx], b = hi[kx];
-                            else
-                                conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &a, &b);
-                            const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
-                            for (Py_ssize_t t = 0; t < a; t++)
-                                row[t] = 0.0f;
-                            if (j->sx == 1) {
-                                const float *in = src + base;
-                                for (Py_ssize_t t = a; t < b; t++)
-                                    row[t] = in[t];
-                            } else {
-                                for (Py_ssize_t t = a; t < b; t++)
-                                    row[t] = src[base + t * j->sx];
-                            }
-                            for (Py_ssize_t t = b; t < cols; t++)
-                                row[t] = 0.0f;
-                        }
-                    }
+                conv_panel(j, xg, cg, oy, ox0, cols, panel);
                 __mmask16 mask[4];
                 for (int v = 0; v < 4; v++) {
                     long left = cols - 16 * v;
@@ -2614,6 +2622,133 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
     PyBuffer_Release(&vo);
     Py_RETURN_NONE;
 }
+/* conv_narrow: conv_rows for one group and output rows at most a few values wide (a
+ * streaming model's convolutions over 1 to 8 positions), where conv_rows' vectors run along
+ * the row and so use a quarter of their lanes: here the vectors run along the output
+ * channels, over the transposed weights wt [K, C_out], four positions at a time. The panel
+ * is conv_rows' and each output is the same FMA chain over k in order from +0, so the bits
+ * are conv_rows'. */
+#ifdef HAVE_GEMM
+__attribute__((target("avx512f"))) static void conv_narrow_tile(const float *panel,
+    const float *wt, Py_ssize_t K, Py_ssize_t co, Py_ssize_t o0, float *out, Py_ssize_t plane,
+    Py_ssize_t ncols)
+{
+    __mmask16 m[4];
+    for (int v = 0; v < 4; v++)
+        m[v] = conv_lanes(0, co - o0 - 16 * v);
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
+           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00,
+           a31 = a00, a32 = a00, a33 = a00;
+    for (Py_ssize_t k = 0; k < K; k++) {
+        const float *w = wt + k * co + o0, *p = panel + k * COLS;
+        const __m512 w0 = _mm512_maskz_loadu_ps(m[0], w), w1 = _mm512_maskz_loadu_ps(m[1], w + 16),
+                     w2 = _mm512_maskz_loadu_ps(m[2], w + 32), w3 = _mm512_maskz_loadu_ps(m[3], w + 48);
+        /* positions past ncols: never-written panel columns are not read (zeros, unstored) */
+        __m512 x = _mm512_set1_ps(p[0]);
+        a00 = _mm512_fmadd_ps(x, w0, a00); a01 = _mm512_fmadd_ps(x, w1, a01);
+        a02 = _mm512_fmadd_ps(x, w2, a02); a03 = _mm512_fmadd_ps(x, w3, a03);
+        x = _mm512_set1_ps(ncols > 1 ? p[1] : 0.0f);
+        a10 = _mm512_fmadd_ps(x, w0, a10); a11 = _mm512_fmadd_ps(x, w1, a11);
+        a12 = _mm512_fmadd_ps(x, w2, a12); a13 = _mm512_fmadd_ps(x, w3, a13);
+        x = _mm512_set1_ps(ncols > 2 ? p[2] : 0.0f);
+        a20 = _mm512_fmadd_ps(x, w0, a20); a21 = _mm512_fmadd_ps(x, w1, a21);
+        a22 = _mm512_fmadd_ps(x, w2, a22); a23 = _mm512_fmadd_ps(x, w3, a23);
+        x = _mm512_set1_ps(ncols > 3 ? p[3] : 0.0f);
+        a30 = _mm512_fmadd_ps(x, w0, a30); a31 = _mm512_fmadd_ps(x, w1, a31);
+        a32 = _mm512_fmadd_ps(x, w2, a32); a33 = _mm512_fmadd_ps(x, w3, a33);
+    }
+    /* lanes are output channels: each position's values go down a column of out */
+    __m512 acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
+                        {a30, a31, a32, a33}};
+    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)plane));
+    for (Py_ssize_t t = 0; t < ncols; t++)
+        for (int v = 0; v < 4; v++)
+            _mm512_mask_i32scatter_ps(out + (o0 + 16 * v) * plane + t, m[v], down, acc[t][v], 4);
+}
+
+static void conv_narrow_run(const conv_job *j, const float *wt, Py_ssize_t row0,
+                            Py_ssize_t row1, float *panel)
+{
+    const Py_ssize_t K = j->c * j->kh * j->kw, plane = j->oh * j->ow;
+    for (Py_ssize_t r = row0; r < row1; r++) {
+        const Py_ssize_t n = r / j->oh, oy = r % j->oh;
+        const float *xg = j->x + n * j->c * j->h * j->wd;
+        float *out = j->out + (n * j->co * j->oh + oy) * j->ow;
+        for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
+            const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
+            conv_panel(j, xg, j->c, oy, ox0, cols, panel);
+            for (Py_ssize_t t0 = 0; t0 < cols; t0 += 4)
+                for (Py_ssize_t o0 = 0; o0 < j->co; o0 += 64)
+                    conv_narrow_tile(panel + t0, wt, K, j->co, o0, out + ox0 + t0, plane,
+                                     cols - t0 < 4 ? cols - t0 : 4);
+        }
+    }
+}
+#endif
+
+PyDoc_STRVAR(conv_narrow_doc,
+"conv_narrow(x, wt, out, kernel, strides, dilations, pad_before, row0, row1) -> None\n\n"
+"conv_rows for one group, by the transposed weights wt [C * KH * KW, C_out]: the same bits,\n"
+"faster where output rows are a few values wide.");
+
+static PyObject *conv_narrow(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *oo;
+    Py_ssize_t kh, kw, sy, sx, dy, dx, py, px, row0, row1;
+    if (!PyArg_ParseTuple(args, "OOO(nn)(nn)(nn)(nn)nn:conv_narrow", &xo, &wo, &oo, &kh, &kw,
+                          &sy, &sx, &dy, &dx, &py, &px, &row0, &row1))
+        return NULL;
+    if (!gemm_supported()) {
+        PyErr_SetString(PyExc_RuntimeError, "conv_narrow needs x86-64 with AVX-512F");
+        return NULL;
+    }
+    Py_buffer vx, vw, vo;
+    if (conv_buffer(xo, &vx, 4, 0, "conv_narrow: x") < 0)
+        return NULL;
+    if (conv_buffer(wo, &vw, 2, 0, "conv_narrow: wt") < 0) {
+        PyBuffer_Release(&vx);
+        return NULL;
+    }
+    if (conv_buffer(oo, &vo, 4, 1, "conv_narrow: out") < 0) {
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vw);
+        return NULL;
+    }
+    const Py_ssize_t n = vx.shape[0], c = vx.shape[1], co = vo.shape[1];
+    int ok = kh >= 1 && kw >= 1 && sy >= 1 && sx >= 1 && dy >= 1 && dx >= 1 && py >= 0 &&
+             px >= 0 && vo.shape[0] == n && vw.shape[1] == co && vw.shape[0] == c * kh * kw &&
+             vw.shape[0] > 0 && 0 <= row0 && row0 <= row1 && row1 <= n * vo.shape[2];
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "conv_narrow: x, wt, out and the geometry do not fit");
+        PyBuffer_Release(&vx);
+        PyBuffer_Release(&vw);
+        PyBuffer_Release(&vo);
+        return NULL;
+    }
+#ifdef HAVE_GEMM
+    conv_job job = {vx.buf, NULL, vo.buf, c, vx.shape[2], vx.shape[3], co, 1, kh, kw,
+                    sy, sx, dy, dx, py, px, vo.shape[2], vo.shape[3]};
+    if (row1 > row0 && vo.shape[3] > 0 && co > 0) {
+        float *panel = aligned_alloc(64, (size_t)vw.shape[0] * COLS * 4);
+        if (panel == NULL) {
+            PyBuffer_Release(&vx);
+            PyBuffer_Release(&vw);
+            PyBuffer_Release(&vo);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        conv_narrow_run(&job, vw.buf, row0, row1, panel);
+        Py_END_ALLOW_THREADS
+        free(panel);
+    }
+#endif
+    PyBuffer_Release(&vx);
+    PyBuffer_Release(&vw);
+    PyBuffer_Release(&vo);
+    Py_RETURN_NONE;
+}
 /* ---- end of direct convolution ----------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -2636,6 +2771,7 @@ static PyMethodDef methods[] = {
 
     /* direct convolution */
     {"conv_rows", conv_rows, METH_VARARGS, conv_rows_doc},
+    {"conv_narrow", conv_narrow, METH_VARARGS, conv_narrow_doc},
     /* end of direct convolution */
     {NULL, NULL, 0, NULL},
 };

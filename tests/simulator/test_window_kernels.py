@@ -379,3 +379,27 @@ def test_a_kernel_wider_than_64_taps_sums_as_the_gemm_of_the_im2col_matrix() -> 
                     np.array(pads, np.int32))  # fmt: skip
     want = _im2col_product(x, weight, 1, bias, (1, 3), (1, 1), pads)
     assert _same_bits(got, want)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 8, 9])
+@pytest.mark.parametrize("c_out", [1, 17, 129])
+def test_narrow_rows_sum_as_the_gemm_of_the_im2col_matrix(width: int, c_out: int) -> None:
+    """Output rows a few values wide (silero-vad's encoder: 129 channels over 4 positions)
+    take conv_narrow, vectors along the output channels (masked past c_out, four positions
+    at a time, K past the GEMM's 256-value blocks): the C GEMM's bits on the im2col matrix,
+    signed zeros and infinities among the inputs."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(width * 1000 + c_out)
+    x = rng.standard_normal((2, 100, 3, width + 2)).astype(np.float32)
+    x.reshape(-1)[::29], x.reshape(-1)[11::301] = -0.0, np.inf
+    weight = rng.standard_normal((c_out, 100, 2, 3)).astype(np.float32)
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    pads = (1, 0, 1, 1)
+    direct = window_kernels.DirectConv(weight.reshape(c_out, -1), 1, (2, 3), (1, 1), (1, 1),
+                                       (1, 1), x.shape, (3, width + 2))  # fmt: skip
+    assert direct.narrow == (width + 2 <= window_kernels.NARROW)
+    got = conv.conv(x, weight, bias, np.array([1, 1], np.int32), "custom",
+                    np.array(pads, np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (1, 1), (1, 1), pads)
+    assert _same_sums(got, want)
