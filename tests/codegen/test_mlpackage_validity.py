@@ -82,6 +82,10 @@ FORMS = {
         "ConvTranspose", [1, 4, 10], {"w": _w(4, 3, 4)}, strides=[2], pads=[1, 1]
     ),
     "wide_kernel_conv": lambda: _one_node("Conv", [1, 2, 1, 64], {"w": _w(3, 2, 1, 40)}),
+    "strided_wide_conv": lambda: _one_node("Conv", [1, 1, 600], {"w": _w(10, 1, 400)}, strides=[160]),
+    "short_lstm": lambda: _one_node(
+        "LSTM", [1, 1, 5], {"w": _w(1, 24, 5), "r": _w(1, 24, 6), "b": _w(1, 48)}, 4, hidden_size=6
+    ),
     "layer_norm": lambda: _one_node(
         "LayerNormalization", [1, 4, 16], {"s": _w(16), "b": _w(16)}, axis=-1
     ),
