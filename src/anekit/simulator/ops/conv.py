@@ -156,7 +156,10 @@ def conv(
             out = _pick(cols, picked)
             np.add(np.float32(0), out, out=out)
         else:
-            cols = view.transpose(order).reshape(batch, g, w.shape[2], -1)
+            # always the C-order im2col copy: where the windows overlap along one axis (a 3-D
+            # kernel of depth 2) numpy's reshape returns a strided view of x instead, and BLAS
+            # sums that layout with other bits than the copy the C gather writes
+            cols = np.ascontiguousarray(view.transpose(order).reshape(batch, g, w.shape[2], -1))
             out = np.matmul(w, cols)
         out = out.reshape((batch, c_out) + tuple(spatial_out))
     return _biased(out, bias, n)
