@@ -6,6 +6,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     contrib,
     control,
     elementwise,
+    embed_layer_norm,
     group_query_attention,
     index,
     linalg,

@@ -20,14 +20,15 @@ from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles, split_heads
+from anekit.frontend.onnx.converters.quant import centred_int32
 from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
 from anekit.ir.dtypes import DType
 
 MS = "com.microsoft"
 
 
-def _dequantized(
-    cx: NodeContext, q: int, scale: int, zero: int, what: str, axis: int
+def dequantized_constant(
+    cx: NodeContext, q: int, scale: int, zero: int, what: str, axis: int = 0
 ) -> np.ndarray:
     """(q - zero_point) * scale in float32; a vector scale runs along ``axis`` of q."""
     values = cx.require_const(q, what).astype(np.float32)
@@ -46,8 +47,8 @@ def _dequantized(
 @converter(f"{MS}.DynamicQuantizeLSTM")
 def dynamic_quantize_lstm(cx: NodeContext):
     # W [D, input, 4H] and R [D, H, 4H]: the quantizer transposed them; LSTM wants [D, 4H, *]
-    w = _dequantized(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
-    r = _dequantized(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
+    w = dequantized_constant(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
+    r = dequantized_constant(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
     attrs = recurrent_attrs(cx, "lstm")
     inputs = [cx.input(0), cx.constant(np.ascontiguousarray(w), "W"),
               cx.constant(np.ascontiguousarray(r), "R"), *(cx.input(i) for i in range(3, 8))]  # fmt: skip
@@ -245,13 +246,21 @@ def _merged(cx: NodeContext, y: str) -> str:
 
 
 def _key_mask(cx: NodeContext, index: int, batch: int, keys: int) -> str | None:
-    """A [B, L] mask of 1 (attend) and 0 (padding) as a bool [B, 1, 1, L], or None."""
+    """The key padding mask as a bool [B, 1, 1, L], or None: a [B, L] mask of 1 (attend) and
+    0 (padding), or a [B] mask index, the number of leading keys each sequence attends to
+    (what ``EmbedLayerNormalization`` and the optimizer's mask reduction write)."""
     if cx.input(index) is None:
         return None
+    if cx.shape(index) == (batch,):
+        ends = cx.emit("cast", [cx.input(index)], {"to": DType.INT32})
+        ends = cx.emit("reshape", [ends], {"shape": (batch, 1, 1, 1)})
+        steps = cx.constant(np.arange(keys, dtype=np.int32).reshape(1, 1, 1, keys), "keys")
+        return cx.emit("less", [steps, ends])
     if cx.shape(index) != (batch, keys):
         raise ModelError(
-            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s is supported here, "
-            f"not {list(cx.shape(index))} (mask_index's other forms: not yet)"
+            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s or a [batch] = [{batch}] "
+            f"mask index is supported here, not {list(cx.shape(index))} (mask_index's other "
+            "forms, start positions and 3-d masks: not yet)"
         )
     keep = cx.emit("cast", [cx.input(index)], {"to": DType.BOOL})
     return cx.emit("reshape", [keep], {"shape": (batch, 1, 1, keys)})
@@ -272,24 +281,44 @@ def _refuse_extras(cx: NodeContext, inputs: dict[int, str], outputs: dict[int, s
 def contrib_attention(cx: NodeContext):
     """BERT-style self-attention with packed Q, K, V weights (the transformer optimizer's
     fusion): input [B, S, in] @ weights [in, 3 * hidden] + bias, num_heads heads, an
-    optional [B, S] key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
+    optional key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
     adds mask_filter_value, -10000: the same softmax to fp32 unless a row is fully masked)."""
     _refuse_extras(cx, {4: "past", 5: "attention_bias", 6: "past_sequence_length"}, {1: "present"})
+    packed = _plus_bias(cx, cx.emit("matmul", [cx.input(0), cx.input(1)]), 2)
+    return _self_attention(cx, packed, mask=3)
+
+
+@converter(f"{MS}.QAttention")
+def q_attention(cx: NodeContext):
+    """``Attention`` on quantized operands (``quantize_dynamic``'s form): input, weight,
+    bias, input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past.
+    The projection (input - zp) @ (weight - zp) accumulates in exact int32, times
+    input_scale * weight_scale (one value or one per column), plus the float bias."""
+    _refuse_extras(cx, {8: "past"}, {1: "present"})
+    if cx.attr("past_present_share_buffer", 0):
+        raise ModelError("past_present_share_buffer is not supported")
+    x = centred_int32(cx, cx.input(0), cx.input(6), row_param=False)
+    w = centred_int32(cx, cx.input(1), cx.input(7), row_param=False)
+    acc = cx.emit("cast", [cx.emit("matmul", [x, w])], {"to": DType.FP32})
+    scale = cx.emit("mul", [cx.input(3), cx.input(4)])
+    packed = cx.emit("add", [cx.emit("mul", [acc, scale]), cx.input(2)])
+    return _self_attention(cx, packed, mask=5)
+
+
+def _self_attention(cx: NodeContext, packed: str, *, mask: int) -> str:
+    """The attention of a packed [B, S, q + k + v] projection (``qkv_hidden_sizes``, else
+    thirds), its key mask from input ``mask``, merged back to [B, S, hidden]."""
     heads = cx.attr("num_heads")
-    b, s, _ = cx.shape(0)
-    sizes = cx.attr("qkv_hidden_sizes", ())
-    width = cx.shape(1)[1]
-    sizes = tuple(sizes) or (width // 3,) * 3
+    b, s, width = cx.shape_of(packed)
+    sizes = tuple(cx.attr("qkv_hidden_sizes", ())) or (width // 3,) * 3
     if sum(sizes) != width:
         raise ModelError(f"qkv_hidden_sizes {list(sizes)} do not add up to the weights' {width}")
-    packed = cx.emit("matmul", [cx.input(0), cx.input(1)])
-    packed = _plus_bias(cx, packed, 2)
     q, k, v = cx.emit("split", [packed], {"axis": 2, "sizes": sizes})
-    mask = _key_mask(cx, 3, b, s)
+    keep = _key_mask(cx, mask, b, s)
     attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
     y = cx.emit(
         "attention",
-        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), mask],
+        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), keep],
         attrs,
     )
     return _merged(cx, y)
