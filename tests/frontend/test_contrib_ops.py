@@ -357,3 +357,97 @@ def test_contrib_rotary_embedding(layout: str, offset: bool) -> None:
             num_heads=heads, rotary_embedding_dim=rot, interleaved=interleaved,
         )  # fmt: skip
         _check(_model([node], {"x": x}, ["y"], inits), {"x": x})
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gather_block_quantized_from_onnxruntimes_weight_only_quantizer(symmetric: bool) -> None:
+    """MatMulNBitsQuantizer in QOperator format with Gather among its op types writes the
+    embedding table as int4 (symmetric) or uint4 codes with uint4 zero points; 80 columns in
+    blocks of 32 leave a short last block."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    inits = {"table": _f(50, 80), "w": _f(80, 16, scale=0.2)}
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 7))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "e")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=32, is_symmetric=symmetric, quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul", "Gather"), quant_axes=(("Gather", 1), ("MatMul", 0)),
+    )  # fmt: skip
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node] == ["GatherBlockQuantized", "MatMulNBits"]
+    codes = next(t for t in quantized.graph.initializer if t.name.endswith("_Q4") and t.dims[0] == 50)
+    assert codes.data_type == (TensorProto.INT4 if symmetric else TensorProto.UINT4)
+    _check(quantized, {"ids": RNG.integers(0, 50, (2, 7))})
+
+
+def _packed_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes of ``8 // bits`` codes each along the last axis, low bits first."""
+    per = 8 // bits
+    codes = np.pad(codes, [(0, 0), (0, -codes.shape[1] % per)])
+    return np.bitwise_or.reduce(
+        [codes[:, i::per] << (i * bits) for i in range(per)], axis=0
+    ).astype(np.uint8)
+
+
+@pytest.mark.parametrize(("bits", "zero_points"), [(4, True), (4, False), (2, True), (8, True)])
+def test_gather_block_quantized_packed_uint8_forms(bits: int, zero_points: bool) -> None:
+    rows, width, block = 12, 48, 16
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 1 << bits, (rows, width)).astype(np.uint8), bits),
+        "scales": _f(rows, width // block, scale=0.1),
+    }
+    names = ["data", "ids", "scales"]
+    if zero_points:  # three blocks' zero points, packed like the codes
+        inits["zp"] = _packed_codes(RNG.integers(0, 1 << bits, (rows, 3)).astype(np.uint8), bits)
+        names.append("zp")
+    node = helper.make_node(
+        "GatherBlockQuantized", names, ["y"], domain=MS, bits=bits, block_size=block,
+        quantize_axis=1, gather_axis=0,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "gbq",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    _check(model, {"ids": RNG.integers(0, rows, (2, 5))})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"block_size": 0}, "(?s)block_size 0 is not a power of two.*hint: FP8/FP4"),
+     ({"bits": 3}, "3-bit codes are not supported"),
+     ({"scales": (12, 2)}, r"scales are \[12, 2\], not the \[12, 3\]")],
+)  # fmt: skip
+def test_gather_block_quantized_refusals_name_the_node(change: dict, message: str) -> None:
+    attrs = {"bits": 4, "block_size": 16} | {k: v for k, v in change.items() if k != "scales"}
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
+        "scales": _f(*change.get("scales", (12, 3))),
+    }
+    node = helper.make_node(
+        "GatherBlockQuantized", ["data", "ids", "scales"], ["y"], domain=MS, name="embed", **attrs
+    )
+    graph = helper.make_graph(
+        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    with pytest.raises(anekit.AnekitError, match=message) as caught:
+        anekit.compile(model, "m4")
+    assert "embed" in str(caught.value)

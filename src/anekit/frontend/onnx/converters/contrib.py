@@ -116,6 +116,57 @@ def matmul_nbits(cx: NodeContext):
     return y if cx.input(5) is None else cx.emit("add", [y, cx.input(5)], final=True)
 
 
+@converter(f"{MS}.GatherBlockQuantized")
+def gather_block_quantized(cx: NodeContext):
+    """Gather from a table quantized in blocks of ``block_size`` along ``quantize_axis``:
+    int4/uint4 codes (default zero point 0; onnxruntime's weight-only quantizer on an
+    embedding), or uint8 holding ``bits``-bit codes packed along the last axis (default zero
+    point the codes' midpoint). The table is dequantized once, then gathered."""
+    data = cx.require_const(0, "data")
+    rank = data.ndim
+    q_axis = cx.attr("quantize_axis", 1)
+    g_axis = cx.attr("gather_axis", 0)
+    block, bits = cx.attr("block_size", 128), cx.attr("bits", 4)
+    if not -rank <= q_axis < rank or not -rank <= g_axis < rank:
+        raise ModelError(f"quantize_axis {q_axis} / gather_axis {g_axis} outside a rank-{rank} table")
+    q_axis, g_axis = q_axis % rank, g_axis % rank
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16",
+                         hint="FP8/FP4 tables (block_size 0) are not supported")  # fmt: skip
+    zero = cx.const(3)
+    if cx.four_bit(0):
+        codes, midpoint = data.astype(np.float32), 0
+    elif data.dtype == np.uint8:
+        if bits not in (2, 4, 8):
+            raise ModelError(f"{bits}-bit codes are not supported (2, 4 or 8 are)")
+        if bits < 8 and (g_axis != 0 or q_axis == g_axis):
+            raise ModelError("packed codes need gather_axis 0 and a different quantize_axis")
+        codes, midpoint = _unpacked(data, bits).astype(np.float32), 1 << (bits - 1)
+        if zero is not None:
+            zero = _unpacked(zero, bits)
+    else:
+        raise ModelError(f"a {data.dtype} table is not supported (int4, uint4 or uint8 are)",
+                         hint="FP8/FP4 tables are not supported yet")  # fmt: skip
+    scales = cx.require_const(2, "scales").astype(np.float32)
+    blocks = -(-codes.shape[q_axis] // block)
+    want = (*codes.shape[:q_axis], blocks, *codes.shape[q_axis + 1 :])
+    if scales.shape != want:
+        raise ModelError(f"scales are {list(scales.shape)}, not the {list(want)} that a "
+                         f"{list(codes.shape)} table in blocks of {block} gives")  # fmt: skip
+    zero = np.full(want, midpoint, np.float32) if zero is None else zero.astype(np.float32)
+    zero = zero[tuple(slice(0, n) for n in want)]  # packed zero points may carry a padding code
+    cx.reserve(codes.shape, np.float32, "the dequantized table")
+    width = codes.shape[q_axis]
+
+    def per_code(p: np.ndarray) -> np.ndarray:
+        return np.repeat(p, block, axis=q_axis).take(np.arange(width), axis=q_axis)
+
+    table = (codes - per_code(zero)) * per_code(scales)
+    dtype = cx.type(2).dtype.numpy
+    table = cx.constant(table.astype(dtype), "table")
+    return cx.emit("gather", [table, cx.input(1)], {"axis": g_axis}, final=True)
+
+
 @converter(f"{MS}.RotaryEmbedding")
 def contrib_rotary_embedding(cx: NodeContext):
     """input, position_ids, cos_cache, sin_cache: ONNX's RotaryEmbedding with the inputs in

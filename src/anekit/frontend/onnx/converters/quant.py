@@ -21,6 +21,11 @@ def _quant_attrs(cx: NodeContext) -> dict:
 @converter("QuantizeLinear")
 def quantize_linear(cx: NodeContext):
     attrs = _quant_attrs(cx)
+    if cx.input(2) is not None and cx.four_bit(2):
+        raise ModelError(
+            "quantizing to 4-bit codes (an int4/uint4 zero point) is not supported",
+            hint="only 4-bit weights are: dequantize them, or quantize activations to 8 bits",
+        )
     if cx.input(2) is not None:
         dtype = cx.type(2).dtype
     elif cx.attr("output_dtype", 0):
