@@ -5,6 +5,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     bitwise,
     contrib,
     control,
+    diffusion,
     elementwise,
     embed_layer_norm,
     group_query_attention,
