@@ -37,10 +37,8 @@ def _quantized(
     src, dst = tmp / "float.onnx", tmp / "quantized.onnx"
     onnx.save(model, src)
     name = model.graph.input[0].name
-    ort_quant.quantize_static(
-        str(src), str(dst), _Batches(name, calibration),
-        quant_format=ort_quant.QuantFormat.QOperator, **options,
-    )  # fmt: skip
+    options = {"quant_format": ort_quant.QuantFormat.QOperator} | options
+    ort_quant.quantize_static(str(src), str(dst), _Batches(name, calibration), **options)
     return onnx.load(dst)
 
 
@@ -240,3 +238,33 @@ def test_qlinear_reduce_mean_is_its_definition() -> None:
     compiled = anekit.compile(model, "m4")
     np.testing.assert_array_equal(compiled.run({"x": x}, "reference")["y"], want)
     assert np.abs(compiled.run({"x": x}, "sim")["y"].astype(int) - want).max() <= 1
+
+
+def test_com_microsoft_quantize_and_dequantize_linear(tmp_path: Path) -> None:
+    """The QDQ quantizer with UseQDQContribOps writes its Q/DQ pairs in the com.microsoft
+    domain: the same model as the standard domain's, to the bit, and onnxruntime's answer."""
+    samples = RNG.standard_normal((20, 3, 8, 8)).astype(np.float32)
+    float_model = _small_cnn()
+    models = {
+        contrib: _quantized(
+            float_model, samples[:8], tmp_path, quant_format=ort_quant.QuantFormat.QDQ,
+            extra_options={"UseQDQContribOps": contrib},
+        )
+        for contrib in (False, True)
+    }  # fmt: skip
+    domains = {n.domain for n in models[True].graph.node if n.op_type.endswith("QuantizeLinear")}
+    assert domains == {"com.microsoft"}, domains
+    _compare(models[True], samples[8:])
+    x = {"x": samples[8:9]}
+    a, b = (anekit.compile(models[k], "m4").run(x, "reference")["y"] for k in (False, True))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_sixteen_bit_quantization_is_refused_by_name(tmp_path: Path) -> None:
+    samples = RNG.standard_normal((8, 3, 8, 8)).astype(np.float32)
+    model = _quantized(
+        _small_cnn(), samples, tmp_path, quant_format=ort_quant.QuantFormat.QDQ,
+        activation_type=ort_quant.QuantType.QInt16, extra_options={"UseQDQContribOps": True},
+    )  # fmt: skip
+    with pytest.raises(anekit.AnekitError, match="(?s)x_QuantizeLinear.*only int8 and uint8 quantization.*hint: quantize to 8 bits"):
+        anekit.compile(model, "m4")
