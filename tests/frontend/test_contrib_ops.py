@@ -451,3 +451,36 @@ def test_gather_block_quantized_refusals_name_the_node(change: dict, message: st
     with pytest.raises(anekit.AnekitError, match=message) as caught:
         anekit.compile(model, "m4")
     assert "embed" in str(caught.value)
+
+
+@pytest.mark.parametrize(("bidirectional", "length"), [(True, 9), (False, 9), (True, 300)])
+def test_relative_position_bias_is_t5s(bidirectional: bool, length: int) -> None:
+    """onnxruntime runs RelativePositionBias on CUDA only: transformers' T5 attention, whose
+    bucket arithmetic the optimizer fuses into it, is the oracle. The table is stored as the
+    optimizer stores it (its transpose under [num_buckets, num_heads]); 300 positions reach
+    the logarithmic buckets and the cap at max_distance."""
+    torch = pytest.importorskip("torch")
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    config = T5Config(num_heads=3, relative_attention_num_buckets=32, d_model=12, d_kv=4,
+                      relative_attention_max_distance=128, is_decoder=not bidirectional)  # fmt: skip
+    layer = T5Attention(config, has_relative_attention_bias=True).eval()
+    table = RNG.standard_normal((32, 3)).astype(np.float32)
+    with torch.no_grad():
+        layer.relative_attention_bias.weight.copy_(torch.from_numpy(table))
+        want = layer.compute_bias(length, length).numpy()
+    node = helper.make_node(
+        "RelativePositionBias", ["table", "q_len", "k_len"], ["y"], domain=MS,
+        max_distance=128, is_bidirectional=int(bidirectional),
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "t5", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("table", TensorProto.FLOAT, [32, 3], table.T.tobytes(), raw=True),
+         numpy_helper.from_array(np.array(length, np.int64), "q_len"),
+         numpy_helper.from_array(np.array(length, np.int64), "k_len")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    compiled = anekit.compile(model, "m4")
+    np.testing.assert_array_equal(compiled.run({}, "reference")["y"], want)
+    np.testing.assert_allclose(compiled.run({}, "sim")["y"], want, rtol=1e-3, atol=1e-3)

@@ -15,6 +15,7 @@ from anekit.frontend.onnx.converters import (  # noqa: F401
     misc,
     nn,
     pool,
+    position_bias,
     qoperator,
     quant,
     recurrent,
