@@ -484,3 +484,50 @@ def test_relative_position_bias_is_t5s(bidirectional: bool, length: int) -> None
     compiled = anekit.compile(model, "m4")
     np.testing.assert_array_equal(compiled.run({}, "reference")["y"], want)
     np.testing.assert_allclose(compiled.run({}, "sim")["y"], want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+def test_matmul_bnb4_from_onnxruntimes_quantizer(quant_type: int) -> None:
+    """MatMulBnb4Quantizer writes FP4 or NF4 codes of the transposed weight in blocks of 32;
+    anekit's code tables (FP4 as bitsandbytes orders it, NF4 built from normal quantiles)
+    must give onnxruntime's products."""
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+    model, _ = _float_mlp(40, 48, 24)
+    quantizer = MatMulBnb4Quantizer(model, quant_type, 32)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node].count("MatMulBnb4") == 2
+    _check(quantized, {"x": _f(2, 3, 40)})
+
+
+_BNB4_WEIGHT = {"B": RNG.integers(0, 256, 18).astype(np.uint8), "absmax": np.abs(_f(3)) + 0.5}
+
+
+def _bnb4_node(**attrs) -> onnx.ModelProto:
+    """W [N=5, K=7] as 35 codes (an odd count: the last byte half empty), blocks of 16."""
+    inits = _BNB4_WEIGHT
+    node = helper.make_node(
+        "MatMulBnb4", ["x", "B", "absmax"], ["y"], domain=MS, name="bnb", K=7, N=5,
+        block_size=16, **attrs,
+    )  # fmt: skip
+    width = 7 if attrs.get("transB", 1) else 5
+    return _model([node], {"x": _f(7, width)}, ["y"], inits)  # 7 rows: room for the identity
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+def test_matmul_bnb4_hand_built_both_orientations(quant_type: int) -> None:
+    """transB=1 against onnxruntime. Its CPU kernel returns garbage for transB=0 (the
+    training form), so there onnxruntime supplies the dequantized weight: transB=1 applied
+    to the identity is W^T, and x @ W is the oracle."""
+    transposed = _bnb4_node(quant_type=quant_type)
+    _check(transposed, {"x": _f(7, 7)})
+    weight_t = _ort(transposed, {"x": np.eye(7, dtype=np.float32)})[0]  # [K, N] = W^T
+    x = _f(7, 5)
+    got = anekit.compile(_bnb4_node(quant_type=quant_type, transB=0), "m4").run({"x": x}, "reference")
+    np.testing.assert_allclose(got["y"], x @ weight_t.T, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_bnb4_refuses_an_unknown_code_table() -> None:
+    with pytest.raises(anekit.AnekitError, match="'bnb'.*quant_type 2 is neither 0 \\(FP4\\) nor 1"):
+        anekit.compile(_bnb4_node(quant_type=2), "m4")

@@ -14,6 +14,8 @@ model's, and differ from onnxruntime's by that quantization noise (see the tests
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 
 from anekit.errors import ModelError
@@ -114,6 +116,60 @@ def matmul_nbits(cx: NodeContext):
     y = cx.emit("matmul", [cx.input(0), cx.constant(np.ascontiguousarray(weight.T).astype(dtype), "W")],
                 final=cx.input(5) is None)  # fmt: skip
     return y if cx.input(5) is None else cx.emit("add", [y, cx.input(5)], final=True)
+
+
+def _nf4_values() -> np.ndarray:
+    """NormalFloat4 (QLoRA): quantiles of N(0, 1) at evenly spaced probabilities from the
+    offset 1 - (1/30 + 1/32) / 2 down to 1/2, eight positive and seven negative, and an
+    exact zero; scaled (in float32) so the largest is 1. Codes index them in ascending order."""
+    ppf = statistics.NormalDist().inv_cdf
+    top = 1 - (1 / 30 + 1 / 32) / 2
+    positive = [ppf(p) for p in np.linspace(top, 0.5, 9)[:-1]]
+    negative = [-ppf(p) for p in np.linspace(top, 0.5, 8)[:-1]]
+    values = np.sort(np.array([*positive, 0.0, *negative], np.float32))
+    return values / values.max()
+
+
+# bitsandbytes' FP4: a sign bit over three bits whose codes 0-7 stand for these multiples of
+# 1/12 (0b001 a subnormal 1/16 of 1/12; the rest 2^e * {1, 1.5} in bitsandbytes' code order)
+_FP4_TWELFTHS = (0.0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0)
+
+
+def _bnb4_values(quant_type: int) -> np.ndarray:
+    """The 16 values of the 4-bit codes: quant_type 0 FP4, 1 NF4."""
+    if quant_type == 1:
+        return _nf4_values()
+    if quant_type == 0:
+        half = np.array(_FP4_TWELFTHS, np.float32) / np.float32(12)
+        return np.concatenate([half, -half])
+    raise ModelError(f"quant_type {quant_type} is neither 0 (FP4) nor 1 (NF4)")
+
+
+@converter(f"{MS}.MatMulBnb4")
+def matmul_bnb4(cx: NodeContext):
+    """A @ W^T (transB = 1, the default) or A @ W, with W [N, K] stored flattened as 4-bit
+    FP4/NF4 codes (two a byte, the first in the high half) in blocks of ``block_size``, each
+    block scaled by its absmax. Dequantized once here."""
+    k, n, block = cx.attr("K"), cx.attr("N"), cx.attr("block_size")
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16")
+    values = _bnb4_values(cx.attr("quant_type"))
+    packed = cx.require_const(1, "B").reshape(-1)
+    absmax = cx.require_const(2, "absmax").astype(np.float32).reshape(-1)
+    count = n * k
+    if packed.dtype != np.uint8 or packed.size != (count + 1) // 2:
+        raise ModelError(f"B is {packed.dtype}[{packed.size}], not the uint8[{(count + 1) // 2}] "
+                         f"that N={n} and K={k} give")  # fmt: skip
+    if absmax.size != -(-count // block):
+        raise ModelError(f"absmax holds {absmax.size} values, not {-(-count // block)} blocks")
+    cx.reserve((n, k), np.float32, "the dequantized weight")
+    codes = np.stack([packed >> 4, packed & 0x0F], axis=1).reshape(-1)[:count]
+    weight = (values[codes] * np.repeat(absmax, block)[:count]).reshape(n, k)
+    if cx.attr("transB", 1):
+        weight = weight.T
+    dtype = cx.type(0).dtype.numpy
+    w = cx.constant(np.ascontiguousarray(weight).astype(dtype), "W")
+    return cx.emit("matmul", [cx.input(0), w], final=True)
 
 
 @converter(f"{MS}.GatherBlockQuantized")
