@@ -531,3 +531,22 @@ def test_matmul_bnb4_hand_built_both_orientations(quant_type: int) -> None:
 def test_matmul_bnb4_refuses_an_unknown_code_table() -> None:
     with pytest.raises(anekit.AnekitError, match="'bnb'.*quant_type 2 is neither 0 \\(FP4\\) nor 1"):
         anekit.compile(_bnb4_node(quant_type=2), "m4")
+
+
+def test_gather_block_quantized_refuses_zero_points_that_do_not_match_the_scales() -> None:
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
+        "scales": _f(12, 3), "zp": np.zeros((12, 1), np.uint8),
+    }  # fmt: skip
+    node = helper.make_node(
+        "GatherBlockQuantized", ["data", "ids", "scales", "zp"], ["y"], domain=MS, name="embed",
+        bits=4, block_size=16,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    with pytest.raises(anekit.AnekitError, match=r"'embed'.*zero_points are \[12, 2\], not the scales' \[12, 3\]"):
+        anekit.compile(model, "m4")

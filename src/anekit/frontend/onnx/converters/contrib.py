@@ -191,28 +191,35 @@ def gather_block_quantized(cx: NodeContext):
                          hint="FP8/FP4 tables (block_size 0) are not supported")  # fmt: skip
     zero = cx.const(3)
     if cx.four_bit(0):
-        codes, midpoint = data.astype(np.float32), 0
+        shape, midpoint = data.shape, 0
     elif data.dtype == np.uint8:
         if bits not in (2, 4, 8):
             raise ModelError(f"{bits}-bit codes are not supported (2, 4 or 8 are)")
         if bits < 8 and (g_axis != 0 or q_axis == g_axis):
             raise ModelError("packed codes need gather_axis 0 and a different quantize_axis")
-        codes, midpoint = _unpacked(data, bits).astype(np.float32), 1 << (bits - 1)
-        if zero is not None:
-            zero = _unpacked(zero, bits)
+        shape, midpoint = (*data.shape[:-1], data.shape[-1] * 8 // bits), 1 << (bits - 1)
     else:
         raise ModelError(f"a {data.dtype} table is not supported (int4, uint4 or uint8 are)",
                          hint="FP8/FP4 tables are not supported yet")  # fmt: skip
     scales = cx.require_const(2, "scales").astype(np.float32)
-    blocks = -(-codes.shape[q_axis] // block)
-    want = (*codes.shape[:q_axis], blocks, *codes.shape[q_axis + 1 :])
+    blocks = -(-shape[q_axis] // block)
+    want = (*shape[:q_axis], blocks, *shape[q_axis + 1 :])
     if scales.shape != want:
         raise ModelError(f"scales are {list(scales.shape)}, not the {list(want)} that a "
-                         f"{list(codes.shape)} table in blocks of {block} gives")  # fmt: skip
-    zero = np.full(want, midpoint, np.float32) if zero is None else zero.astype(np.float32)
-    zero = zero[tuple(slice(0, n) for n in want)]  # packed zero points may carry a padding code
-    cx.reserve(codes.shape, np.float32, "the dequantized table")
-    width = codes.shape[q_axis]
+                         f"{list(shape)} table in blocks of {block} gives")  # fmt: skip
+    cx.reserve(shape, np.float32, "the dequantized table")
+    if cx.four_bit(0):
+        codes = data.astype(np.float32)
+    else:
+        codes = _unpacked(data, bits).astype(np.float32)
+        zero = None if zero is None else _unpacked(zero, bits)
+    if zero is None:
+        zero = np.full(want, midpoint, np.float32)
+    if zero.ndim == len(want):  # packed zero points may end in a padding code
+        zero = zero[tuple(slice(0, n) for n in want)].astype(np.float32)
+    if zero.shape != want:
+        raise ModelError(f"zero_points are {list(zero.shape)}, not the scales' {list(want)}")
+    width = shape[q_axis]
 
     def per_code(p: np.ndarray) -> np.ndarray:
         return np.repeat(p, block, axis=q_axis).take(np.arange(width), axis=q_axis)
