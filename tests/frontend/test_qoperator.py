@@ -1,7 +1,8 @@
 """Models from onnxruntime's static quantizer in its QOperator format (QLinearConv, QGemm,
 QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
-QLinearGlobalAveragePool, QLinearSoftmax, int8 MaxPool), against onnxruntime running the same
-quantized model. The reference backend must agree within one output quantization step
+QLinearGlobalAveragePool, QLinearAveragePool, QLinearWhere, QLinearSoftmax, int8 MaxPool) and
+in QDQ format with com.microsoft Q/DQ ops, against onnxruntime running the same quantized
+model. The reference backend must agree within one output quantization step
 (onnxruntime takes fixed-point and lookup-table shortcuts); the simulator, which carries the
 dequantized values in fp16 between ops, must give the same decisions."""
 
