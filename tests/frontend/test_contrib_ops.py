@@ -357,3 +357,196 @@ def test_contrib_rotary_embedding(layout: str, offset: bool) -> None:
             num_heads=heads, rotary_embedding_dim=rot, interleaved=interleaved,
         )  # fmt: skip
         _check(_model([node], {"x": x}, ["y"], inits), {"x": x})
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gather_block_quantized_from_onnxruntimes_weight_only_quantizer(symmetric: bool) -> None:
+    """MatMulNBitsQuantizer in QOperator format with Gather among its op types writes the
+    embedding table as int4 (symmetric) or uint4 codes with uint4 zero points; 80 columns in
+    blocks of 32 leave a short last block."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    inits = {"table": _f(50, 80), "w": _f(80, 16, scale=0.2)}
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 7))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "e")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=32, is_symmetric=symmetric, quant_format=QuantFormat.QOperator,
+        op_types_to_quantize=("MatMul", "Gather"), quant_axes=(("Gather", 1), ("MatMul", 0)),
+    )  # fmt: skip
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node] == ["GatherBlockQuantized", "MatMulNBits"]
+    codes = next(t for t in quantized.graph.initializer if t.name.endswith("_Q4") and t.dims[0] == 50)
+    assert codes.data_type == (TensorProto.INT4 if symmetric else TensorProto.UINT4)
+    _check(quantized, {"ids": RNG.integers(0, 50, (2, 7))})
+
+
+def _packed_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes of ``8 // bits`` codes each along the last axis, low bits first."""
+    per = 8 // bits
+    codes = np.pad(codes, [(0, 0), (0, -codes.shape[1] % per)])
+    return np.bitwise_or.reduce(
+        [codes[:, i::per] << (i * bits) for i in range(per)], axis=0
+    ).astype(np.uint8)
+
+
+@pytest.mark.parametrize(("bits", "zero_points"), [(4, True), (4, False), (2, True), (8, True)])
+def test_gather_block_quantized_packed_uint8_forms(bits: int, zero_points: bool) -> None:
+    rows, width, block = 12, 48, 16
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 1 << bits, (rows, width)).astype(np.uint8), bits),
+        "scales": _f(rows, width // block, scale=0.1),
+    }
+    names = ["data", "ids", "scales"]
+    if zero_points:  # three blocks' zero points, packed like the codes
+        inits["zp"] = _packed_codes(RNG.integers(0, 1 << bits, (rows, 3)).astype(np.uint8), bits)
+        names.append("zp")
+    node = helper.make_node(
+        "GatherBlockQuantized", names, ["y"], domain=MS, bits=bits, block_size=block,
+        quantize_axis=1, gather_axis=0,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "gbq",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    _check(model, {"ids": RNG.integers(0, rows, (2, 5))})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"block_size": 0}, "(?s)block_size 0 is not a power of two.*hint: FP8/FP4"),
+     ({"bits": 3}, "3-bit codes are not supported"),
+     ({"scales": (12, 2)}, r"scales are \[12, 2\], not the \[12, 3\]")],
+)  # fmt: skip
+def test_gather_block_quantized_refusals_name_the_node(change: dict, message: str) -> None:
+    attrs = {"bits": 4, "block_size": 16} | {k: v for k, v in change.items() if k != "scales"}
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
+        "scales": _f(*change.get("scales", (12, 3))),
+    }
+    node = helper.make_node(
+        "GatherBlockQuantized", ["data", "ids", "scales"], ["y"], domain=MS, name="embed", **attrs
+    )
+    graph = helper.make_graph(
+        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    with pytest.raises(anekit.AnekitError, match=message) as caught:
+        anekit.compile(model, "m4")
+    assert "embed" in str(caught.value)
+
+
+@pytest.mark.parametrize(("bidirectional", "length"), [(True, 9), (False, 9), (True, 300)])
+def test_relative_position_bias_is_t5s(bidirectional: bool, length: int) -> None:
+    """onnxruntime runs RelativePositionBias on CUDA only: transformers' T5 attention, whose
+    bucket arithmetic the optimizer fuses into it, is the oracle. The table is stored as the
+    optimizer stores it (its transpose under [num_buckets, num_heads]); 300 positions reach
+    the logarithmic buckets and the cap at max_distance."""
+    torch = pytest.importorskip("torch")
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    config = T5Config(num_heads=3, relative_attention_num_buckets=32, d_model=12, d_kv=4,
+                      relative_attention_max_distance=128, is_decoder=not bidirectional)  # fmt: skip
+    layer = T5Attention(config, has_relative_attention_bias=True).eval()
+    table = RNG.standard_normal((32, 3)).astype(np.float32)
+    with torch.no_grad():
+        layer.relative_attention_bias.weight.copy_(torch.from_numpy(table))
+        want = layer.compute_bias(length, length).numpy()
+    node = helper.make_node(
+        "RelativePositionBias", ["table", "q_len", "k_len"], ["y"], domain=MS,
+        max_distance=128, is_bidirectional=int(bidirectional),
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "t5", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("table", TensorProto.FLOAT, [32, 3], table.T.tobytes(), raw=True),
+         numpy_helper.from_array(np.array(length, np.int64), "q_len"),
+         numpy_helper.from_array(np.array(length, np.int64), "k_len")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    compiled = anekit.compile(model, "m4")
+    np.testing.assert_array_equal(compiled.run({}, "reference")["y"], want)
+    np.testing.assert_allclose(compiled.run({}, "sim")["y"], want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+def test_matmul_bnb4_from_onnxruntimes_quantizer(quant_type: int) -> None:
+    """MatMulBnb4Quantizer writes FP4 or NF4 codes of the transposed weight in blocks of 32;
+    anekit's code tables (FP4 as bitsandbytes orders it, NF4 built from normal quantiles)
+    must give onnxruntime's products."""
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+    model, _ = _float_mlp(40, 48, 24)
+    quantizer = MatMulBnb4Quantizer(model, quant_type, 32)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node].count("MatMulBnb4") == 2
+    _check(quantized, {"x": _f(2, 3, 40)})
+
+
+_BNB4_WEIGHT = {"B": RNG.integers(0, 256, 18).astype(np.uint8), "absmax": np.abs(_f(3)) + 0.5}
+
+
+def _bnb4_node(**attrs) -> onnx.ModelProto:
+    """W [N=5, K=7] as 35 codes (an odd count: the last byte half empty), blocks of 16."""
+    inits = _BNB4_WEIGHT
+    node = helper.make_node(
+        "MatMulBnb4", ["x", "B", "absmax"], ["y"], domain=MS, name="bnb", K=7, N=5,
+        block_size=16, **attrs,
+    )  # fmt: skip
+    width = 7 if attrs.get("transB", 1) else 5
+    return _model([node], {"x": _f(7, width)}, ["y"], inits)  # 7 rows: room for the identity
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+def test_matmul_bnb4_hand_built_both_orientations(quant_type: int) -> None:
+    """transB=1 against onnxruntime. Its CPU kernel returns garbage for transB=0 (the
+    training form), so there onnxruntime supplies the dequantized weight: transB=1 applied
+    to the identity is W^T, and x @ W is the oracle."""
+    transposed = _bnb4_node(quant_type=quant_type)
+    _check(transposed, {"x": _f(7, 7)})
+    weight_t = _ort(transposed, {"x": np.eye(7, dtype=np.float32)})[0]  # [K, N] = W^T
+    x = _f(7, 5)
+    got = anekit.compile(_bnb4_node(quant_type=quant_type, transB=0), "m4").run({"x": x}, "reference")
+    np.testing.assert_allclose(got["y"], x @ weight_t.T, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_bnb4_refuses_an_unknown_code_table() -> None:
+    with pytest.raises(anekit.AnekitError, match="'bnb'.*quant_type 2 is neither 0 \\(FP4\\) nor 1"):
+        anekit.compile(_bnb4_node(quant_type=2), "m4")
+
+
+def test_gather_block_quantized_refuses_zero_points_that_do_not_match_the_scales() -> None:
+    inits = {
+        "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
+        "scales": _f(12, 3), "zp": np.zeros((12, 1), np.uint8),
+    }  # fmt: skip
+    node = helper.make_node(
+        "GatherBlockQuantized", ["data", "ids", "scales", "zp"], ["y"], domain=MS, name="embed",
+        bits=4, block_size=16,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    with pytest.raises(anekit.AnekitError, match=r"'embed'.*zero_points are \[12, 2\], not the scales' \[12, 3\]"):
+        anekit.compile(model, "m4")

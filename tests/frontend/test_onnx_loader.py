@@ -133,3 +133,27 @@ def test_a_data_file_that_shrank_after_the_check_is_refused(
     monkeypatch.setattr(loader, "_locate", lambda tensor, base_dir: checked)
     with pytest.raises(FormatError, match="ends past the end of its file"):
         loader.ExternalData(tmp_path).array(w)
+
+
+def test_four_bit_initializers_are_widened_and_checked() -> None:
+    """int4/uint4 codes (two a byte) read as int8/uint8 values; a short payload is refused."""
+    codes = [1, -2, 3, 4, -8, 7, 0]
+    widened = loader.tensor_to_array(helper.make_tensor("q", TensorProto.INT4, [7], codes), None)
+    assert widened.dtype == np.int8 and list(widened) == codes
+    short = helper.make_tensor("q", TensorProto.UINT4, [7], [1, 2, 3, 4, 5, 6, 7])
+    short.ClearField("int32_data")
+    short.raw_data = bytes(3)  # 7 codes need 4 bytes
+    with pytest.raises(FormatError, match="3 bytes of 4-bit codes, but its dims \\[7\\] need 4"):
+        loader.tensor_to_array(short, None)
+
+
+def test_quantizing_to_four_bits_is_refused_not_saturated_to_a_byte() -> None:
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q4")
+    graph = helper.make_graph(
+        [node], "q4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT4, None)],
+        [numpy_helper.from_array(np.float32(0.1), "s"), helper.make_tensor("z", TensorProto.INT4, [], [0])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(AnekitError, match="q4.*4-bit codes .* not supported"):
+        anekit.compile(model, "m4")

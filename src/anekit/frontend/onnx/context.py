@@ -121,6 +121,10 @@ class NodeContext:
         name = self.input(i)
         return None if name is None else self._imp.constants.get(name)
 
+    def four_bit(self, i: int) -> bool:
+        """Input i is a constant of int4/uint4 codes (held widened to int8/uint8)."""
+        return self.input(i) in self._imp.four_bit
+
     def require_const(self, i: int, what: str) -> np.ndarray:
         value = self.const(i)
         if value is None:

@@ -24,6 +24,7 @@ from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters import CONVERTERS
 from anekit.frontend.onnx.converters.dtypes import ONNX_DTYPES as _IO_DTYPES
 from anekit.frontend.onnx.loader import (
+    FOUR_BIT,
     ExternalData,
     load_model,
     onnx_type_name,
@@ -206,6 +207,7 @@ class Importer:
         self.input_shapes = checked_input_shapes(input_shapes)
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
+        self.four_bit: set[str] = set()  # constants of int4/uint4 codes, widened to bytes
         self.nodes: list[Node] = []
         self.alias: dict[str, str] = {}  # ONNX name -> IR value name
         self._taken: set[str] = set()
@@ -345,6 +347,8 @@ class Importer:
                 arr = arr.astype(np.int64)
         name = self.fresh(t.name)
         self._set_constant(name, arr)
+        if t.data_type in FOUR_BIT:
+            self.four_bit.add(name)
         self.bind(t.name, name)
 
     def _freeze_input(self, vi: onnx.ValueInfoProto) -> None:

@@ -38,6 +38,15 @@ ONNX_TO_NUMPY: dict[int, np.dtype] = {
 }
 
 
+# 4-bit codes (onnxruntime's block quantizers write them) are widened to one byte per code:
+# the values are the same; the importer marks these constants so that no op saturates to the
+# byte's range where the model asks for 4 bits.
+FOUR_BIT: dict[int, np.dtype] = {
+    TensorProto.INT4: np.dtype(np.int8),
+    TensorProto.UINT4: np.dtype(np.uint8),
+}
+
+
 def onnx_type_name(elem_type: int) -> str:
     try:
         return TensorProto.DataType.Name(elem_type).lower()
@@ -165,6 +174,8 @@ def tensor_to_array(
         return np.fromfile(target, dtype=dtype, count=math.prod(shape), offset=offset).reshape(
             shape
         )
+    if tensor.data_type in FOUR_BIT:
+        return _four_bit(tensor)
     if tensor.data_type not in ONNX_TO_NUMPY:
         raise ModelError(
             f"initializer '{tensor.name}' has element type {onnx_type_name(tensor.data_type)}, "
@@ -175,6 +186,26 @@ def tensor_to_array(
         return onnx.numpy_helper.to_array(tensor)
     except Exception as exc:  # noqa: BLE001 - malformed tensor payloads
         raise FormatError(f"initializer '{tensor.name}' is malformed: {exc}") from None
+
+
+def _four_bit(tensor: TensorProto) -> np.ndarray:
+    """An embedded int4/uint4 tensor (two codes a byte, low nibble first) widened to bytes."""
+    name = tensor.name or "a tensor"
+    dims = [int(d) for d in tensor.dims]
+    count = math.prod(dims)
+    if any(d < 0 for d in dims):
+        raise FormatError(f"'{name}' has dims {dims}; a dimension is a size, never negative")
+    # raw_data and int32_data both hold one byte of two codes per entry
+    have = len(tensor.raw_data) if tensor.HasField("raw_data") else len(tensor.int32_data)
+    if have != (count + 1) // 2:
+        raise FormatError(
+            f"'{name}' has {have} bytes of 4-bit codes, but its dims {dims} need {(count + 1) // 2}",
+            hint="the tensor is truncated or its dims are wrong; re-export the model",
+        )
+    try:
+        return onnx.numpy_helper.to_array(tensor).astype(FOUR_BIT[tensor.data_type])
+    except Exception as exc:  # noqa: BLE001 - malformed tensor payloads
+        raise FormatError(f"initializer '{name}' is malformed: {exc}") from None
 
 
 # TensorProto's typed field for each element type (onnx.helper's table), for the count check

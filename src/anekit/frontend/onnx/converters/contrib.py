@@ -14,20 +14,23 @@ model's, and differ from onnxruntime's by that quantization noise (see the tests
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.attention import rotate_by_cached_angles, split_heads
+from anekit.frontend.onnx.converters.quant import centred_int32
 from anekit.frontend.onnx.converters.recurrent import recurrent_attrs
 from anekit.ir.dtypes import DType
 
 MS = "com.microsoft"
 
 
-def _dequantized(
-    cx: NodeContext, q: int, scale: int, zero: int, what: str, axis: int
+def dequantized_constant(
+    cx: NodeContext, q: int, scale: int, zero: int, what: str, axis: int = 0
 ) -> np.ndarray:
     """(q - zero_point) * scale in float32; a vector scale runs along ``axis`` of q."""
     values = cx.require_const(q, what).astype(np.float32)
@@ -46,8 +49,8 @@ def _dequantized(
 @converter(f"{MS}.DynamicQuantizeLSTM")
 def dynamic_quantize_lstm(cx: NodeContext):
     # W [D, input, 4H] and R [D, H, 4H]: the quantizer transposed them; LSTM wants [D, 4H, *]
-    w = _dequantized(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
-    r = _dequantized(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
+    w = dequantized_constant(cx, 1, 8, 9, "W", axis=2).transpose(0, 2, 1)
+    r = dequantized_constant(cx, 2, 10, 11, "R", axis=2).transpose(0, 2, 1)
     attrs = recurrent_attrs(cx, "lstm")
     inputs = [cx.input(0), cx.constant(np.ascontiguousarray(w), "W"),
               cx.constant(np.ascontiguousarray(r), "R"), *(cx.input(i) for i in range(3, 8))]  # fmt: skip
@@ -113,6 +116,118 @@ def matmul_nbits(cx: NodeContext):
     y = cx.emit("matmul", [cx.input(0), cx.constant(np.ascontiguousarray(weight.T).astype(dtype), "W")],
                 final=cx.input(5) is None)  # fmt: skip
     return y if cx.input(5) is None else cx.emit("add", [y, cx.input(5)], final=True)
+
+
+def _nf4_values() -> np.ndarray:
+    """NormalFloat4 (QLoRA): quantiles of N(0, 1) at evenly spaced probabilities from the
+    offset 1 - (1/30 + 1/32) / 2 down to 1/2, eight positive and seven negative, and an
+    exact zero; scaled (in float32) so the largest is 1. Codes index them in ascending order."""
+    ppf = statistics.NormalDist().inv_cdf
+    top = 1 - (1 / 30 + 1 / 32) / 2
+    positive = [ppf(p) for p in np.linspace(top, 0.5, 9)[:-1]]
+    negative = [-ppf(p) for p in np.linspace(top, 0.5, 8)[:-1]]
+    values = np.sort(np.array([*positive, 0.0, *negative], np.float32))
+    return values / values.max()
+
+
+# bitsandbytes' FP4: a sign bit over three bits whose codes 0-7 stand for these multiples of
+# 1/12 (0b001 a subnormal 1/16 of 1/12; the rest 2^e * {1, 1.5} in bitsandbytes' code order)
+_FP4_TWELFTHS = (0.0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0)
+
+
+def _bnb4_values(quant_type: int) -> np.ndarray:
+    """The 16 values of the 4-bit codes: quant_type 0 FP4, 1 NF4."""
+    if quant_type == 1:
+        return _nf4_values()
+    if quant_type == 0:
+        half = np.array(_FP4_TWELFTHS, np.float32) / np.float32(12)
+        return np.concatenate([half, -half])
+    raise ModelError(f"quant_type {quant_type} is neither 0 (FP4) nor 1 (NF4)")
+
+
+@converter(f"{MS}.MatMulBnb4")
+def matmul_bnb4(cx: NodeContext):
+    """A @ W^T (transB = 1, the default) or A @ W, with W [N, K] stored flattened as 4-bit
+    FP4/NF4 codes (two a byte, the first in the high half) in blocks of ``block_size``, each
+    block scaled by its absmax. Dequantized once here."""
+    k, n, block = cx.attr("K"), cx.attr("N"), cx.attr("block_size")
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16")
+    values = _bnb4_values(cx.attr("quant_type"))
+    packed = cx.require_const(1, "B").reshape(-1)
+    absmax = cx.require_const(2, "absmax").astype(np.float32).reshape(-1)
+    count = n * k
+    if packed.dtype != np.uint8 or packed.size != (count + 1) // 2:
+        raise ModelError(f"B is {packed.dtype}[{packed.size}], not the uint8[{(count + 1) // 2}] "
+                         f"that N={n} and K={k} give")  # fmt: skip
+    if absmax.size != -(-count // block):
+        raise ModelError(f"absmax holds {absmax.size} values, not {-(-count // block)} blocks")
+    cx.reserve((n, k), np.float32, "the dequantized weight")
+    codes = np.stack([packed >> 4, packed & 0x0F], axis=1).reshape(-1)[:count]
+    weight = (values[codes] * np.repeat(absmax, block)[:count]).reshape(n, k)
+    if cx.attr("transB", 1):
+        weight = weight.T
+    dtype = cx.type(0).dtype.numpy
+    w = cx.constant(np.ascontiguousarray(weight).astype(dtype), "W")
+    return cx.emit("matmul", [cx.input(0), w], final=True)
+
+
+@converter(f"{MS}.GatherBlockQuantized")
+def gather_block_quantized(cx: NodeContext):
+    """Gather from a table quantized in blocks of ``block_size`` along ``quantize_axis``:
+    int4/uint4 codes (default zero point 0; onnxruntime's weight-only quantizer on an
+    embedding), or uint8 holding ``bits``-bit codes packed along the last axis (default zero
+    point the codes' midpoint). The table is dequantized once, then gathered."""
+    data = cx.require_const(0, "data")
+    rank = data.ndim
+    q_axis = cx.attr("quantize_axis", 1)
+    g_axis = cx.attr("gather_axis", 0)
+    block, bits = cx.attr("block_size", 128), cx.attr("bits", 4)
+    if not -rank <= q_axis < rank or not -rank <= g_axis < rank:
+        raise ModelError(f"quantize_axis {q_axis} / gather_axis {g_axis} outside a rank-{rank} table")
+    q_axis, g_axis = q_axis % rank, g_axis % rank
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16",
+                         hint="FP8/FP4 tables (block_size 0) are not supported")  # fmt: skip
+    zero = cx.const(3)
+    if cx.four_bit(0):
+        shape, midpoint = data.shape, 0
+    elif data.dtype == np.uint8:
+        if bits not in (2, 4, 8):
+            raise ModelError(f"{bits}-bit codes are not supported (2, 4 or 8 are)")
+        if bits < 8 and (g_axis != 0 or q_axis == g_axis):
+            raise ModelError("packed codes need gather_axis 0 and a different quantize_axis")
+        shape, midpoint = (*data.shape[:-1], data.shape[-1] * 8 // bits), 1 << (bits - 1)
+    else:
+        raise ModelError(f"a {data.dtype} table is not supported (int4, uint4 or uint8 are)",
+                         hint="FP8/FP4 tables are not supported yet")  # fmt: skip
+    scales = cx.require_const(2, "scales").astype(np.float32)
+    blocks = -(-shape[q_axis] // block)
+    want = (*shape[:q_axis], blocks, *shape[q_axis + 1 :])
+    if scales.shape != want:
+        raise ModelError(f"scales are {list(scales.shape)}, not the {list(want)} that a "
+                         f"{list(shape)} table in blocks of {block} gives")  # fmt: skip
+    cx.reserve(shape, np.float32, "the dequantized table")
+    if cx.four_bit(0):
+        codes = data.astype(np.float32)
+    else:
+        codes = _unpacked(data, bits).astype(np.float32)
+        zero = None if zero is None else _unpacked(zero, bits)
+    if zero is None:
+        zero = np.full(want, midpoint, np.float32)
+    if zero.ndim == len(want):  # packed zero points may end in a padding code
+        zero = zero[tuple(slice(0, n) for n in want)].astype(np.float32)
+    if zero.shape != want:
+        raise ModelError(f"zero_points are {list(zero.shape)}, not the scales' {list(want)}")
+    width = shape[q_axis]
+
+    def per_code(p: np.ndarray) -> np.ndarray:
+        return np.repeat(p, block, axis=q_axis).take(np.arange(width), axis=q_axis)
+
+    table = (codes - per_code(zero)) * per_code(scales)
+    dtype = cx.type(2).dtype.numpy
+    table = cx.constant(table.astype(dtype), "table")
+    return cx.emit("gather", [table, cx.input(1)], {"axis": g_axis}, final=True)
 
 
 @converter(f"{MS}.RotaryEmbedding")
@@ -245,13 +360,21 @@ def _merged(cx: NodeContext, y: str) -> str:
 
 
 def _key_mask(cx: NodeContext, index: int, batch: int, keys: int) -> str | None:
-    """A [B, L] mask of 1 (attend) and 0 (padding) as a bool [B, 1, 1, L], or None."""
+    """The key padding mask as a bool [B, 1, 1, L], or None: a [B, L] mask of 1 (attend) and
+    0 (padding), or a [B] mask index, the number of leading keys each sequence attends to
+    (what ``EmbedLayerNormalization`` and the optimizer's mask reduction write)."""
     if cx.input(index) is None:
         return None
+    if cx.shape(index) == (batch,):
+        ends = cx.emit("cast", [cx.input(index)], {"to": DType.INT32})
+        ends = cx.emit("reshape", [ends], {"shape": (batch, 1, 1, 1)})
+        steps = cx.constant(np.arange(keys, dtype=np.int32).reshape(1, 1, 1, keys), "keys")
+        return cx.emit("less", [steps, ends])
     if cx.shape(index) != (batch, keys):
         raise ModelError(
-            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s is supported here, "
-            f"not {list(cx.shape(index))} (mask_index's other forms: not yet)"
+            f"only a [batch, keys] = [{batch}, {keys}] mask of 1s and 0s or a [batch] = [{batch}] "
+            f"mask index is supported here, not {list(cx.shape(index))} (mask_index's other "
+            "forms, start positions and 3-d masks: not yet)"
         )
     keep = cx.emit("cast", [cx.input(index)], {"to": DType.BOOL})
     return cx.emit("reshape", [keep], {"shape": (batch, 1, 1, keys)})
@@ -272,24 +395,44 @@ def _refuse_extras(cx: NodeContext, inputs: dict[int, str], outputs: dict[int, s
 def contrib_attention(cx: NodeContext):
     """BERT-style self-attention with packed Q, K, V weights (the transformer optimizer's
     fusion): input [B, S, in] @ weights [in, 3 * hidden] + bias, num_heads heads, an
-    optional [B, S] key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
+    optional key mask, unidirectional = causal. Masked keys get no weight (onnxruntime
     adds mask_filter_value, -10000: the same softmax to fp32 unless a row is fully masked)."""
     _refuse_extras(cx, {4: "past", 5: "attention_bias", 6: "past_sequence_length"}, {1: "present"})
+    packed = _plus_bias(cx, cx.emit("matmul", [cx.input(0), cx.input(1)]), 2)
+    return _self_attention(cx, packed, mask=3)
+
+
+@converter(f"{MS}.QAttention")
+def q_attention(cx: NodeContext):
+    """``Attention`` on quantized operands (``quantize_dynamic``'s form): input, weight,
+    bias, input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past.
+    The projection (input - zp) @ (weight - zp) accumulates in exact int32, times
+    input_scale * weight_scale (one value or one per column), plus the float bias."""
+    _refuse_extras(cx, {8: "past"}, {1: "present"})
+    if cx.attr("past_present_share_buffer", 0):
+        raise ModelError("past_present_share_buffer is not supported")
+    x = centred_int32(cx, cx.input(0), cx.input(6), row_param=False)
+    w = centred_int32(cx, cx.input(1), cx.input(7), row_param=False)
+    acc = cx.emit("cast", [cx.emit("matmul", [x, w])], {"to": DType.FP32})
+    scale = cx.emit("mul", [cx.input(3), cx.input(4)])
+    packed = cx.emit("add", [cx.emit("mul", [acc, scale]), cx.input(2)])
+    return _self_attention(cx, packed, mask=5)
+
+
+def _self_attention(cx: NodeContext, packed: str, *, mask: int) -> str:
+    """The attention of a packed [B, S, q + k + v] projection (``qkv_hidden_sizes``, else
+    thirds), its key mask from input ``mask``, merged back to [B, S, hidden]."""
     heads = cx.attr("num_heads")
-    b, s, _ = cx.shape(0)
-    sizes = cx.attr("qkv_hidden_sizes", ())
-    width = cx.shape(1)[1]
-    sizes = tuple(sizes) or (width // 3,) * 3
+    b, s, width = cx.shape_of(packed)
+    sizes = tuple(cx.attr("qkv_hidden_sizes", ())) or (width // 3,) * 3
     if sum(sizes) != width:
         raise ModelError(f"qkv_hidden_sizes {list(sizes)} do not add up to the weights' {width}")
-    packed = cx.emit("matmul", [cx.input(0), cx.input(1)])
-    packed = _plus_bias(cx, packed, 2)
     q, k, v = cx.emit("split", [packed], {"axis": 2, "sizes": sizes})
-    mask = _key_mask(cx, 3, b, s)
+    keep = _key_mask(cx, mask, b, s)
     attrs = {"scale": cx.attr("scale", None) or None, "causal": bool(cx.attr("unidirectional", 0))}
     y = cx.emit(
         "attention",
-        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), mask],
+        [split_heads(cx, q, heads), split_heads(cx, k, heads), split_heads(cx, v, heads), keep],
         attrs,
     )
     return _merged(cx, y)

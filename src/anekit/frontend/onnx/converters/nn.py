@@ -49,13 +49,17 @@ def strides_and_dilations(cx: NodeContext, sp: int) -> tuple[tuple[int, ...], tu
 
 @converter("Conv")
 def conv(cx: NodeContext):
-    x_shape, w_shape = cx.shape(0), cx.shape(1)
+    attrs = conv_attrs(cx, cx.shape(0), cx.shape(1))
+    return cx.emit("conv", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
+
+
+def conv_attrs(cx: NodeContext, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> dict:
+    """A Conv node's attributes for x [N, C, spatial...] and w [M, C / group, kernel...]."""
     sp = len(x_shape) - 2
     kernel = weight_kernel(cx, w_shape)
     strides, dilations = strides_and_dilations(cx, sp)
     pads = resolve_pads(cx, x_shape[2:], kernel, strides, dilations)
-    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "group": cx.attr("group", 1)}
-    return cx.emit("conv", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
+    return {"strides": strides, "pads": pads, "dilations": dilations, "group": cx.attr("group", 1)}
 
 
 def coerced_2d(cx: NodeContext, op: str):

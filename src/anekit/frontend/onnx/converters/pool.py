@@ -8,8 +8,8 @@ from anekit.frontend.onnx.converters._table import converter
 from anekit.frontend.onnx.converters.nn import resolve_pads, strides_and_dilations
 
 
-def _window_attrs(cx: NodeContext) -> dict:
-    x_shape = cx.shape(0)
+def window_attrs(cx: NodeContext, x_shape: tuple[int, ...]) -> dict:
+    """A pooling node's window over x [N, C, spatial...]."""
     sp = len(x_shape) - 2
     if sp < 1:
         raise ModelError(f"{cx.op_type} needs an input of rank >= 3, got shape {list(x_shape)}")
@@ -31,7 +31,7 @@ def _window_attrs(cx: NodeContext) -> dict:
 
 @converter("MaxPool")
 def max_pool(cx: NodeContext):
-    attrs = _window_attrs(cx)
+    attrs = window_attrs(cx, cx.shape(0))
     with_indices = len(cx.node.output) > 1 and bool(cx.node.output[1])
     attrs["return_indices"] = with_indices
     attrs["storage_order"] = cx.attr("storage_order", 0)
@@ -41,14 +41,16 @@ def max_pool(cx: NodeContext):
 
 @converter("AveragePool")
 def avg_pool(cx: NodeContext):
-    attrs = _window_attrs(cx)
-    attrs["count_include_pad"] = bool(cx.attr("count_include_pad", 0))
-    return cx.emit("avg_pool", [cx.input(0)], attrs, final=True)
+    return cx.emit("avg_pool", [cx.input(0)], avg_pool_attrs(cx, cx.shape(0)), final=True)
+
+
+def avg_pool_attrs(cx: NodeContext, x_shape: tuple[int, ...]) -> dict:
+    return {**window_attrs(cx, x_shape), "count_include_pad": bool(cx.attr("count_include_pad", 0))}
 
 
 @converter("LpPool")
 def lp_pool(cx: NodeContext):
-    attrs = _window_attrs(cx)
+    attrs = window_attrs(cx, cx.shape(0))
     attrs["p"] = _integer_p(cx)
     return cx.emit("lp_pool", [cx.input(0)], attrs, final=True)
 

@@ -1,7 +1,8 @@
 """The ``com.microsoft`` ops of onnxruntime's static quantizer in its QOperator format
 (``quantize_static(..., quant_format=QuantFormat.QOperator)``): ``QLinearAdd``, ``QLinearMul``,
-``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``, ``QLinearConcat``,
-``QLinearSoftmax`` and ``QGemm``.
+``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearGlobalAveragePool``, ``QLinearAveragePool``,
+``QLinearConcat``, ``QLinearSoftmax``, ``QLinearWhere`` and ``QGemm`` (and ``QLinearReduceMean``,
+which onnxruntime defines but its quantizer does not write).
 
 Each elementwise one is its float op between a dequantize and a quantize (round half to
 even, saturated), which is what onnxruntime computes up to its fixed-point and lookup-table
@@ -16,6 +17,8 @@ import numpy as np
 from anekit.errors import ModelError
 from anekit.frontend.onnx.context import NodeContext
 from anekit.frontend.onnx.converters._table import converter
+from anekit.frontend.onnx.converters.layout import channels_first, channels_last
+from anekit.frontend.onnx.converters.pool import avg_pool_attrs
 from anekit.frontend.onnx.converters.quant import centred_int32
 from anekit.ir.dtypes import DType
 
@@ -62,6 +65,33 @@ def qlinear_global_average_pool(cx: NodeContext):
     axes = tuple(range(1, rank - 1)) if cx.attr("channels_last", 0) else tuple(range(2, rank))
     y = cx.emit("reduce_mean", [_dequantized(cx, 0, 1, 2)], {"axes": axes, "keepdims": True})
     return _quantized(cx, y, 3, 4, 0)
+
+
+@converter(f"{MS}.QLinearAveragePool")
+def qlinear_average_pool(cx: NodeContext):
+    """X, x_scale, x_zero_point, y_scale, y_zero_point; AveragePool's attributes, and
+    ``channels_last`` for an [N, spatial..., C] input."""
+    x = _dequantized(cx, 0, 1, 2)
+    nhwc = bool(cx.attr("channels_last", 0))
+    if nhwc:
+        x = channels_first(cx, x)
+    y = cx.emit("avg_pool", [x], avg_pool_attrs(cx, cx.shape_of(x)))
+    return _quantized(cx, channels_last(cx, y) if nhwc else y, 3, 4, 0)
+
+
+@converter(f"{MS}.QLinearReduceMean")
+def qlinear_reduce_mean(cx: NodeContext):
+    """data, data_scale, data_zero_point, reduced_scale, reduced_zero_point."""
+    attrs = {"axes": tuple(cx.attr("axes")), "keepdims": cx.attr("keepdims")}
+    y = cx.emit("reduce_mean", [_dequantized(cx, 0, 1, 2)], attrs)
+    return _quantized(cx, y, 3, 4, 0)
+
+
+@converter(f"{MS}.QLinearWhere")
+def qlinear_where(cx: NodeContext):
+    """condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point."""
+    y = cx.emit("where", [cx.input(0), _dequantized(cx, 1, 2, 3), _dequantized(cx, 4, 5, 6)])
+    return _quantized(cx, y, 7, 8, 1)
 
 
 @converter(f"{MS}.QLinearConcat")

@@ -1,4 +1,6 @@
-"""Converters for quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, and
+"""Converters for quantization: QuantizeLinear, DequantizeLinear (also in the com.microsoft
+domain, where onnxruntime's QDQ quantizer puts them with ``UseQDQContribOps`` or 16-bit types
+before opset 21), DynamicQuantizeLinear, and
 the integer matmuls and convolutions (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv)
 with exact int32 accumulation."""
 
@@ -18,20 +20,30 @@ def _quant_attrs(cx: NodeContext) -> dict:
     return {"axis": cx.attr("axis", 1), "block_size": cx.attr("block_size", 0)}
 
 
-@converter("QuantizeLinear")
+@converter("QuantizeLinear", "com.microsoft.QuantizeLinear")
 def quantize_linear(cx: NodeContext):
     attrs = _quant_attrs(cx)
+    if cx.input(2) is not None and cx.four_bit(2):
+        raise ModelError(
+            "quantizing to 4-bit codes (an int4/uint4 zero point) is not supported",
+            hint="only 4-bit weights are: dequantize them, or quantize activations to 8 bits",
+        )
     if cx.input(2) is not None:
         dtype = cx.type(2).dtype
     elif cx.attr("output_dtype", 0):
         dtype = ir_dtype(cx.attr("output_dtype"), "the QuantizeLinear output_dtype")
     else:
         dtype = DType.UINT8
+    if dtype not in (DType.INT8, DType.UINT8):  # 16-bit zero points are read widened
+        raise ModelError(
+            "only int8 and uint8 quantization is supported; this zero point is a wider integer",
+            hint="quantize to 8 bits (onnxruntime's QuantType.QInt8 / QUInt8)",
+        )
     attrs["dtype"] = dtype
     return cx.emit("quantize_linear", [cx.input(0), cx.input(1), cx.input(2)], attrs, final=True)
 
 
-@converter("DequantizeLinear")
+@converter("DequantizeLinear", "com.microsoft.DequantizeLinear")
 def dequantize_linear(cx: NodeContext):
     ins = [cx.input(0), cx.input(1), cx.input(2)]
     return cx.emit("dequantize_linear", ins, _quant_attrs(cx), final=True)
