@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 SPLIT_MIN = 1 << 17  # output values from which a kernel runs in pieces on two threads
 PIECES = 4  # a piece the helper holds when the OS takes its CPU away is all the caller waits for
+CHANNELS = 24  # output channels per unit of a direct conv split by channel (whole 6- and 8-row blocks)
 
 
 def _run(call: Any, count: int, size: int) -> list[Any]:
@@ -155,8 +156,13 @@ class DirectConv:
         args = (planes, self.w, target, self.groups, *self.geometry)
         if self.work < SPLIT_MIN:
             _native.conv_rows(*args, 0, self.rows)
-        else:
+        elif self.rows >= PIECES:
             _run(lambda lo, hi: _native.conv_rows(*args, lo, hi), self.rows, self.work)
+        else:  # few output rows (a 1-D conv over one sequence): pieces of output channels
+            c_out, rows = self.out_shape[1], self.rows
+            _run(lambda lo, hi: _native.conv_rows(*args, 0, rows, lo * CHANNELS,
+                                                  min(hi * CHANNELS, c_out)),
+                 -(-c_out // CHANNELS), self.work)  # fmt: skip
         return out
 
 
