@@ -2679,6 +2679,12 @@ __attribute__((target("avx512f"))) static int conv_depthwise_rows(const conv_job
         }
         for (Py_ssize_t g = co0; g < co1; g++) { /* a group is an output channel */
             const float *xg = j->x + (n * j->c + g) * j->h * j->wd, *wg = j->w + g * j->kh * j->kw;
+            /* with finite weights a row above or below x adds w * 0 = +-0 to sums that are
+             * never -0 (they start at +0, and an FMA gives -0 only from two -0s), so it
+             * changes no bit and is skipped; an infinite or NaN weight makes it NaN */
+            int finite = 1;
+            for (Py_ssize_t t = 0; t < j->kh * j->kw; t++)
+                finite &= wg[t] - wg[t] == 0.0f;
             float *out = j->out + ((n * j->co + g) * j->oh + oy) * j->ow;
             for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
                 const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
@@ -2702,6 +2708,8 @@ __attribute__((target("avx512f"))) static int conv_depthwise_rows(const conv_job
                         continue;
                     const Py_ssize_t iy = top + d;
                     const int inside = iy >= 0 && iy < j->h;
+                    if (!inside && finite)
+                        continue;
                     const float *src = xg + (inside ? iy : 0) * j->wd;
                     for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
                         const Py_ssize_t start = ox0 * j->sx + kx * j->dx - j->px; /* t = 0 reads */
