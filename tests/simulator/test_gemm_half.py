@@ -216,3 +216,28 @@ def test_column_kernel_refuses_bad_buffers() -> None:
     with pytest.raises(ValueError, match="threads"):
         native.gemm_f16w_cols(w, np.zeros((1, 8, 16), np.float32), np.zeros((1, 4, 16), np.float32),
                               1, 4, 8, 16, 0)  # fmt: skip
+
+
+def test_a_wide_product_of_one_block_writes_each_sample_in_place() -> None:
+    """Weights that fit one widened block are widened once for all samples and each
+    sample's product is written straight into the result: the bits of the float32 product
+    of the widened weights, sample by sample (the C GEMM's here, numpy's for a product too
+    small for it)."""
+    rng = np.random.default_rng(9)
+    for m, k, n in [(32, 16, 3000), (5, 3, gemm.WIDE_COLUMNS)]:
+        w = rng.standard_normal((m, k)).astype(np.float16)
+        x = rng.standard_normal((2, k, n)).astype(np.float32)
+        got = gemm.matmul_half(w, x)
+        for b in range(2):
+            want = gemm.matmul(w.astype(np.float32), x[b])
+            assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))
+
+
+def test_matmul_into_out_gives_the_bits_of_a_fresh_result() -> None:
+    rng = np.random.default_rng(10)
+    for m, k, n in [(64, 64, 2000), (3, 5, 7)]:  # the C GEMM, numpy's product
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        out = np.empty((m, n), np.float32)
+        assert gemm.matmul(a, b, out=out) is not None
+        assert np.array_equal(out.view(np.uint32), gemm.matmul(a, b).view(np.uint32))

@@ -83,10 +83,12 @@ def _weight_matrix(b: np.ndarray, rows: int) -> np.ndarray | None:
     return np.ascontiguousarray(b.reshape(b.shape[-2:]))
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies: a
     float32 ``a`` of any batch shape times one matrix ``b`` is one product of ``a``'s rows
-    (stacked, copied to C order if they are not) by ``b``."""
+    (stacked, copied to C order if they are not) by ``b``. With ``out`` (C-contiguous
+    float32 of the product's shape) the product is written there (the C GEMM writes it in
+    place; the other paths' result is copied in) and returned in the product's shape."""
     if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32 and b.ndim >= 2:
         k = a.shape[-1]
         m = a.size // k if k else 0
@@ -95,12 +97,16 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             n = y.shape[1]
             if n >= MIN_COLUMNS and m * k * n >= MIN_WORK:
                 x = np.ascontiguousarray(a.reshape(m, k))
-                out = np.empty((m, n), np.float32)
-                _native.gemm(x, y, out, m, k, n, _run_threads)
                 batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-                return out.reshape((*batch, a.shape[-2], n))
-    out = _split_matmul(a, b)
-    return np.matmul(a, b) if out is None else out
+                result = np.empty((m, n), np.float32) if out is None else out
+                _native.gemm(x, y, result, m, k, n, _run_threads)
+                return result.reshape((*batch, a.shape[-2], n))
+    product = _split_matmul(a, b)
+    product = np.matmul(a, b) if product is None else product
+    if out is None:
+        return product
+    out[...] = product
+    return out
 
 
 F16W_THREADED = 1 << 18  # multiply-adds from which the fp16-weight product uses its threads
@@ -138,13 +144,19 @@ def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
         x32 = np.ascontiguousarray(rows, dtype=np.float32)
         _native.gemm_f16w_cols(np.ascontiguousarray(weight), x32, out, len(rows), m, k, n, threads)
         return out.reshape((*batch, m, n))
+    step = max(1, WIDEN_VALUES // max(k, 1))
+    whole = None  # the weights widened once for every sample, when they fit in one block
     for b in range(rows.shape[0]):
         if HALF_WEIGHTS and n < WIDE_COLUMNS:
             xt = np.ascontiguousarray(rows[b].T, dtype=np.float32)
             threads = THREADS if m * k * n >= F16W_THREADED else 1
             _native.gemm_f16w(np.ascontiguousarray(weight), xt, out[b], m, k, n, threads)
             continue
-        step = max(1, WIDEN_VALUES // max(k, 1))
+        if step >= m:  # one block: the product written straight into out
+            if whole is None:
+                whole = weight.astype(np.float32)
+            matmul(whole, rows[b], out=out[b])
+            continue
         for lo in range(0, m, step):
             out[b, lo : lo + step] = matmul(weight[lo : lo + step].astype(np.float32), rows[b])
     return out.reshape((*batch, m, n))
