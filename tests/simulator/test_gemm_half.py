@@ -184,8 +184,8 @@ def test_matmul_half_of_a_small_feature_map_takes_the_column_kernel(monkeypatch)
         native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want, 24, 40, 50, 1)
         assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))
     calls.clear()
-    gemm.matmul_half(w, x[:, :, :8])  # a decode step's few tokens: the row kernel
-    assert calls == ["gemm_f16w"] * 3
+    gemm.matmul_half(w, x[:, :, :8])  # a few positions: the row kernel, samples as columns
+    assert calls == ["gemm_f16w"]
 
 
 class _Recording:
@@ -241,3 +241,19 @@ def test_matmul_into_out_gives_the_bits_of_a_fresh_result() -> None:
         out = np.empty((m, n), np.float32)
         assert gemm.matmul(a, b, out=out) is not None
         assert np.array_equal(out.view(np.uint32), gemm.matmul(a, b).view(np.uint32))
+
+
+def test_few_positions_of_several_samples_are_one_product_with_the_same_bits() -> None:
+    """Fewer than COLUMNS_MIN positions per sample (an SE block's [N, C, 1, 1]): the samples'
+    positions are the columns of one gemm_f16w call, each summed as its own call sums it."""
+    rng = np.random.default_rng(11)
+    for batch, n in [(3, 1), (2, 5), (4, 15)]:
+        w = rng.standard_normal((22, 88)).astype(np.float16)
+        x = rng.standard_normal((batch, 88, n)).astype(np.float32)
+        x[0, 0, 0] = np.nan
+        got = gemm.matmul_half(w, x)
+        assert got.flags.c_contiguous
+        for b in range(batch):
+            want = np.empty((22, n), np.float32)
+            native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want, 22, 88, n, 1)
+            assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))

@@ -144,6 +144,16 @@ def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
         x32 = np.ascontiguousarray(rows, dtype=np.float32)
         _native.gemm_f16w_cols(np.ascontiguousarray(weight), x32, out, len(rows), m, k, n, threads)
         return out.reshape((*batch, m, n))
+    if HALF_WEIGHTS and n < COLUMNS_MIN and len(rows) > 1:
+        # a few positions per sample (an SE block's pooled channels): the samples' positions
+        # as the columns of one product (each column is summed alone, so the bits are the
+        # per-sample calls')
+        xt = np.ascontiguousarray(rows.transpose(0, 2, 1).reshape(-1, k), dtype=np.float32)
+        columns = np.empty((m, len(xt)), np.float32)
+        threads = THREADS if m * k * len(xt) >= F16W_THREADED else 1
+        _native.gemm_f16w(np.ascontiguousarray(weight), xt, columns, m, k, len(xt), threads)
+        out[...] = columns.reshape(m, len(rows), n).transpose(1, 0, 2)
+        return out.reshape((*batch, m, n))
     step = max(1, WIDEN_VALUES // max(k, 1))
     whole = None  # the weights widened once for every sample, when they fit in one block
     for b in range(rows.shape[0]):

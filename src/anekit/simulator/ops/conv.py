@@ -167,7 +167,11 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
     stride-1 product or the direct kernel, with the geometry worked out once; None (the
     general kernel) for picking weights, other paths and arguments it would refuse."""
     weight, x_shape = known.get("weight"), shapes.get("x")
-    if set(shapes) != {"x"} or not isinstance(weight, np.ndarray) or weight.dtype != np.float32:
+    if set(shapes) != {"x"} or not isinstance(weight, np.ndarray):
+        return None
+    if weight.dtype == np.float16:
+        return _prepare_half_pointwise(known, x_shape)
+    if weight.dtype != np.float32:
         return None
     n = len(x_shape) - 2
     if n not in (1, 2) or weight.ndim != len(x_shape):
@@ -222,6 +226,47 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
         return out
 
     return run_1x1
+
+
+def _prepare_half_pointwise(known: Mapping[str, Any], x_shape: tuple[int, ...]) -> Any:
+    """:func:`conv`'s product of a weight held as fp16 (a pointwise conv: 1x1, one group,
+    stride 1, no padding) for inputs of one shape, checked once; None where conv takes
+    another path or would refuse the arguments."""
+    weight = known["weight"]
+    n = len(x_shape) - 2
+    if not 1 <= n <= 3 or weight.ndim != len(x_shape):
+        return None
+    try:
+        g = as_int(known.get("groups", 1))
+        st = _spatial(known.get("strides"), n, 1, "strides")
+        dl = _spatial(known.get("dilations"), n, 1, "dilations")
+        _check_positive(st, "strides")
+        _check_positive(dl, "dilations")
+        kernel = weight.shape[2:]
+        padding = pads(as_str(known.get("pad_type", "valid")), x_shape[2:], kernel, st, dl,
+                       known.get("pad"))  # fmt: skip
+    except ValueError:
+        return None
+    c_in, c_out, batch = x_shape[1], weight.shape[0], x_shape[0]
+    pointwise = g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st)
+    if not pointwise or any(p != (0, 0) for p in padding) or weight.shape[1] != c_in:
+        return None
+    bias = known.get("bias")
+    if bias is not None:
+        if not isinstance(bias, np.ndarray) or bias.shape != (c_out,):
+            return None
+        bias = bias.astype(np.float32, copy=False).reshape((1, c_out) + (1,) * n)
+    matrix = weight.reshape(c_out, c_in)
+    out_shape = (batch, c_out, *x_shape[2:])
+
+    def run(x: np.ndarray) -> np.ndarray:
+        # conv's fp16 path: the weight read as it is (plan.HALF_CONSUMERS)
+        out = gemm.matmul_half(matrix, x.reshape(batch, c_in, -1)).reshape(out_shape)
+        if bias is not None:
+            out += bias
+        return out
+
+    return run
 
 
 def _biased(out: np.ndarray, bias: np.ndarray | None, n: int) -> np.ndarray:
