@@ -189,6 +189,11 @@ def _blas_matrix(a: np.ndarray) -> bool:
     )
 
 
+def split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """:func:`_split_matmul` for kernels that keep numpy's product (conv_transpose's)."""
+    return _split_matmul(a, b)
+
+
 def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``numpy.matmul(a, b)`` of one large float32 matrix product (leading axes all 1) as
     two products of half the rows, one on a helper thread (numpy lets go of the GIL in

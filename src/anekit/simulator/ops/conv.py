@@ -521,7 +521,11 @@ def conv_transpose(
             # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
             cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
         else:
-            cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
+            wt, xs = np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1)
+            # numpy's product, as two halves on two threads when large (BLAS's bits either way)
+            cols = gemm.split_matmul(wt, xs)
+            if cols is None:
+                cols = np.matmul(wt, xs)
         buffer = _scattered_taps(cols.reshape((batch, g, cg_out, *kernel, *sizes)), st, dl, full)
     if list(starts) == [0] * n and list(out_sizes) == full:
         out = buffer  # the output is the whole buffer: no crop, no copy
