@@ -2681,6 +2681,65 @@ static inline Py_ssize_t dw_tap(const conv_job *j, Py_ssize_t d, Py_ssize_t i, P
     return t / j->dy < j->kh ? t / j->dy : -1;
 }
 
+/* One 64-wide tile of conv_depthwise_rows' output rows (see there); ``vectors`` and
+ * ``stride1`` are constants where it is inlined for full tiles of stride 1. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void dw_tile(
+    const conv_job *j, const float *xg, const float *wg, float *out, Py_ssize_t ox0,
+    Py_ssize_t cols, Py_ssize_t top, Py_ssize_t span, const Py_ssize_t *taps, int finite,
+    Py_ssize_t q, __mmask16 (*lanes)[8], const int vectors, const int stride1)
+{
+    const __mmask16 none[8] = {0};
+    DW_ZERO(0) DW_ZERO(1) DW_ZERO(2) DW_ZERO(3)
+    for (Py_ssize_t d = 0; d < span; d++) {
+        const Py_ssize_t *tap = taps + d * DW_ROWS;
+        const Py_ssize_t ky0 = tap[0], ky1 = tap[1], ky2 = tap[2], ky3 = tap[3];
+        if (ky0 < 0 && ky1 < 0 && ky2 < 0 && ky3 < 0)
+            continue;
+        const Py_ssize_t iy = top + d;
+        const int inside = iy >= 0 && iy < j->h;
+        if (!inside && finite)
+            continue;
+        const float *src = xg + (inside ? iy : 0) * j->wd;
+        for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
+            const Py_ssize_t start = ox0 * j->sx + kx * j->dx - j->px; /* t = 0 reads */
+            const float *in = src + start;
+            /* the lanes inside the row (none for a row outside x) */
+            __mmask16 wide_kx[8];
+            const __mmask16 *m = !inside ? none : kx < CONV_KW_MAX ? lanes[kx] : wide_kx;
+            if (inside && kx >= CONV_KW_MAX) {
+                /* the inputs start + i inside the row: i in [lo, hi), and the
+                 * ones the tile's outputs read (i = t * sx for t < cols) */
+                Py_ssize_t lo = -start, hi = j->wd - start;
+                if (hi > (cols - 1) * j->sx + 1)
+                    hi = (cols - 1) * j->sx + 1;
+                for (int h = 0; h < 8; h++)
+                    wide_kx[h] = conv_lanes(lo - 16 * h, hi - 16 * h);
+            }
+            __m512 v0, v1 = _mm512_setzero_ps(), v2 = v1, v3 = v1;
+            /* vectors past the tile's last output are skipped (narrow rows) */
+            if (stride1) {
+                v0 = _mm512_maskz_loadu_ps(m[0], in);
+                if (vectors > 1)
+                    v1 = _mm512_maskz_loadu_ps(m[1], in + 16);
+                if (vectors > 2)
+                    v2 = _mm512_maskz_loadu_ps(m[2], in + 32);
+                if (vectors > 3)
+                    v3 = _mm512_maskz_loadu_ps(m[3], in + 48);
+            } else { /* stride 2: output t reads input 2t, the even lanes of 32 */
+                v0 = dw_evens(in, m[0], m[1]);
+                if (vectors > 1)
+                    v1 = dw_evens(in + 32, m[2], m[3]);
+                if (vectors > 2)
+                    v2 = dw_evens(in + 64, m[4], m[5]);
+                if (vectors > 3)
+                    v3 = dw_evens(in + 96, m[6], m[7]);
+            }
+            DW_FMA(0) DW_FMA(1) DW_FMA(2) DW_FMA(3)
+        }
+    }
+    DW_STORE(0) DW_STORE(1) DW_STORE(2) DW_STORE(3)
+}
+
 /* Returns -1 when its table cannot be allocated (nothing computed), else 0. */
 __attribute__((target("avx512f"))) static int conv_depthwise_rows(const conv_job *j,
     Py_ssize_t row0, Py_ssize_t row1, Py_ssize_t co0, Py_ssize_t co1)
@@ -2725,52 +2784,14 @@ __attribute__((target("avx512f"))) static int conv_depthwise_rows(const conv_job
                     for (int h = 0; h < 8; h++)
                         lanes[kx][h] = conv_lanes(lo - 16 * h, hi - 16 * h);
                 }
-                DW_ZERO(0) DW_ZERO(1) DW_ZERO(2) DW_ZERO(3)
-                for (Py_ssize_t d = 0; d < span; d++) {
-                    const Py_ssize_t *tap = taps + d * DW_ROWS;
-                    const Py_ssize_t ky0 = tap[0], ky1 = tap[1], ky2 = tap[2], ky3 = tap[3];
-                    if (ky0 < 0 && ky1 < 0 && ky2 < 0 && ky3 < 0)
-                        continue;
-                    const Py_ssize_t iy = top + d;
-                    const int inside = iy >= 0 && iy < j->h;
-                    if (!inside && finite)
-                        continue;
-                    const float *src = xg + (inside ? iy : 0) * j->wd;
-                    for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
-                        const Py_ssize_t start = ox0 * j->sx + kx * j->dx - j->px; /* t = 0 reads */
-                        /* the inputs start + i inside the row: i in [lo, hi), and the ones
-                         * the tile's outputs read (i = t * sx for t < cols) */
-                        Py_ssize_t lo = inside ? -start : 0, hi = inside ? j->wd - start : 0;
-                        if (hi > (cols - 1) * j->sx + 1)
-                            hi = (cols - 1) * j->sx + 1;
-                        const float *in = src + start;
-                        __mmask16 m[8];
-                        for (int h = 0; h < 8; h++)
-                            m[h] = !inside ? 0 : kx < CONV_KW_MAX ? lanes[kx][h]
-                                                                  : conv_lanes(lo - 16 * h, hi - 16 * h);
-                        __m512 v0, v1 = _mm512_setzero_ps(), v2 = v1, v3 = v1;
-                        /* vectors past the tile's last output are skipped (narrow rows) */
-                        if (j->sx == 1) {
-                            v0 = _mm512_maskz_loadu_ps(m[0], in);
-                            if (vectors > 1)
-                                v1 = _mm512_maskz_loadu_ps(m[1], in + 16);
-                            if (vectors > 2)
-                                v2 = _mm512_maskz_loadu_ps(m[2], in + 32);
-                            if (vectors > 3)
-                                v3 = _mm512_maskz_loadu_ps(m[3], in + 48);
-                        } else { /* stride 2: output t reads input 2t, the even lanes of 32 */
-                            v0 = dw_evens(in, m[0], m[1]);
-                            if (vectors > 1)
-                                v1 = dw_evens(in + 32, m[2], m[3]);
-                            if (vectors > 2)
-                                v2 = dw_evens(in + 64, m[4], m[5]);
-                            if (vectors > 3)
-                                v3 = dw_evens(in + 96, m[6], m[7]);
-                        }
-                        DW_FMA(0) DW_FMA(1) DW_FMA(2) DW_FMA(3)
-                    }
-                }
-                DW_STORE(0) DW_STORE(1) DW_STORE(2) DW_STORE(3)
+                /* full tiles of stride 1 (most of a feature map) without the branches on
+                 * the vector count and the stride */
+                if (j->sx == 1 && vectors == 4)
+                    dw_tile(j, xg, wg, out, ox0, cols, top, span, taps, finite, q, lanes, 4, 1);
+                else if (j->sx == 1)
+                    dw_tile(j, xg, wg, out, ox0, cols, top, span, taps, finite, q, lanes, vectors, 1);
+                else
+                    dw_tile(j, xg, wg, out, ox0, cols, top, span, taps, finite, q, lanes, vectors, 0);
             }
         }
         r += q;
