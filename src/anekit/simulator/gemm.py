@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from . import pieces
+from . import fp16, pieces
 
 try:
     from anekit import _native
@@ -80,7 +80,8 @@ def _weight_matrix(b: np.ndarray, rows: int) -> np.ndarray | None:
         return None
     if not b.flags.c_contiguous and rows < COPY_ROWS:
         return None
-    return np.ascontiguousarray(b.reshape(b.shape[-2:]))
+    # a transposed b (magika's one-hot rows) is copied in register tiles by the C gather
+    return fp16.contiguous(b.reshape(b.shape[-2:]))
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gemm, pieces
+from . import fp16, gemm, pieces
 
 try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
     from anekit import _native
@@ -206,6 +206,8 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
 def contiguous(x: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``x`` (numpy's copy, which lets go of the GIL), in pieces
     along its first axis longer than 1 when large (the same values either way)."""
+    if x.dtype == np.float32 and x.ndim - x.shape.count(1) == 2:
+        return fp16.contiguous(x)  # a transpose: the C extension's tiled copy (3-10x numpy's)
     axis = next((i for i, d in enumerate(x.shape) if d > 1), None)
     if axis is None or x.size < SPLIT_MIN or not pieces.spare_cpu(gemm.THREADS):
         return np.ascontiguousarray(x)
