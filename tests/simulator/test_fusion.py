@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anekit.formats import mil
-from anekit.simulator import SimProgram, fp16, fusion
+from anekit.simulator import SimProgram, fp16, fusion, gemm, pieces
 from anekit.simulator.fusion import FusedKernel
 from anekit.train import Adam, Trainer
 from tests.train.models import digits, mlp, mlp_weights
@@ -196,6 +196,49 @@ def test_fused_groups_give_the_unfused_bits(case, monkeypatch) -> None:
         assert_same_bits(numpy_only[name], want[name])
         wide = want[name].astype(np.float32) if want[name].dtype == np.float16 else want[name]
         assert_same_bits(stored[name], wide)
+
+
+@needs_c
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=programs())
+def test_fused_groups_in_pieces_on_two_threads_give_the_unfused_bits(case, monkeypatch) -> None:
+    """Every fused pass split into pieces of whole blocks on two threads (whatever the size
+    and the load): each block is computed as in one pass."""
+    program, feeds = case
+    with np.errstate(all="ignore"), monkeypatch.context() as patch:
+        want = _load(program, False, patch).run(feeds)
+        patch.setattr(fusion, "SPLIT_WORK", 0)
+        patch.setattr(gemm, "THREADS", 2)
+        patch.setattr(pieces, "spare_cpu", lambda threads: True)
+        got = _load(program, True, patch).run(feeds)
+    for name in want:
+        assert_same_bits(got[name], want[name])
+
+
+@needs_c
+def test_a_range_of_blocks_computes_those_values_only() -> None:
+    """fused_run's [start, stop): ranges on block edges together give the whole pass's bits;
+    values outside a range are not written; a range past the size is refused."""
+    rng = np.random.default_rng(8)
+    x = fp16.round_to_fp16(rng.standard_normal((3, 1000)).astype(np.float32) * 50)
+    b = fp16.round_to_fp16(rng.standard_normal((1, 1000)).astype(np.float32))
+    code = np.array([[fusion.MUL, 1, 3, 0, 1, 0], [fusion.SQRT, 1, 2, 3, 3, 3]], np.int32)
+    whole = np.empty(x.shape, np.float32)
+    fp16._native.fused_run(code, (x, b), (whole,), 1)
+    parts = np.full(x.shape, 7.0, np.float32)
+    assert fp16._native.fused_run(code, (x, b), (parts,), 1, 1024, 2048) == 0
+    flat = parts.reshape(-1)
+    assert np.all(flat[:1024] == 7) and np.all(flat[2048:] == 7)
+    fp16._native.fused_run(code, (x, b), (parts,), 1, 0, 1024)
+    fp16._native.fused_run(code, (x, b), (parts,), 1, 2048)  # to the end
+    assert_same_bits(parts, whole)
+    for start, stop in ((0, 3001), (2048, 1024), (-1, 5)):
+        with pytest.raises(ValueError, match="start and stop"):
+            fp16._native.fused_run(code, (x, b), (parts,), 1, start, stop)
 
 
 @needs_c

@@ -302,3 +302,23 @@ def test_a_strided_matrix_is_copied_for_many_rows_and_left_to_numpy_for_few(monk
     long = rng.standard_normal((64, 4096), dtype=np.float32).T
     np.testing.assert_array_equal(gemm.matmul(few, long), np.matmul(few, long))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_panels_give_the_bits_of_panels_read_in_place(threads: int) -> None:
+    """A part of 24+ rows (and k of 32+) reads each panel of B from a packed copy, fewer rows
+    read B where it is: each output's sum is the same FMA chain, so a product's rows have
+    the bits of the same rows multiplied six at a time (edge columns, blocks of k, NaN and
+    infinity included)."""
+    rng = np.random.default_rng(13)
+    m, k, n = 50, 600, 150
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    a[3, 7], b[5, 149] = np.inf, np.nan
+    whole = np.empty((m, n), np.float32)
+    native.gemm(a, b, whole, m, k, n, threads)
+    for r in range(0, m, 6):
+        rows = np.ascontiguousarray(a[r : r + 6])
+        part = np.empty((len(rows), n), np.float32)
+        native.gemm(rows, b, part, len(rows), k, n, 1)
+        assert np.array_equal(whole[r : r + 6].view(np.uint32), part.view(np.uint32))

@@ -131,3 +131,129 @@ def test_a_wide_product_widens_blocks_of_rows(monkeypatch) -> None:
     w = rng.standard_normal((10, 40)).astype(np.float16)
     x = rng.standard_normal((40, gemm.WIDE_COLUMNS + 3)).astype(np.float32)
     assert within_summation_bound(gemm.matmul_half(w, x), w, x)
+
+
+def _columns_available() -> bool:
+    return gemm.HALF_COLUMNS
+
+
+COLUMN_SHAPES = [(1, 1, 1, 16), (2, 5, 7, 17), (3, 4, 8, 31), (1, 7, 13, 48), (2, 200, 32, 192),
+                 (3, 32, 200, 96), (1, 6, 129, 255), (2, 9, 0, 20), (1, 70, 600, 33)]  # fmt: skip
+
+
+@pytest.mark.parametrize("batch,m,k,n", COLUMN_SHAPES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_column_kernel_has_the_row_kernels_bits(batch, m, k, n, threads) -> None:
+    """``gemm_f16w_cols`` (positions in the vector lanes, x as it is) sums each output as
+    ``gemm_f16w`` does (eight partial sums, added pairwise, then the k % 8 tail), so the
+    bits are the same, infinities and NaNs included: every row count modulo its 3-row
+    block, k below, at and past multiples of 8, masked column strips, chunks of widened
+    rows (k = 600)."""
+    if not _columns_available():
+        pytest.skip("no AVX-512 column kernel here")
+    rng = np.random.default_rng(batch * 10000 + m * 100 + k + n)
+    w = (rng.standard_normal((m, k)) * 3).astype(np.float16)
+    x = rng.standard_normal((batch, k, n)).astype(np.float32)
+    if k > 3:
+        w[0, 1] = np.inf
+        x[0, 2, 0] = np.nan
+        x[-1, k - 1, -1] = -np.inf
+    want = np.empty((batch, m, n), np.float32)
+    for b in range(batch):
+        native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want[b], m, k, n, 1)
+    got = np.full((batch, m, n), 7.0, np.float32)
+    native.gemm_f16w_cols(w, x, got, batch, m, k, n, threads)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_matmul_half_of_a_small_feature_map_takes_the_column_kernel(monkeypatch) -> None:
+    """A pointwise conv over a batch of small feature maps (16 to 255 positions, k at most
+    COLUMNS_MAX_K) is one column-kernel call for all samples, strided x copied first: the
+    row kernel's bits, sample by sample."""
+    if not _columns_available():
+        pytest.skip("no AVX-512 column kernel here")
+    calls = []
+    monkeypatch.setattr(gemm, "_native", _Recording(native, calls))
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((24, 40)).astype(np.float16)
+    x = rng.standard_normal((3, 50, 40)).astype(np.float32).transpose(0, 2, 1)  # [3, 40, 50]
+    got = gemm.matmul_half(w, x)
+    assert calls == ["gemm_f16w_cols"]
+    for b in range(3):
+        want = np.empty((24, 50), np.float32)
+        native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want, 24, 40, 50, 1)
+        assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))
+    calls.clear()
+    gemm.matmul_half(w, x[:, :, :8])  # a few positions: the row kernel, samples as columns
+    assert calls == ["gemm_f16w"]
+
+
+class _Recording:
+    """The C module, recording which product kernels are called."""
+
+    def __init__(self, module, calls: list) -> None:  # noqa: ANN001
+        self.module, self.calls = module, calls
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        if name.startswith("gemm_f16w"):
+            self.calls.append(name)
+        return getattr(self.module, name)
+
+
+def test_column_kernel_refuses_bad_buffers() -> None:
+    if not _columns_available():
+        pytest.skip("no AVX-512 column kernel here")
+    w = np.zeros((4, 8), np.float16)
+    with pytest.raises(ValueError, match="fp16 values"):
+        native.gemm_f16w_cols(w, np.zeros((1, 8, 16), np.float32), np.zeros((1, 5, 16), np.float32),
+                              1, 5, 8, 16, 1)  # fmt: skip
+    with pytest.raises(ValueError, match="out must hold 128 values"):  # two samples' worth
+        native.gemm_f16w_cols(w, np.zeros((2, 8, 16), np.float32), np.zeros((1, 4, 16), np.float32),
+                              2, 4, 8, 16, 1)  # fmt: skip
+    with pytest.raises(ValueError, match="float32"):
+        native.gemm_f16w_cols(w, np.zeros((1, 8, 16), np.float64), np.zeros((1, 4, 16), np.float32),
+                              1, 4, 8, 16, 1)  # fmt: skip
+    with pytest.raises(ValueError, match="threads"):
+        native.gemm_f16w_cols(w, np.zeros((1, 8, 16), np.float32), np.zeros((1, 4, 16), np.float32),
+                              1, 4, 8, 16, 0)  # fmt: skip
+
+
+def test_a_wide_product_of_one_block_writes_each_sample_in_place() -> None:
+    """Weights that fit one widened block are widened once for all samples and each
+    sample's product is written straight into the result: the bits of the float32 product
+    of the widened weights, sample by sample (the C GEMM's here, numpy's for a product too
+    small for it)."""
+    rng = np.random.default_rng(9)
+    for m, k, n in [(32, 16, 3000), (5, 3, gemm.WIDE_COLUMNS)]:
+        w = rng.standard_normal((m, k)).astype(np.float16)
+        x = rng.standard_normal((2, k, n)).astype(np.float32)
+        got = gemm.matmul_half(w, x)
+        for b in range(2):
+            want = gemm.matmul(w.astype(np.float32), x[b])
+            assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))
+
+
+def test_matmul_into_out_gives_the_bits_of_a_fresh_result() -> None:
+    rng = np.random.default_rng(10)
+    for m, k, n in [(64, 64, 2000), (3, 5, 7)]:  # the C GEMM, numpy's product
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        out = np.empty((m, n), np.float32)
+        assert gemm.matmul(a, b, out=out) is not None
+        assert np.array_equal(out.view(np.uint32), gemm.matmul(a, b).view(np.uint32))
+
+
+def test_few_positions_of_several_samples_are_one_product_with_the_same_bits() -> None:
+    """Fewer than COLUMNS_MIN positions per sample (an SE block's [N, C, 1, 1]): the samples'
+    positions are the columns of one gemm_f16w call, each summed as its own call sums it."""
+    rng = np.random.default_rng(11)
+    for batch, n in [(3, 1), (2, 5), (4, 15)]:
+        w = rng.standard_normal((22, 88)).astype(np.float16)
+        x = rng.standard_normal((batch, 88, n)).astype(np.float32)
+        x[0, 0, 0] = np.nan
+        got = gemm.matmul_half(w, x)
+        assert got.flags.c_contiguous
+        for b in range(batch):
+            want = np.empty((22, n), np.float32)
+            native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want, 22, 88, n, 1)
+            assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))

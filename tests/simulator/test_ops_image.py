@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anekit.simulator.ops import image
 from tests.ir.ort_oracle import run_ort
 from tests.simulator.milops import run_mil
 from tests.simulator.test_ops_linear import assert_fp16_rounded, assert_fp32_close
@@ -93,6 +94,24 @@ def test_upsample_bilinear_against_torch(scale: tuple[int, int], align_corners: 
               "align_corners": align_corners}  # fmt: skip
     (got,) = run_mil("upsample_bilinear", {"x": x}, consts, ref, dtype="fp16")
     assert_fp16_rounded(got, ref)
+
+
+@pytest.mark.parametrize("size", [(8, 12), (2, 3), (7, 30), (3, 2)])
+def test_nearest_writes_c_order_and_copies_every_bit(size) -> None:
+    """Nearest resizing up and down, one axis after the other: the values (NaN payloads,
+    signed zeros) are the input's own, in a C-contiguous array (a consumer reads it in
+    place)."""
+    x = RNG.uniform(-4, 4, (2, 3, 4, 5)).astype(np.float32)
+    x[0, 0, 0, :3] = np.array([0x7FC12345, 0xFFC00001, 0x80000000], np.uint32).view(np.float32)
+    got = image.resize_nearest_neighbor(x, *size)
+    rows = (np.arange(size[0]) * 4) // size[0]
+    cols = (np.arange(size[1]) * 5) // size[1]
+    want = x[:, :, rows][:, :, :, cols]
+    assert got.flags.c_contiguous and got.shape == (2, 3, *size)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    up = image.upsample_nearest_neighbor(x, 2, 3)
+    assert up.flags.c_contiguous
+    assert np.array_equal(up.view(np.uint32), np.repeat(np.repeat(x, 2, 2), 3, 3).view(np.uint32))
 
 
 def test_nearest_against_onnxruntime() -> None:

@@ -185,7 +185,7 @@ def test_prepared_pointwise_conv_on_fp16_weights_gives_the_general_kernels_bits(
     feeds = {"x": rng.standard_normal((1, 128, 1, positions)).astype(np.float32)}
     (runner,) = compiled.program.runners("sim")
     steps = [s for s in runner.program._plan.steps if s.op == "conv"]
-    assert [s.kernel.__name__ for s in steps] == ["run_half"]
+    assert [s.kernel.__name__ for s in steps] == ["run_1x1"]
     got = compiled.program.run(feeds, "sim")
     with monkeypatch.context() as m:
         m.setattr(plan, "prepare_steps", lambda steps, shapes: list(steps))
@@ -197,3 +197,28 @@ def test_prepared_pointwise_conv_on_fp16_weights_gives_the_general_kernels_bits(
         want = general.program.run(feeds, "sim")
     for name in want:
         assert np.array_equal(got[name].view(np.uint32), want[name].view(np.uint32))
+
+
+@pytest.mark.parametrize("x_shape", [(3, 40, 1, 1), (3, 40, 4, 6), (2, 40, 9, 31), (1, 40, 300)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_prepared_conv_of_an_fp16_weight_gives_the_general_kernels_bits(x_shape, bias) -> None:
+    """A pointwise conv whose weight is held as fp16 (plan.HALF_CONSUMERS) is prepared too:
+    the same fp16 product as the general kernel, for an SE block's pooled channels, small
+    and large feature maps and a 1-D input."""
+    from anekit.simulator.ops.conv import conv, prepare_conv
+
+    rng = np.random.default_rng(sum(x_shape))
+    n = len(x_shape) - 2
+    known = {"weight": rng.standard_normal((24, 40, *(1,) * n)).astype(np.float16),
+             "strides": np.ones(n, np.int32), "pad_type": "valid", "groups": np.int32(1)}  # fmt: skip
+    if bias:
+        known["bias"] = rng.standard_normal(24).astype(np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x.reshape(-1)[:3] = [np.nan, -0.0, np.inf]
+    run = prepare_conv(known, {"x": x_shape})
+    assert run is not None
+    got, want = run(x), conv(x, **known)
+    assert got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # a 3x3 fp16 weight is not this path (the plan widens it): not prepared here
+    assert prepare_conv({**known, "weight": np.zeros((24, 40, *(3,) * n), np.float16)},
+                        {"x": x_shape}) is None  # fmt: skip

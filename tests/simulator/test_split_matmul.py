@@ -60,3 +60,24 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
         assert gemm._split_matmul(a, a.copy()) is not None
         mp.setattr(pieces, "spare_cpu", lambda threads: False)
         assert gemm._split_matmul(a, a.copy()) is None  # no idle CPU for the helper
+
+
+def test_conv_transpose_product_in_halves_gives_the_one_call_bits() -> None:
+    """conv_transpose's product of its transposed weights and x (numpy's) runs as two halves
+    when large: the output's bits are those of one call."""
+    from anekit.simulator.ops.conv import conv_transpose
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 24, 40, 300)).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    w = rng.standard_normal((24, 24, 2, 2)).astype(np.float32)
+    strides = np.array([2, 2], np.int32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pieces, "spare_cpu", lambda threads: False)
+        one = conv_transpose(x, w, strides=strides)
+        split, done = gemm._split_matmul, []
+        mp.setattr(pieces, "spare_cpu", lambda threads: True)
+        mp.setattr(gemm, "_split_matmul", lambda a, b: done.append(split(a, b)) or done[-1])
+        halves = conv_transpose(x, w, strides=strides)
+    assert done and done[0] is not None  # the product ran in halves
+    assert np.array_equal(one.view(np.uint32), halves.view(np.uint32))

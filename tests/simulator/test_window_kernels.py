@@ -385,9 +385,9 @@ def test_a_kernel_wider_than_64_taps_sums_as_the_gemm_of_the_im2col_matrix() -> 
 @pytest.mark.parametrize("c_out", [1, 17, 129])
 def test_narrow_rows_sum_as_the_gemm_of_the_im2col_matrix(width: int, c_out: int) -> None:
     """Output rows a few values wide (silero-vad's encoder: 129 channels over 4 positions)
-    take conv_narrow, vectors along the output channels (masked past c_out, four positions
-    at a time, K past the GEMM's 256-value blocks): the C GEMM's bits on the im2col matrix,
-    signed zeros and infinities among the inputs."""
+    run conv_rows transposed, vectors along the output channels (masked past c_out, four
+    positions at a time, K past the GEMM's 256-value blocks): the C GEMM's bits on the
+    im2col matrix, signed zeros and infinities among the inputs."""
     if not window_kernels.direct_available():
         pytest.skip("no direct convolution kernel here")
     rng = np.random.default_rng(width * 1000 + c_out)
@@ -403,3 +403,112 @@ def test_narrow_rows_sum_as_the_gemm_of_the_im2col_matrix(width: int, c_out: int
                     np.array(pads, np.int32))  # fmt: skip
     want = _im2col_product(x, weight, 1, bias, (1, 1), (1, 1), pads)
     assert _same_sums(got, want)
+
+
+@pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_depthwise_conv_of_many_rows_sums_as_the_gemm_of_the_im2col_matrix(
+    stride: int, dilation: int
+) -> None:
+    """The depthwise kernel takes several output rows at once (each input row multiplied
+    into every output row whose window holds it): heights that leave a last group of one
+    to three rows, rows above and below the input (padding taps add w * 0, so an infinite
+    weight makes them NaN), a tap row wider than 64 taps (its lanes worked out per row), all
+    to the C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(stride * 10 + dilation)
+    for height, kernel, pads in [(13, (5, 5), (2, 2, 2, 2)), (6, (3, 3), (3, 0, 1, 1)),
+                                 (9, (2, 70), (1, 1, 35, 30))]:  # fmt: skip
+        x = _values((2, 4, height, 150), int(rng.integers(1 << 30)), special=True)
+        weight = rng.standard_normal((4, 1, *kernel)).astype(np.float32)
+        weight[1, 0, 0, 0] = np.inf  # channel 1's padding taps give NaN
+        bias = rng.standard_normal(4).astype(np.float32)
+        got = conv.conv(x, weight, bias, np.array([stride, stride], np.int32), "custom",
+                        np.array(pads, np.int32), np.array([dilation, dilation], np.int32),
+                        np.int32(4))  # fmt: skip
+        want = _im2col_product(x, weight, 4, bias, (stride, stride), (dilation, dilation), pads)
+        assert _same_sums(got, want)
+
+
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_dense_conv_reading_its_input_rows_in_place_sums_as_the_gemm(dilation: int) -> None:
+    """With column stride 1 the direct kernel reads the taps of a tile that lie inside the
+    input from the input's rows themselves (only tiles at the padded ends are gathered):
+    wide rows of several tiles, rows above and below the input, signed zeros, infinities
+    and NaNs, to the C GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(dilation)
+    x = _values((2, 5, 6, 203), 11 + dilation, special=True)
+    x[:, 0] = -0.0
+    weight = rng.standard_normal((13, 5, 3, 3)).astype(np.float32)
+    weight[2, 1, 0, 0] = -np.inf
+    bias = rng.standard_normal(13).astype(np.float32)
+    pads = (1, 2, 2, 1)
+    got = conv.conv(x, weight, bias, np.array([1, 1], np.int32), "custom",
+                    np.array(pads, np.int32), np.array([dilation, dilation], np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (1, 1), (dilation, dilation), pads)
+    assert _same_sums(got, want)
+
+
+def test_a_conv_of_one_output_row_splits_its_output_channels() -> None:
+    """A 1-D convolution over one sequence has one output row: in pieces it is split by
+    output channel (50 of them: a last piece of two), each piece the same sums."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 300, 1)).astype(np.float32)
+    weight = rng.standard_normal((50, 16, 5, 1)).astype(np.float32)
+    bias = rng.standard_normal(50).astype(np.float32)
+    got = conv.conv(x, weight, bias, np.array([1, 1], np.int32), "custom",
+                    np.array([2, 2, 0, 0], np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (1, 1), (1, 1), (2, 2, 0, 0))
+    assert _same_bits(got, want)
+
+
+def test_conv_rows_computes_the_channels_it_is_given() -> None:
+    """Output channel ranges of one call cover exactly those channels (dense, grouped and
+    depthwise), and together the whole call's bits; a range outside C_out is refused."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    native = window_kernels._native
+    rng = np.random.default_rng(4)
+    for groups, c, co in [(1, 6, 20), (2, 6, 20), (6, 6, 6)]:
+        x = rng.standard_normal((2, c, 5, 70)).astype(np.float32)
+        w = rng.standard_normal((co, c // groups * 9)).astype(np.float32)
+        geometry = (groups, (3, 3), (1, 1), (1, 1), (1, 1))
+        whole = np.empty((2, co, 5, 70), np.float32)
+        native.conv_rows(x, w, whole, *geometry, 0, 10)
+        parts = np.full((2, co, 5, 70), np.nan, np.float32)
+        native.conv_rows(x, w, parts, *geometry, 0, 10, 0, 5)
+        assert np.all(np.isnan(parts[:, 5:])) and _same_bits(parts[:, :5], whole[:, :5])
+        native.conv_rows(x, w, parts, *geometry, 0, 10, 5, co)
+        assert _same_bits(parts, whole)
+    with pytest.raises(ValueError, match="do not fit"):
+        native.conv_rows(x, w, whole, *geometry, 0, 10, 3, co + 1)
+
+
+def test_narrow_rows_in_pieces_of_output_channels_sum_as_the_gemm_of_the_im2col_matrix() -> None:
+    """One narrow output row with enough work for two threads: pieces of output channels
+    (not 64-aligned), each the same FMA chains; and the transposed form takes one group."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 600, 1, 6)).astype(np.float32)
+    weight = rng.standard_normal((300, 600, 1, 3)).astype(np.float32)
+    bias = rng.standard_normal(300).astype(np.float32)
+    pads = (0, 0, 0, 0)
+    direct = window_kernels.DirectConv(weight.reshape(300, -1), 1, (1, 3), (1, 1), (1, 1),
+                                       (0, 0), x.shape, (1, 4))  # fmt: skip
+    assert direct.narrow and direct.work >= window_kernels.SPLIT_MIN and direct.rows == 1
+    for split in (False, True):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(window_kernels.pieces, "spare_cpu", lambda threads: split)
+            got = conv.conv(x, weight, bias, np.array([1, 1], np.int32), "custom",
+                            np.array(pads, np.int32))  # fmt: skip
+        assert _same_bits(got, _im2col_product(x, weight, 1, bias, (1, 1), (1, 1), pads))
+    out = np.empty((1, 4, 1, 4), np.float32)
+    wt = np.zeros((2 * 3, 4), np.float32)
+    with pytest.raises(ValueError, match="do not fit"):
+        window_kernels._native.conv_rows(np.zeros((1, 4, 1, 6), np.float32), wt, out, 2, (1, 3),
+                                         (1, 1), (1, 1), (0, 0), 0, 1, 0, 4, True)  # fmt: skip

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fp16
+from . import fp16, gemm, pieces, window_kernels
 from .execute import NO_SLOT, Expect, Step
 from .fp16 import GATHER_MIN, gathered, round_to_fp16
 from .ops import REGISTRY
@@ -169,6 +169,11 @@ def available() -> bool:
     return fused_run(code, (one,), (np.empty(1, np.float32),), 0) is not None
 
 
+FUSED_BLOCK = 1024  # values per block of the C pass (_native.c): pieces start on whole blocks
+# values x ops from which the pass runs in pieces on two threads: handing pieces to the helper
+# costs ~70 us (a 2-op pass over 131k values took 32 us alone, 74 in pieces; 7 ops over 1M
+# values 1060 -> 644 us)
+SPLIT_WORK = 1 << 21
 RUN_MIN = 64  # contiguous values per run below which a strided input is gathered first
 
 
@@ -380,9 +385,24 @@ class FusedKernel:
         fused_run = fp16._converter("fused_run")  # read per call: tests switch _native off
         if fused_run is not None:
             results = tuple(np.empty(self.shape, e.storage) for e in self.outputs)
-            if fused_run(self.code, values + self.known, results, self.temps) is not None:
+            if self._run(fused_run, values + self.known, results) is not None:
                 return results if len(results) > 1 else results[0]
         return self.unfused(values)
+
+    def _run(self, fused_run: Any, inputs: tuple[Any, ...], results: tuple[np.ndarray, ...]) -> Any:
+        """The C pass over all values: in pieces of whole blocks on two threads when large
+        and a CPU is idle (each block is computed alike whichever thread takes it)."""
+        size = results[0].size
+        if size * len(self.code) < SPLIT_WORK or not pieces.spare_cpu(gemm.THREADS):
+            return fused_run(self.code, inputs, results, self.temps)
+        blocks = -(-size // FUSED_BLOCK)
+
+        def run(lo: int, hi: int) -> Any:
+            stop = min(hi * FUSED_BLOCK, size)
+            return fused_run(self.code, inputs, results, self.temps, lo * FUSED_BLOCK, stop)
+
+        done = pieces.run(run, blocks, window_kernels.PIECES)
+        return None if any(d is None for d in done) else 0
 
     def unfused(self, values: tuple[np.ndarray, ...]) -> np.ndarray | tuple[np.ndarray, ...]:
         """The group's steps one by one with numpy, each result rounded as the run loop

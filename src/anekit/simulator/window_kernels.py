@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gemm, pieces
+from . import fp16, gemm, pieces
 
 try:  # built by setup.py where a C compiler is found; optional, numpy is the fallback
     from anekit import _native
@@ -27,8 +27,9 @@ except ImportError:  # pragma: no cover - depends on the install
 
 
 SPLIT_MIN = 1 << 17  # output values from which a kernel runs in pieces on two threads
-NARROW = 8  # output row width up to which DirectConv takes conv_narrow (2-2.5x faster at 1-4)
+NARROW = 8  # output row width up to which DirectConv runs transposed (2-2.5x faster at 1-4)
 PIECES = 4  # a piece the helper holds when the OS takes its CPU away is all the caller waits for
+CHANNELS = 24  # output channels per unit of a direct conv split by channel (whole 6- and 8-row blocks)
 
 
 def _run(call: Any, count: int, size: int) -> list[Any]:
@@ -146,9 +147,9 @@ class DirectConv:
             self.geometry = tuple((b, a) for a, b in self.geometry)
         self.rows = self.target[0] * self.target[2]
         self.work = math.prod(self.out_shape) * self.w.shape[1] // 16  # vector FMAs
-        # rows a few values wide, one group: conv_narrow's vectors along the output channels
-        # over the transposed weights (kept instead of w), with conv_rows' bits
-        self.narrow = groups == 1 and self.target[3] <= NARROW and hasattr(_native, "conv_narrow")
+        # rows a few values wide, one group: conv_rows' vectors along the output channels, over
+        # the transposed weights (kept instead of w), with the same bits
+        self.narrow = groups == 1 and self.target[3] <= NARROW
         if self.narrow:
             self.w = np.ascontiguousarray(self.w.T)
 
@@ -158,14 +159,16 @@ class DirectConv:
             planes = planes.reshape(self.planes)
         out = np.empty(self.out_shape, np.float32)
         target = out if self.target == self.out_shape else out.reshape(self.target)
-        if self.narrow:
-            kernel, args = _native.conv_narrow, (planes, self.w, target, *self.geometry)
-        else:
-            kernel, args = _native.conv_rows, (planes, self.w, target, self.groups, *self.geometry)
+        args = (planes, self.w, target, self.groups, *self.geometry)
+        c_out, rows, narrow = self.out_shape[1], self.rows, self.narrow
         if self.work < SPLIT_MIN:
-            kernel(*args, 0, self.rows)
-        else:
-            _run(lambda lo, hi: kernel(*args, lo, hi), self.rows, self.work)
+            _native.conv_rows(*args, 0, rows, 0, c_out, narrow)
+        elif rows >= PIECES:
+            _run(lambda lo, hi: _native.conv_rows(*args, lo, hi, 0, c_out, narrow), rows, self.work)
+        else:  # few output rows (a 1-D conv over one sequence): pieces of output channels
+            _run(lambda lo, hi: _native.conv_rows(*args, 0, rows, lo * CHANNELS,
+                                                  min(hi * CHANNELS, c_out), narrow),
+                 -(-c_out // CHANNELS), self.work)  # fmt: skip
         return out
 
 
@@ -209,6 +212,8 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
 def contiguous(x: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``x`` (numpy's copy, which lets go of the GIL), in pieces
     along its first axis longer than 1 when large (the same values either way)."""
+    if x.dtype == np.float32 and x.ndim - x.shape.count(1) == 2:
+        return fp16.contiguous(x)  # a transpose: the C extension's tiled copy (3-10x numpy's)
     axis = next((i for i, d in enumerate(x.shape) if d > 1), None)
     if axis is None or x.size < SPLIT_MIN or not pieces.spare_cpu(gemm.THREADS):
         return np.ascontiguousarray(x)

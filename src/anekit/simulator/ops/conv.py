@@ -197,18 +197,8 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
             return None
         bias = bias.astype(np.float32, copy=False).reshape((1, c_out) + (1,) * n)
     pointwise = g == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in st)
-    if weight.dtype == np.float16:  # held as fp16 (plan.HALF_CONSUMERS): conv's own product
-        if not pointwise or any(p != (0, 0) for p in padding):
-            return None
-        half, out_shape = weight.reshape(c_out, c_in), (batch, c_out, *x_shape[2:])
-
-        def run_half(x: np.ndarray) -> np.ndarray:
-            out = gemm.matmul_half(half, x.reshape(batch, c_in, -1)).reshape(out_shape)
-            if bias is not None:
-                out += bias
-            return out
-
-        return run_half
+    if weight.dtype == np.float16 and not pointwise:
+        return None  # the plan widens every other fp16 weight (plan.HALF_CONSUMERS)
     w = weight.reshape(g, c_out // g, -1)
     if not pointwise:
         out_sizes = _out_sizes_of(x_shape[2:], kernel, st, dl, padding)
@@ -231,10 +221,12 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
         return None
     matrix = weight.reshape(c_out, c_in)
     out_shape = (batch, c_out, *x_shape[2:])
+    # an fp16 weight read as it is (plan.HALF_CONSUMERS), by conv's own fp16-weight product
+    product = gemm.matmul_half if weight.dtype == np.float16 else gemm.matmul
 
     def run_1x1(x: np.ndarray) -> np.ndarray:
         # [C_out, C_in] @ [N, C_in, S], on views, as conv does
-        out = gemm.matmul(matrix, x.reshape(batch, c_in, -1)).reshape(out_shape)
+        out = product(matrix, x.reshape(batch, c_in, -1)).reshape(out_shape)
         if bias is not None:
             out += bias
         return out
@@ -494,7 +486,11 @@ def conv_transpose(
             # [N, g, Cg_in, *D]: splitting the channel axis is a view even of a strided x
             cols = _pick(x.reshape(batch, g, cg_in, *sizes), picked)  # [N, g, Cg_out*K, *D]
         else:
-            cols = np.matmul(np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1))
+            wt, xs = np.swapaxes(w, 1, 2), x.reshape(batch, g, cg_in, -1)
+            # numpy's product, as two halves on two threads when large (BLAS's bits either way)
+            cols = gemm.split_matmul(wt, xs)
+            if cols is None:
+                cols = np.matmul(wt, xs)
         buffer = _scattered_taps(cols.reshape((batch, g, cg_out, *kernel, *sizes)), st, dl, full)
     if list(starts) == [0] * n and list(out_sizes) == full:
         out = buffer  # the output is the whole buffer: no crop, no copy
