@@ -503,7 +503,7 @@ def test_narrow_rows_in_pieces_of_output_channels_sum_as_the_gemm_of_the_im2col_
     assert direct.narrow and direct.work >= window_kernels.SPLIT_MIN and direct.rows == 1
     for split in (False, True):
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(window_kernels.pieces, "spare_cpu", lambda threads: split)
+            m.setattr(window_kernels.pieces, "spare_cpu", lambda threads, s=split: s)
             got = conv.conv(x, weight, bias, np.array([1, 1], np.int32), "custom",
                             np.array(pads, np.int32))  # fmt: skip
         assert _same_bits(got, _im2col_product(x, weight, 1, bias, (1, 1), (1, 1), pads))
