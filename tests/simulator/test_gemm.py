@@ -322,3 +322,27 @@ def test_packed_panels_give_the_bits_of_panels_read_in_place(threads: int) -> No
         part = np.empty((len(rows), n), np.float32)
         native.gemm(rows, b, part, len(rows), k, n, 1)
         assert np.array_equal(whole[r : r + 6].view(np.uint32), part.view(np.uint32))
+
+
+@pytest.mark.skipif(not gemm.ACCELERATED, reason="the C GEMM needs AVX-512F")
+@pytest.mark.parametrize("lead", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("given_out", [False, True])
+def test_a_transposed_matrix_is_multiplied_as_the_transposed_product(lead, given_out) -> None:
+    """A [k, n] operand laid out transposed (magika's one-hot rows after a layout transpose)
+    is not copied: the C GEMM computes b.T @ a.T and the result is transposed back, with
+    the bits of the product of its C-order copy (each output the same FMA chain over k),
+    signed zeros and infinities included."""
+    rng = np.random.default_rng(len(lead) + given_out)
+    a = rng.standard_normal((64, 257)).astype(np.float32)
+    a[3, :5] = [np.inf, -0.0, 0.0, np.nan, 1e-40]
+    stored = rng.standard_normal((2048, 257)).astype(np.float32)
+    stored[::97, 7] = -0.0
+    b = stored.T.reshape(*lead, 257, 2048)  # a transposed view
+    assert not b.flags.c_contiguous and gemm._transposed_product(a, b, None) is not None
+    out = np.full((*lead, 64, 2048), np.nan, np.float32) if given_out else None
+    got = gemm.matmul(a, b, out=out)
+    want = gemm.matmul(a, np.ascontiguousarray(b))
+    assert got.shape == want.shape == (*lead, 64, 2048)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    if given_out:
+        assert got.base is out or got is out

@@ -219,27 +219,30 @@ def narrow_to_float16(values: np.ndarray) -> np.ndarray:
 BATCHES = 64  # at most this many 2-D slices of a 3-D view are gathered one by one
 
 
-def contiguous(values: np.ndarray) -> np.ndarray:
-    """A float32 array as a C-contiguous copy (the array itself when it is one already). A
-    view that is 2-D once its size-1 axes are dropped (a transpose) is copied by the C
-    extension in register blocks, 3-10x faster than numpy's column-by-column walk, and so
-    is a 3-D one slice by slice (a batch of transposes, as attention's head layouts are);
-    the bits are copied as they are."""
-    if values.flags.c_contiguous:
+def contiguous(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A float32 array as a C-contiguous copy (the array itself when it is one already), in
+    ``out`` (C-contiguous, of its shape) if given. A view that is 2-D once its size-1 axes
+    are dropped (a transpose) is copied by the C extension in register blocks, 3-10x faster
+    than numpy's column-by-column walk, and so is a 3-D one slice by slice (a batch of
+    transposes, as attention's head layouts are); the bits are copied as they are."""
+    if values.flags.c_contiguous and out is None:
         return values
     gather = _converter("gather")
     if gather is not None and values.dtype == np.float32:
         squeezed = np.squeeze(values)
-        if squeezed.ndim == 2:
-            out = np.empty(values.shape, np.float32)
+        if squeezed.ndim == 2 and not values.flags.c_contiguous:
+            out = np.empty(values.shape, np.float32) if out is None else out
             gather(squeezed, out)
             return out
         if squeezed.ndim == 3 and len(squeezed) <= BATCHES and squeezed.strides[2] != 4:
-            out = np.empty(values.shape, np.float32)
+            out = np.empty(values.shape, np.float32) if out is None else out
             slices = out.reshape(squeezed.shape)
             for i, part in enumerate(squeezed):
                 gather(part, slices[i])
             return out
+    if out is not None:
+        out[...] = values
+        return out
     return np.ascontiguousarray(values)
 
 

@@ -84,6 +84,27 @@ def _weight_matrix(b: np.ndarray, rows: int) -> np.ndarray | None:
     return fp16.contiguous(b.reshape(b.shape[-2:]))
 
 
+def _transposed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+    """``a @ b`` for one matrix ``a`` [m, k] and a ``b`` [k, n] laid out transposed (its
+    transpose C-contiguous: magika's one-hot rows after a layout transpose), as the C GEMM's
+    ``b.T @ a.T`` transposed back: no copy of the large ``b`` (a [257, 2048] copy cost more
+    than the product), and the bits of the copy's product, each output the same FMA chain
+    over k. None where it does not apply."""
+    if a.ndim != 2 or b.dtype != np.float32 or any(d != 1 for d in b.shape[:-2]):
+        return None
+    m, k = a.shape
+    matrix = b.reshape(b.shape[-2:])
+    n = matrix.shape[1]
+    if matrix.shape[0] != k or not matrix.T.flags.c_contiguous or matrix.flags.c_contiguous:
+        return None
+    if m < COPY_ROWS or m * k * n < MIN_WORK or n < m:
+        return None  # fewer rows: numpy reads b in place, as _weight_matrix leaves it
+    result = np.empty((n, m), np.float32)
+    _native.gemm(matrix.T, np.ascontiguousarray(a.T), result, n, k, m, _run_threads)
+    shape = (*b.shape[:-2], m, n)
+    return fp16.contiguous(result.T, None if out is None else out.reshape(m, n)).reshape(shape)
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies: a
     float32 ``a`` of any batch shape times one matrix ``b`` is one product of ``a``'s rows
@@ -93,6 +114,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32 and b.ndim >= 2:
         k = a.shape[-1]
         m = a.size // k if k else 0
+        transposed = _transposed_product(a, b, out)
+        if transposed is not None:
+            return transposed
         y = _weight_matrix(b, m)
         if y is not None and k == y.shape[0]:
             n = y.shape[1]
