@@ -402,6 +402,19 @@ def _packed_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     ).astype(np.uint8)
 
 
+def _gather_block_quantized(inits: dict, **attrs) -> onnx.ModelProto:
+    """ids [2, 5] -> GatherBlockQuantized 'embed' over the initializers given (data, scales
+    and, when present, zp, in that order)."""
+    names = ["data", "ids", "scales", *(["zp"] if "zp" in inits else [])]
+    node = helper.make_node("GatherBlockQuantized", names, ["y"], domain=MS, name="embed", **attrs)
+    graph = helper.make_graph(
+        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+
+
 @pytest.mark.parametrize(("bits", "zero_points"), [(4, True), (4, False), (2, True), (8, True)])
 def test_gather_block_quantized_packed_uint8_forms(bits: int, zero_points: bool) -> None:
     rows, width, block = 12, 48, 16
@@ -409,21 +422,10 @@ def test_gather_block_quantized_packed_uint8_forms(bits: int, zero_points: bool)
         "data": _packed_codes(RNG.integers(0, 1 << bits, (rows, width)).astype(np.uint8), bits),
         "scales": _f(rows, width // block, scale=0.1),
     }
-    names = ["data", "ids", "scales"]
     if zero_points:  # three blocks' zero points, packed like the codes
         inits["zp"] = _packed_codes(RNG.integers(0, 1 << bits, (rows, 3)).astype(np.uint8), bits)
-        names.append("zp")
-    node = helper.make_node(
-        "GatherBlockQuantized", names, ["y"], domain=MS, bits=bits, block_size=block,
-        quantize_axis=1, gather_axis=0,
-    )  # fmt: skip
-    graph = helper.make_graph(
-        [node], "gbq",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    model = _gather_block_quantized(inits, bits=bits, block_size=block, quantize_axis=1,
+                                    gather_axis=0)  # fmt: skip
     _check(model, {"ids": RNG.integers(0, rows, (2, 5))})
 
 
@@ -439,15 +441,7 @@ def test_gather_block_quantized_refusals_name_the_node(change: dict, message: st
         "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
         "scales": _f(*change.get("scales", (12, 3))),
     }
-    node = helper.make_node(
-        "GatherBlockQuantized", ["data", "ids", "scales"], ["y"], domain=MS, name="embed", **attrs
-    )
-    graph = helper.make_graph(
-        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    model = _gather_block_quantized(inits, **attrs)
     with pytest.raises(anekit.AnekitError, match=message) as caught:
         anekit.compile(model, "m4")
     assert "embed" in str(caught.value)
@@ -538,15 +532,6 @@ def test_gather_block_quantized_refuses_zero_points_that_do_not_match_the_scales
         "data": _packed_codes(RNG.integers(0, 16, (12, 48)).astype(np.uint8), 4),
         "scales": _f(12, 3), "zp": np.zeros((12, 1), np.uint8),
     }  # fmt: skip
-    node = helper.make_node(
-        "GatherBlockQuantized", ["data", "ids", "scales", "zp"], ["y"], domain=MS, name="embed",
-        bits=4, block_size=16,
-    )  # fmt: skip
-    graph = helper.make_graph(
-        [node], "gbq", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 5))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    model = _gather_block_quantized(inits, bits=4, block_size=16)
     with pytest.raises(anekit.AnekitError, match=r"'embed'.*zero_points are \[12, 2\], not the scales' \[12, 3\]"):
         anekit.compile(model, "m4")
