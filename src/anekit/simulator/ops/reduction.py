@@ -24,9 +24,7 @@ def _reduction(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         return np.asarray(out).astype(x.dtype, copy=False)
 
     def prepare(known: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Any:
-        """The kernel for one input shape (prepared.py): axes and keep_dims read once, and a
-        float mean as np.mean computes it without its Python wrapper (a 1-value mean cost
-        a streaming model 16 us a run)."""
+        """The kernel for one input shape (prepared.py): axes and keep_dims read once."""
         if set(shapes) != {"x"}:
             return None
         rank, axes = len(shapes["x"]), known.get("axes")
@@ -35,22 +33,7 @@ def _reduction(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
             keep = as_bool(known.get("keep_dims", False))
         except ValueError:
             return None  # the general kernel raises it, naming the op
-        count = np.intp(math.prod(shapes["x"][a] for a in chosen))
-        if fn is _mean and count == 0:
-            return None  # numpy's warning about an empty mean comes from the general kernel
-        if fn is not _mean:
-            return lambda x: np.asarray(fn(x, axis=chosen, keepdims=keep)).astype(x.dtype, copy=False)
-
-        def mean(x: np.ndarray) -> np.ndarray:
-            if x.dtype.kind != "f":
-                return kernel(x, chosen, keep)
-            # numpy's _mean: the float sum in x's dtype, divided by the intp count
-            total = np.add.reduce(x, axis=chosen, dtype=x.dtype, keepdims=keep)
-            if isinstance(total, np.ndarray):
-                return np.true_divide(total, count, out=total, casting="unsafe", subok=False)
-            return np.asarray(total.dtype.type(total / count))
-
-        return mean
+        return lambda x: np.asarray(fn(x, axis=chosen, keepdims=keep)).astype(x.dtype, copy=False)
 
     kernel.prepare = prepare  # type: ignore[attr-defined]  # see prepared.py
     return kernel
@@ -79,7 +62,15 @@ def _log_sum_exp(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.nda
 
 
 def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype.kind == "f" else None)
+    count = math.prod(x.shape[a] for a in axis)
+    if x.dtype.kind != "f" or count == 0:  # and numpy's warning about an empty mean
+        return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype.kind == "f" else None)
+    # what np.mean computes, without its Python wrapper (a 1-value mean cost a streaming
+    # model 16 us a run): the sum in x's dtype, divided by the count as an intp
+    total = np.add.reduce(x, axis=axis, dtype=x.dtype, keepdims=keepdims)
+    if isinstance(total, np.ndarray):
+        return np.true_divide(total, np.intp(count), out=total, casting="unsafe", subok=False)
+    return total.dtype.type(total / np.intp(count))
 
 
 def _sum_square(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
