@@ -1,4 +1,4 @@
-"""gemm._split_matmul: a large numpy product run as two row halves on two threads must give
+"""gemm.split_matmul: a large numpy product run as two row halves on two threads must give
 numpy's one-call bits (the simulator's results must not depend on the split), for
 contiguous and transposed operands, odd sizes and values with NaNs and infinities."""
 
@@ -34,7 +34,7 @@ def test_split_product_gives_the_one_call_bits(m, extra, n, ta, tb, special, see
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pieces, "spare_cpu", lambda threads: True)  # whatever the load
         mp.setattr(gemm, "SPLIT_WORK", 0)  # the halves' size is what matters
-        got = gemm._split_matmul(a[None], b[None])
+        got = gemm.split_matmul(a[None], b[None])
     assert got is not None and got.shape == (1, m, n)
     want = np.matmul(a[None], b[None])
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -46,20 +46,20 @@ def test_split_is_refused_where_numpy_takes_another_path() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pieces, "spare_cpu", lambda threads: True)
         mp.setattr(gemm, "SPLIT_WORK", 0)
-        assert gemm._split_matmul(a, a.T) is None  # syrk
-        assert gemm._split_matmul(a[:, ::2], a[::2]) is None  # not BLAS-ready
-        assert gemm._split_matmul(a[None].repeat(2, 0), a) is None  # a real batch
-        assert gemm._split_matmul(a, a[:, :1]) is None  # matrix-vector
-        assert gemm._split_matmul(a, a[:, :9].copy()) is None  # narrow: halves stream all of b
-        assert gemm._split_matmul(a.astype(np.float64), a) is None
-        assert gemm._split_matmul(a[:16, :16], a[:16, :16].copy()) is None  # small kernels
-        assert gemm._split_matmul(a, a.copy()) is not None
+        assert gemm.split_matmul(a, a.T) is None  # syrk
+        assert gemm.split_matmul(a[:, ::2], a[::2]) is None  # not BLAS-ready
+        assert gemm.split_matmul(a[None].repeat(2, 0), a) is None  # a real batch
+        assert gemm.split_matmul(a, a[:, :1]) is None  # matrix-vector
+        assert gemm.split_matmul(a, a[:, :9].copy()) is None  # narrow: halves stream all of b
+        assert gemm.split_matmul(a.astype(np.float64), a) is None
+        assert gemm.split_matmul(a[:16, :16], a[:16, :16].copy()) is None  # small kernels
+        assert gemm.split_matmul(a, a.copy()) is not None
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pieces, "spare_cpu", lambda threads: True)
-        assert gemm._split_matmul(a[:32], a.copy()) is None  # too small to pay for the thread
-        assert gemm._split_matmul(a, a.copy()) is not None
+        assert gemm.split_matmul(a[:32], a.copy()) is None  # too small to pay for the thread
+        assert gemm.split_matmul(a, a.copy()) is not None
         mp.setattr(pieces, "spare_cpu", lambda threads: False)
-        assert gemm._split_matmul(a, a.copy()) is None  # no idle CPU for the helper
+        assert gemm.split_matmul(a, a.copy()) is None  # no idle CPU for the helper
 
 
 def test_conv_transpose_product_in_halves_gives_the_one_call_bits() -> None:
@@ -75,9 +75,9 @@ def test_conv_transpose_product_in_halves_gives_the_one_call_bits() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pieces, "spare_cpu", lambda threads: False)
         one = conv_transpose(x, w, strides=strides)
-        split, done = gemm._split_matmul, []
+        split, done = gemm.split_matmul, []
         mp.setattr(pieces, "spare_cpu", lambda threads: True)
-        mp.setattr(gemm, "_split_matmul", lambda a, b: done.append(split(a, b)) or done[-1])
+        mp.setattr(gemm, "split_matmul", lambda a, b: done.append(split(a, b)) or done[-1])
         halves = conv_transpose(x, w, strides=strides)
     assert done and done[0] is not None  # the product ran in halves
     assert np.array_equal(one.view(np.uint32), halves.view(np.uint32))

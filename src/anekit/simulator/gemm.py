@@ -12,7 +12,7 @@ every machine without AVX-512F or without the compiled module take ``numpy.matmu
 
 Products numpy keeps (transposed operands, and every product whose bits must stay BLAS's)
 run, when large and a CPU is idle, as two halves of the rows shared with a helper thread
-(pieces.py, :func:`_split_matmul`): BLAS sums each output alike whichever rows share its
+(pieces.py, :func:`split_matmul`): BLAS sums each output alike whichever rows share its
 call.
 
 While a simulator run uses the GEMM's threads, numpy's BLAS (OpenBLAS here; still used for
@@ -126,7 +126,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
                 result = np.empty((m, n), np.float32) if out is None else out
                 _native.gemm(x, y, result, m, k, n, _run_threads)
                 return result.reshape((*batch, a.shape[-2], n))
-    product = _split_matmul(a, b)
+    product = split_matmul(a, b)
     product = np.matmul(a, b) if product is None else product
     if out is None:
         return product
@@ -215,11 +215,6 @@ def _blas_matrix(a: np.ndarray) -> bool:
 
 
 def split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """:func:`_split_matmul` for kernels that keep numpy's product (conv_transpose's)."""
-    return _split_matmul(a, b)
-
-
-def _split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``numpy.matmul(a, b)`` of one large float32 matrix product (leading axes all 1) as
     two products of half the rows, one on a helper thread (numpy lets go of the GIL in
     BLAS), or None when it does not apply. BLAS computes every output the same way
