@@ -85,24 +85,28 @@ class _Cell:
         self.e, self.op, self.h, self.batch, self.d = e, op, h, batch, d
         gates = CELLS[op][0]
         self.wb = e.const(b[: gates * h], f"wb{d}")
-        self.rb = e.const(b[gates * h :], f"rb{d}")
-        self.r_t = e.const(np.ascontiguousarray(r.T), f"r{d}")  # [h, gates * h]
+        rb = b[gates * h :]
         if op == "gru":  # the candidate's recurrence product stands apart from the gates'
             self.r_zr = e.const(np.ascontiguousarray(r[: 2 * h].T), f"r{d}_zr")
             self.r_h = e.const(np.ascontiguousarray(r[2 * h :].T), f"r{d}_h")
-            self.rb_zr = e.const(b[gates * h : gates * h + 2 * h], f"rb{d}_zr")
-            self.rb_h = e.const(b[gates * h + 2 * h :], f"rb{d}_h")
+            self.rb_zr = e.const(rb[: 2 * h], f"rb{d}_zr")
+            self.rb_h = e.const(rb[2 * h :], f"rb{d}_h")
+        else:
+            self.r_t = e.const(np.ascontiguousarray(r.T), f"r{d}")  # [h, gates * h]
+            self.rb = e.const(rb, f"rb{d}")
 
     def initial(self, value: str | None, which: str) -> str:
         e, d, shape = self.e, self.d, (self.batch, self.h)
         if not value:
             return e.const(np.zeros(shape, np.float32), f"{which}0_{d}")
         part = e("slice", [value], {"starts": (d,), "ends": (d + 1,), "axes": (0,)}, f"{which}0_{d}")
-        return self.e("reshape", [part], {"shape": shape}, f"{which}0_{d}_rows")
+        return e("reshape", [part], {"shape": shape}, f"{which}0_{d}_rows")
+
+    def _columns(self, z: str, lo: int, hi: int, tag: str) -> str:
+        return self.e("slice", [z], {"starts": (lo * self.h,), "ends": (hi * self.h,), "axes": (1,)}, tag)
 
     def _gate(self, z: str, k: int, tag: str) -> str:
-        h = self.h
-        return self.e("slice", [z], {"starts": (k * h,), "ends": ((k + 1) * h,), "axes": (1,)}, tag)
+        return self._columns(z, k, k + 1, tag)
 
     def step(self, xt: str, hs: str, cs: str | None, t: int, linear_before_reset: bool):
         e, tag = self.e, f"{self.d}_{t}"
@@ -120,12 +124,11 @@ class _Cell:
         if self.op == "rnn":
             hr = e("add", [e("matmul", [hs, self.r_t], tag=f"h_r{tag}"), self.rb], tag=f"hb{tag}")
             return e("tanh", [e("add", [xb, hr], tag=f"z{tag}")], tag=f"h{tag}"), None
-        h = self.h
         hzr = e("add", [e("matmul", [hs, self.r_zr], tag=f"h_zr{tag}"), self.rb_zr], tag=f"hzr{tag}")
-        xz = e("slice", [xb], {"starts": (0,), "ends": (2 * h,), "axes": (1,)}, f"xzr{tag}")
+        xz = self._columns(xb, 0, 2, f"xzr{tag}")
         zr = e("sigmoid", [e("add", [xz, hzr], tag=f"zr{tag}")], tag=f"zr{tag}_act")
         z, reset = self._gate(zr, 0, f"z{tag}"), self._gate(zr, 1, f"r{tag}")
-        xh = e("slice", [xb], {"starts": (2 * h,), "ends": (3 * h,), "axes": (1,)}, f"xh{tag}")
+        xh = self._gate(xb, 2, f"xh{tag}")
         if linear_before_reset:
             hh = e("add", [e("matmul", [hs, self.r_h], tag=f"h_h{tag}"), self.rb_h], tag=f"hh{tag}")
             inner = e("mul", [reset, hh], tag=f"rh{tag}")
