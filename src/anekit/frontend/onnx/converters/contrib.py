@@ -46,6 +46,12 @@ def dequantized_constant(
     return (values - z) * s
 
 
+def _check_block_size(block: int, hint: str | None = None) -> None:
+    """The weight-only quantizers' blocks: a power of two of at least 16 values."""
+    if block < 16 or block & (block - 1):
+        raise ModelError(f"block_size {block} is not a power of two of at least 16", hint=hint)
+
+
 @converter(f"{MS}.DynamicQuantizeLSTM")
 def dynamic_quantize_lstm(cx: NodeContext):
     # W [D, input, 4H] and R [D, H, 4H]: the quantizer transposed them; LSTM wants [D, 4H, *]
@@ -85,8 +91,7 @@ def matmul_nbits(cx: NodeContext):
     k, n, bits, block = cx.attr("K"), cx.attr("N"), cx.attr("bits", 4), cx.attr("block_size")
     if bits not in (2, 4, 8):
         raise ModelError(f"{bits}-bit codes are not supported (2, 4 or 8 are)")
-    if block < 16 or block & (block - 1):
-        raise ModelError(f"block_size {block} is not a power of two of at least 16")
+    _check_block_size(block)
     if cx.input(4) is not None:
         raise ModelError("the g_idx input (act-order group indices) is not supported",
                          hint="quantize without act-order (onnxruntime's RTN or default config)")  # fmt: skip
@@ -151,8 +156,7 @@ def matmul_bnb4(cx: NodeContext):
     FP4/NF4 codes (two a byte, the first in the high half) in blocks of ``block_size``, each
     block scaled by its absmax. Dequantized once here."""
     k, n, block = cx.attr("K"), cx.attr("N"), cx.attr("block_size")
-    if block < 16 or block & (block - 1):
-        raise ModelError(f"block_size {block} is not a power of two of at least 16")
+    _check_block_size(block)
     values = _bnb4_values(cx.attr("quant_type"))
     packed = cx.require_const(1, "B").reshape(-1)
     absmax = cx.require_const(2, "absmax").astype(np.float32).reshape(-1)
@@ -186,9 +190,7 @@ def gather_block_quantized(cx: NodeContext):
     if not -rank <= q_axis < rank or not -rank <= g_axis < rank:
         raise ModelError(f"quantize_axis {q_axis} / gather_axis {g_axis} outside a rank-{rank} table")
     q_axis, g_axis = q_axis % rank, g_axis % rank
-    if block < 16 or block & (block - 1):
-        raise ModelError(f"block_size {block} is not a power of two of at least 16",
-                         hint="FP8/FP4 tables (block_size 0) are not supported")  # fmt: skip
+    _check_block_size(block, hint="FP8/FP4 tables (block_size 0) are not supported")
     zero = cx.const(3)
     if cx.four_bit(0):
         shape, midpoint = data.shape, 0
