@@ -2618,17 +2618,6 @@ static inline __mmask16 conv_lanes(Py_ssize_t a, Py_ssize_t b)
     return b <= a ? (__mmask16)0 : (__mmask16)(((1u << (b - a)) - 1u) << a);
 }
 
-/* The 16 even values of in[0:32], lanes of ``in`` outside [lo, hi) read as zeros. */
-__attribute__((target("avx512f"))) static inline __m512 conv_evens(const float *in,
-    Py_ssize_t lo, Py_ssize_t hi)
-{
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                          2, 0);
-    __m512 a = _mm512_maskz_loadu_ps(conv_lanes(lo, hi), in);
-    __m512 b = _mm512_maskz_loadu_ps(conv_lanes(lo - 16, hi - 16), in + 16);
-    return _mm512_permutex2var_ps(a, even, b);
-}
-
 /* A depthwise convolution (one input and one output channel per group) of column stride 1
  * or 2:
  * no panel, each tap's inputs loaded straight from the input row, the lanes outside it
@@ -2661,7 +2650,7 @@ __attribute__((target("avx512f"))) static inline __m512 conv_evens(const float *
         _mm512_mask_storeu_ps(o + 48, conv_lanes(0, cols - 48), c##i##3);                       \
     }
 
-/* conv_evens with its two halves' lanes given. */
+/* The 16 even values of in[0:32], each half's lanes outside ``a`` / ``b`` read as zeros. */
 __attribute__((target("avx512f"))) static inline __m512 dw_evens(const float *in, __mmask16 a,
                                                                  __mmask16 b)
 {
