@@ -241,6 +241,47 @@ def test_changing_thread_counts_between_products_is_safe() -> None:
         np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_a_wide_product_is_shared_out_by_column_panels_with_the_bits_of_one_thread(
+    threads: int,
+) -> None:
+    # fewer rows than columns (a convolution's output channels by its positions): the
+    # threads take panels of columns, not rows; each output must still be the one-thread
+    # sum, bit for bit: a partial last panel, rows not a multiple of six, blocks of k that
+    # resume, and an infinity and a NaN spreading along their row and column
+    rng = np.random.default_rng(14)
+    m, k, n = 70, 300, 1037
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    a[5, 290], b[7, 1030] = np.inf, np.nan
+    one = np.empty((m, n), np.float32)
+    native.gemm(a, b, one, m, k, n, 1)
+    shared = np.full((m, n), -1.0, np.float32)
+    native.gemm(a, b, shared, m, k, n, threads)
+    np.testing.assert_array_equal(shared.view(np.uint32), one.view(np.uint32))
+    assert np.isnan(shared[:, 1030]).all() and np.isinf(shared[5]).sum() > n // 2
+
+
+def test_wide_and_tall_products_one_after_another_are_safe() -> None:
+    # a product split by column panels followed by one split by rows, thread counts
+    # changing: no worker may take a chunk of one product as a chunk of the other
+    rng = np.random.default_rng(15)
+    wide = (rng.standard_normal((24, 64), dtype=np.float32),
+            rng.standard_normal((64, 3000), dtype=np.float32))  # fmt: skip
+    tall = (rng.standard_normal((300, 64), dtype=np.float32),
+            rng.standard_normal((64, 40), dtype=np.float32))  # fmt: skip
+    wants = []
+    for a, b in (wide, tall):
+        want = np.empty((a.shape[0], b.shape[1]), np.float32)
+        native.gemm(a, b, want, a.shape[0], a.shape[1], b.shape[1], 1)
+        wants.append(want)
+    for i in range(200):
+        (a, b), want = ((wide, wants[0]), (tall, wants[1]))[i % 2]
+        out = np.full(want.shape, np.nan, np.float32)
+        native.gemm(a, b, out, a.shape[0], a.shape[1], b.shape[1], (2, 3, 2, 4, 1)[i % 5])
+        np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocks_of_k_resume_each_outputs_sum_where_it_stopped(threads: int) -> None:
     # the kernel runs k in blocks of 256 and reloads each sum from C between blocks; with
