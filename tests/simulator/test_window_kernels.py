@@ -466,6 +466,21 @@ def test_a_conv_of_one_output_row_splits_its_output_channels() -> None:
     assert _same_bits(got, want)
 
 
+def test_a_depthwise_convs_work_counts_only_the_kernel_rows_inside_x() -> None:
+    """The work that decides a split in pieces counts the taps the depthwise kernel runs:
+    a 5x5 over two rows, padded by two, reads x with 2 of its 5 rows at each output row;
+    a dense conv (no rows skipped) counts every tap."""
+    w = np.ones((8, 25), np.float32)
+    shape, geometry = (3, 8, 2, 96), ((5, 5), (1, 1), (1, 1), (2, 2))
+    depthwise = window_kernels.DirectConv(w, 8, *geometry, shape, (2, 96))
+    dense = window_kernels.DirectConv(np.ones((8, 200), np.float32), 1, *geometry, shape,
+                                      (2, 96))  # fmt: skip
+    assert depthwise.work == 3 * 8 * 2 * 96 * 25 // 16 * 2 // 5
+    assert dense.work == 3 * 8 * 2 * 96 * 200 // 16
+    tall = window_kernels.DirectConv(w, 8, *geometry, (3, 8, 40, 96), (40, 96))
+    assert tall.work == 3 * 8 * 40 * 96 * 25 // 16 * (40 * 5 - 6) // (40 * 5)
+
+
 def test_conv_rows_computes_the_channels_it_is_given() -> None:
     """Output channel ranges of one call cover exactly those channels (dense, grouped and
     depthwise), and together the whole call's bits; a range outside C_out is refused."""
