@@ -291,6 +291,31 @@ static uint32_t bits_from_half(uint16_t h)
     return sign | (e + 112u) << 23 | m << 13;
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+/* n float32 values rounded to fp16 values in place, every value exactly as round_in_place and
+ * numpy's conversion for the values it leaves (F16C's round to nearest even, overflow to
+ * infinity; a NaN through the scalar conversion, whose payload F16C may quiet): the epilogue
+ * of a product whose result is fp16, run on each tile while it is in cache. */
+__attribute__((target("avx512f,f16c"))) static void round_span(float *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 r = _mm512_maskz_loadu_ps(m, p + i);
+        _mm512_mask_storeu_ps(p + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        __mmask16 nan = _mm512_mask_cmp_ps_mask(m, r, r, _CMP_UNORD_Q);
+        for (int k = 0; nan; k++, nan >>= 1)
+            if (nan & 1) {
+                float lanes[16];
+                uint32_t b;
+                _mm512_storeu_ps(lanes, r);
+                memcpy(&b, lanes + k, sizeof b);
+                b = bits_from_half(half_from_bits(b));
+                memcpy(p + i + k, &b, sizeof b);
+            }
+    }
+}
+#endif
+
 static void narrow_scalar(const uint32_t *src, uint16_t *dst, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -632,6 +657,7 @@ typedef struct {
     const uint16_t *W; /* fp16 weights (gemm_f16w) in place of A */
     long batch, M;     /* gemm_f16w_cols: B [batch, K, N] and C [batch, M, N] */
     atomic_int *failed; /* gemm_f16w_cols: set when a part's buffer could not be allocated */
+    int round;          /* gemm: each finished tile of C rounded to fp16 values (round_span) */
 } part;
 
 #define KC 256 /* k per block: B's KC x 64 panel (64 KiB) stays in L2 across the rows */
@@ -688,6 +714,9 @@ static void gemm_tile(const part *p, long row0, long row1, long col0, long col1)
                     block1(A, K, B, ldb, C, N, kc, mask, k0 > 0);
                 r += rows;
             }
+            if (p->round && k0 + kc == K) /* the panel's sums are final */
+                for (long r = row0; r < row1; r++)
+                    round_span(p->C + r * N + j, col1 - j < COLS ? col1 - j : COLS);
         }
     }
     free(panel);
@@ -889,15 +918,19 @@ static void pool_run(part job, long unit, void *(*rows)(void *), int threads)
  * again (64 x 64 x 30400 ran slower on two threads than on one), a chunk of panels reads
  * its part of B once and all of A, which stays in cache. Each output is the same chain of
  * FMAs over k either way, so the split never changes the bits. */
-static void gemm_run(const float *A, const float *B, float *C, long M, long K, long N, int threads)
+static void gemm_run(const float *A, const float *B, float *C, long M, long K, long N, int threads,
+                     int round)
 {
     if (threads > 1 && M < N) {
         part job = {A, B, C, 0, (N + COLS - 1) / COLS, K, N, NULL};
         job.M = M;
+        job.round = round;
         pool_run(job, 1, gemm_panels, threads);
         return;
     }
-    pool_run((part){A, B, C, 0, M, K, N, NULL}, ROWS, gemm_rows, threads);
+    part job = {A, B, C, 0, M, K, N, NULL};
+    job.round = round;
+    pool_run(job, ROWS, gemm_rows, threads);
 }
 
 /* ---- gemm_f16w: fp16 weights times float32 activations ----
@@ -1088,16 +1121,18 @@ static PyObject *gemm_available(PyObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(gemm_doc,
-"gemm(a, b, out, m, k, n, threads) -> None\n\n"
+"gemm(a, b, out, m, k, n, threads, round=False) -> None\n\n"
 "out[m, n] = a[m, k] @ b[k, n]: C-contiguous float32 buffers of exactly those sizes.\n"
+"With round, every value is then rounded to fp16 (round_in_place's bits, NaN and\n"
+"infinity included), tile by tile while in cache.\n"
 "Raises RuntimeError where gemm_available() is False.");
 
 static PyObject *gemm(PyObject *self, PyObject *args)
 {
     PyObject *a, *b, *out;
     Py_ssize_t m, k, n;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOnnni:gemm", &a, &b, &out, &m, &k, &n, &threads))
+    int threads, round = 0;
+    if (!PyArg_ParseTuple(args, "OOOnnni|p:gemm", &a, &b, &out, &m, &k, &n, &threads, &round))
         return NULL;
     if (!gemm_supported()) {
         PyErr_SetString(PyExc_RuntimeError, "gemm needs x86-64 with AVX-512F");
@@ -1128,9 +1163,9 @@ static PyObject *gemm(PyObject *self, PyObject *args)
     if (m && n) {
         Py_BEGIN_ALLOW_THREADS
         if (k)
-            gemm_run(va.buf, vb.buf, vc.buf, m, k, n, threads);
+            gemm_run(va.buf, vb.buf, vc.buf, m, k, n, threads, round);
         else
-            memset(vc.buf, 0, (size_t)(m * n) * 4);
+            memset(vc.buf, 0, (size_t)(m * n) * 4); /* sums of nothing: +0, an fp16 value */
         Py_END_ALLOW_THREADS
     }
 #endif
@@ -3073,23 +3108,24 @@ static int conv_buffer(PyObject *obj, Py_buffer *view, int ndim, int writable, c
 
 PyDoc_STRVAR(conv_rows_doc,
 "conv_rows(x, w, out, groups, kernel, strides, dilations, pad_before, row0, row1, co0=0,\n"
-"          co1=C_out, transposed=False) -> None\n\n"
+"          co1=C_out, transposed=False, round=False) -> None\n\n"
 "x [N, C, H, W], w [C_out, C/groups * KH * KW], out [N, C_out, OH, OW], all C-contiguous\n"
 "float32: out[n, o, oy, ox] = sum over (c, ky, kx) of w * x[n, c, oy * sy + ky * dy - py,\n"
 "ox * sx + kx * dx - px] (0 outside x), as gemm() sums (one FMA chain over k in order),\n"
 "for the output rows (n * OH + oy) in [row0, row1) and output channels [co0, co1).\n"
 "transposed: one group and w given as its transpose [C * KH * KW, C_out], for rows a few\n"
-"values wide (vectors along the output channels; the same bits). Raises RuntimeError where\n"
+"values wide (vectors along the output channels; the same bits). round: those outputs then\n"
+"rounded to fp16 values (round_in_place's bits). Raises RuntimeError where\n"
 "gemm_available() is False.");
 
 static PyObject *conv_rows(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *oo;
     Py_ssize_t groups, kh, kw, sy, sx, dy, dx, py, px, row0, row1, co0 = 0, co1 = -1;
-    int transposed = 0;
-    if (!PyArg_ParseTuple(args, "OOOn(nn)(nn)(nn)(nn)nn|nnp:conv_rows", &xo, &wo, &oo, &groups,
+    int transposed = 0, round = 0;
+    if (!PyArg_ParseTuple(args, "OOOn(nn)(nn)(nn)(nn)nn|nnpp:conv_rows", &xo, &wo, &oo, &groups,
                           &kh, &kw, &sy, &sx, &dy, &dx, &py, &px, &row0, &row1, &co0, &co1,
-                          &transposed))
+                          &transposed, &round))
         return NULL;
     if (!gemm_supported()) {
         PyErr_SetString(PyExc_RuntimeError, "conv_rows needs x86-64 with AVX-512F");
@@ -3154,6 +3190,11 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
             status = conv_depthwise_rows(&job, row0, row1, co0, co1);
         else
             conv_rows_run(&job, row0, row1, co0, co1, panel, bp, zeros);
+        if (round && status == 0) /* this call's outputs, just written: mostly still in cache */
+            for (Py_ssize_t r = row0; r < row1; r++)
+                for (Py_ssize_t o = co0; o < co1; o++)
+                    round_span(job.out + ((r / job.oh * co + o) * job.oh + r % job.oh) * job.ow,
+                               job.ow);
         Py_END_ALLOW_THREADS
         free(panel);
         free(bp);

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import pytest
 
-from anekit.simulator import gemm
+from anekit.simulator import fp16, gemm
 from anekit.simulator.ops.conv import conv
 from anekit.simulator.ops.linear import matmul
 
@@ -147,9 +147,9 @@ def test_wrapper_takes_the_kernel_for_weight_products_and_numpy_for_the_rest(
     calls: list[tuple[int, ...]] = []
     real = native.gemm
 
-    def spy(a, b, out, m, k, n, threads):  # noqa: ANN001, ANN202
+    def spy(a, b, out, m, k, n, threads, rounded=False):  # noqa: ANN001, ANN202
         calls.append((m, k, n))
-        return real(a, b, out, m, k, n, threads)
+        return real(a, b, out, m, k, n, threads, rounded)
 
     monkeypatch.setattr(gemm, "_native", type("N", (), {"gemm": staticmethod(spy)}))
     rng = np.random.default_rng(4)
@@ -280,6 +280,55 @@ def test_wide_and_tall_products_one_after_another_are_safe() -> None:
         out = np.full(want.shape, np.nan, np.float32)
         native.gemm(a, b, out, a.shape[0], a.shape[1], b.shape[1], (2, 3, 2, 4, 1)[i % 5])
         np.testing.assert_array_equal(out, want)
+
+
+def _special_products(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Operands whose products hold every kind of value the fp16 rounding treats apart:
+    normal and subnormal fp16 values, ties, values past 65504 and 65520, -0, infinities and
+    NaNs with payloads."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    a[0] *= 1e5  # rows of sums past fp16's range
+    a[1] *= 1e-6  # and of fp16 subnormals
+    a[2], b[:, 3] = 0.0, -0.0  # 0 * -0 sums: +0
+    a[3, 1] = np.inf
+    b[4, n - 1] = np.float32(np.uint32(0x7FC01234).view(np.float32))  # a NaN with a payload
+    a[4, 4] = -np.float32(np.uint32(0x7F801000).view(np.float32))  # a signalling one, negative
+    return a, b
+
+
+@pytest.mark.parametrize("m,k,n,threads", [(70, 300, 1037, 1), (70, 300, 1037, 2),
+                                           (301, 33, 191, 2), (7, 5, 9, 1), (12, 600, 65, 3)])  # fmt: skip
+def test_a_rounded_product_has_the_bits_of_the_product_rounded_after(m, k, n, threads) -> None:
+    """gemm(..., round=True) rounds each finished tile to fp16 values in the kernel: the
+    bits of the product rounded by round_to_fp16 afterwards, whichever split the threads
+    take (column panels, rows, blocks of k that resume)."""
+    a, b = _special_products(m, k, n, m + k + n)
+    plain = np.empty((m, n), np.float32)
+    native.gemm(a, b, plain, m, k, n, threads)
+    assert np.isnan(plain).any() and np.isinf(plain).any() and (np.abs(plain) > 65520).any()
+    rounded = np.full((m, n), 7.0, np.float32)
+    native.gemm(a, b, rounded, m, k, n, threads, True)
+    want = fp16.round_to_fp16(plain)
+    assert not np.array_equal(want.view(np.uint32), plain.view(np.uint32))
+    np.testing.assert_array_equal(rounded.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 64), (2, 32, 300)])
+@pytest.mark.parametrize("half", [False, True])
+def test_matmul_rounded_gives_the_rounded_product_on_every_path(shape, half) -> None:
+    """``rounded=True`` returns what the run loop's rounding of the product would: through
+    the C GEMM, numpy (a product too small for it) and the fp16-weight kernels."""
+    rng = np.random.default_rng(sum(shape))
+    w = rng.standard_normal((96, shape[1]), dtype=np.float32) * 300
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x[0, 0, 0] = np.nan
+    for weight in ([w[:5], w] if not half else [w.astype(np.float16)]):
+        product = gemm.matmul_half if half else gemm.matmul
+        want = fp16.round_to_fp16(product(weight, x))
+        got = product(weight, x, rounded=True)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("threads", [1, 2])

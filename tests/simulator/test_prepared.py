@@ -227,3 +227,32 @@ def test_prepared_conv_of_an_fp16_weight_gives_the_general_kernels_bits(x_shape,
     # a 3x3 fp16 weight is not this path (the plan widens it): not prepared here
     assert prepare_conv({**known, "weight": np.zeros((24, 40, *(3,) * n), np.float16)},
                         {"x": x_shape}) is None  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+@pytest.mark.parametrize("kernel_shape", [(1, 1), (3, 3)])
+def test_a_prepared_conv_rounds_an_fp16_result_itself_and_leaves_an_fp32_one(
+    dtype: str, kernel_shape: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conv's prepared kernel (the C GEMM's or direct kernel's tiles) rounds an fp16
+    result, and the run loop then does not round it again; an fp32 result is left as
+    summed. Either way the values are the general kernel's, rounded by the loop for fp16."""
+    rng = np.random.default_rng(kernel_shape[0])
+    x = (rng.standard_normal((1, 24, 10, 40)) * 50).astype(np.float32)
+    x[0, 3, 4, 5] = np.nan
+    consts = {"weight": (rng.standard_normal((40, 24, *kernel_shape)) * 200).astype(np.float32),
+              "strides": np.array([1, 1], np.int32), "pad_type": "same",
+              "dilations": np.array([1, 1], np.int32), "groups": np.int32(1)}  # fmt: skip
+    program = build("conv", {"x": x.astype(np.float16) if dtype == "fp16" else x}, consts,
+                    [np.zeros((1, 40, 10, 40), np.float32)], dtype=dtype)  # fmt: skip
+    prepared = SimProgram(program)
+    (step,) = prepared._plan.steps
+    assert step.kernel is not REGISTRY["conv"].kernel and not step.outputs[0].round
+    with monkeypatch.context() as m:
+        m.setattr(plan, "prepare_steps", lambda steps, shapes: list(steps))
+        general = SimProgram(program)
+    assert general._plan.steps[0].outputs[0].round == (dtype == "fp16")
+    feeds = {"x": x.astype(np.float16) if dtype == "fp16" else x}
+    got, want = prepared.run(feeds)["y0"], general.run(feeds)["y0"]
+    assert np.isinf(want).any() == (dtype == "fp16") and np.isnan(want).any()
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))

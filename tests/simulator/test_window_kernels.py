@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from anekit.simulator import gemm, pieces, window_kernels
+from anekit.simulator import fp16, gemm, pieces, window_kernels
 from anekit.simulator.ops import activation, conv, elementwise, pooling
 
 # NaN, infinities and overflow are part of the drawn values: numpy's warnings about them
@@ -479,6 +479,41 @@ def test_a_depthwise_convs_work_counts_only_the_kernel_rows_inside_x() -> None:
     assert dense.work == 3 * 8 * 2 * 96 * 200 // 16
     tall = window_kernels.DirectConv(w, 8, *geometry, (3, 8, 40, 96), (40, 96))
     assert tall.work == 3 * 8 * 40 * 96 * 25 // 16 * (40 * 5 - 6) // (40 * 5)
+
+
+@pytest.mark.parametrize("groups,c,co,width,transposed", [
+    (1, 6, 20, 70, False), (2, 6, 20, 70, False), (6, 6, 6, 70, False), (1, 6, 20, 5, True),
+])  # fmt: skip
+def test_conv_rows_rounds_the_outputs_of_its_call_as_round_to_fp16(
+    groups, c, co, width, transposed
+) -> None:
+    """With round, the outputs a call computes (its rows and channels only) come back as
+    round_to_fp16 would round them: past fp16's range, NaN and all."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    native = window_kernels._native
+    rng = np.random.default_rng(co + width)
+    x = rng.standard_normal((2, c, 5, width)).astype(np.float32)
+    x[0, 0, 2, 3], x[1, :, 1] = np.nan, 3e4
+    w = rng.standard_normal((co, c // groups * 9)).astype(np.float32)
+    w = np.ascontiguousarray(w.T) if transposed else w
+    geometry = (groups, (3, 3), (1, 1), (1, 1), (1, 1))
+    plain = np.empty((2, co, 5, width), np.float32)
+    native.conv_rows(x, w, plain, *geometry, 0, 10, 0, co, transposed)
+    want = fp16.round_to_fp16(plain)
+    assert np.isnan(want).any() and np.isinf(want).any()
+    assert not _same_bits(want, plain)
+    rounded = np.full_like(plain, 5.0)
+    native.conv_rows(x, w, rounded, *geometry, 3, 7, 0, co, transposed, True)
+    rows = rounded.transpose(0, 2, 1, 3).reshape(10, co, width)  # [N * OH, C_out, OW]
+    wanted = want.transpose(0, 2, 1, 3).reshape(10, co, width)
+    assert _same_bits(rows[3:7], wanted[3:7])
+    assert np.all(rows[:3] == 5.0) and np.all(rows[7:] == 5.0)
+    if not transposed:
+        part = np.full_like(plain, 5.0)
+        native.conv_rows(x, w, part, *geometry, 0, 10, 2, co - 2, False, True)
+        assert _same_bits(part[:, 2 : co - 2], want[:, 2 : co - 2])
+        assert np.all(part[:, :2] == 5.0) and np.all(part[:, co - 2 :] == 5.0)
 
 
 def test_conv_rows_computes_the_channels_it_is_given() -> None:

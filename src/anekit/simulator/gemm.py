@@ -105,18 +105,22 @@ def _transposed_product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) ->
     return fp16.contiguous(result.T, None if out is None else out.reshape(m, n)).reshape(shape)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def matmul(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, rounded: bool = False
+) -> np.ndarray:
     """``numpy.matmul(a, b)`` (same shape and dtype), through the C GEMM when it applies: a
     float32 ``a`` of any batch shape times one matrix ``b`` is one product of ``a``'s rows
     (stacked, copied to C order if they are not) by ``b``. With ``out`` (C-contiguous
     float32 of the product's shape) the product is written there (the C GEMM writes it in
-    place; the other paths' result is copied in) and returned in the product's shape."""
+    place; the other paths' result is copied in) and returned in the product's shape.
+    With ``rounded`` the values come back rounded to fp16 values, as the run loop rounds an
+    fp16 result: by the C GEMM tile by tile while in cache, else after the product."""
     if ACCELERATED and a.ndim >= 2 and a.dtype == np.float32 and b.ndim >= 2:
         k = a.shape[-1]
         m = a.size // k if k else 0
         transposed = _transposed_product(a, b, out)
         if transposed is not None:
-            return transposed
+            return rounded_in_place(transposed) if rounded else transposed
         y = _weight_matrix(b, m)
         if y is not None and k == y.shape[0]:
             n = y.shape[1]
@@ -124,14 +128,23 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
                 x = np.ascontiguousarray(a.reshape(m, k))
                 batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
                 result = np.empty((m, n), np.float32) if out is None else out
-                _native.gemm(x, y, result, m, k, n, _run_threads)
+                _native.gemm(x, y, result, m, k, n, _run_threads, rounded)
                 return result.reshape((*batch, a.shape[-2], n))
     product = split_matmul(a, b)
     product = np.matmul(a, b) if product is None else product
-    if out is None:
-        return product
-    out[...] = product
-    return out
+    if out is not None:
+        out[...] = product
+        product = out
+    return rounded_in_place(product) if rounded else product
+
+
+def rounded_in_place(values: np.ndarray) -> np.ndarray:
+    """``values`` (a C-contiguous float32 array the caller made, or a slice of one) rounded
+    to fp16 values where they are."""
+    result = fp16.round_to_fp16(values, in_place=True)
+    if result is not values:  # the path without the C extension rounds a copy
+        values[...] = result
+    return values
 
 
 F16W_THREADED = 1 << 18  # multiply-adds from which the fp16-weight product uses its threads
@@ -150,14 +163,14 @@ COLUMNS_MIN = 16
 COLUMNS_MAX_K = 256
 
 
-def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
+def matmul_half(weight: np.ndarray, x: np.ndarray, *, rounded: bool = False) -> np.ndarray:
     """``weight @ x`` for an fp16 ``weight`` [M, K] (held as float16: the one copy of a
     model's weights) and float32 ``x`` [..., K, N]: float32 [..., M, N], each output a float32
     sum over K of exact fp16-to-float32 products. ``_native.gemm_f16w`` widens the weights in
     registers as it reads them (half the bytes of a float32 copy), and ``gemm_f16w_cols``
     sums as it does over a small feature map (see COLUMNS_MIN); for wide products, or
     without them, blocks of rows are widened in turn and multiplied as float32, so the
-    temporary stays small."""
+    temporary stays small. ``rounded``: as :func:`matmul`'s."""
     m, k = weight.shape
     n = x.shape[-1]
     batch = x.shape[:-2]
@@ -168,7 +181,7 @@ def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
         threads = THREADS if m * k * n * rows.shape[0] >= F16W_THREADED else 1
         x32 = np.ascontiguousarray(rows, dtype=np.float32)
         _native.gemm_f16w_cols(np.ascontiguousarray(weight), x32, out, len(rows), m, k, n, threads)
-        return out.reshape((*batch, m, n))
+        return (rounded_in_place(out) if rounded else out).reshape((*batch, m, n))
     if HALF_WEIGHTS and n < COLUMNS_MIN and len(rows) > 1:
         # a few positions per sample (an SE block's pooled channels): the samples' positions
         # as the columns of one product (each column is summed alone, so the bits are the
@@ -178,7 +191,7 @@ def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
         threads = THREADS if m * k * len(xt) >= F16W_THREADED else 1
         _native.gemm_f16w(np.ascontiguousarray(weight), xt, columns, m, k, len(xt), threads)
         out[...] = columns.reshape(m, len(rows), n).transpose(1, 0, 2)
-        return out.reshape((*batch, m, n))
+        return (rounded_in_place(out) if rounded else out).reshape((*batch, m, n))
     step = max(1, WIDEN_VALUES // max(k, 1))
     whole = None  # the weights widened once for every sample, when they fit in one block
     for b in range(rows.shape[0]):
@@ -186,14 +199,16 @@ def matmul_half(weight: np.ndarray, x: np.ndarray) -> np.ndarray:
             xt = np.ascontiguousarray(rows[b].T, dtype=np.float32)
             threads = THREADS if m * k * n >= F16W_THREADED else 1
             _native.gemm_f16w(np.ascontiguousarray(weight), xt, out[b], m, k, n, threads)
-            continue
-        if step >= m:  # one block: the product written straight into out
+        elif step >= m:  # one block: the product written straight into out
             if whole is None:
                 whole = weight.astype(np.float32)
-            matmul(whole, rows[b], out=out[b])
+            matmul(whole, rows[b], out=out[b], rounded=rounded)
             continue
-        for lo in range(0, m, step):
-            out[b, lo : lo + step] = matmul(weight[lo : lo + step].astype(np.float32), rows[b])
+        else:
+            for lo in range(0, m, step):
+                out[b, lo : lo + step] = matmul(weight[lo : lo + step].astype(np.float32), rows[b])
+        if rounded:
+            rounded_in_place(out[b])
     return out.reshape((*batch, m, n))
 
 

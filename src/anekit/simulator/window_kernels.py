@@ -130,8 +130,10 @@ class DirectConv:
         before: Sequence[int],
         x_shape: Sequence[int],
         out_sizes: Sequence[int],
+        rounded: bool = False,
     ):
         self.w = np.ascontiguousarray(w, np.float32)
+        self.rounded = rounded  # outputs rounded to fp16 values by the C call that makes them
         self.groups = groups
         self.x_shape = tuple(x_shape)
         self.planes = (*x_shape[:2], *_three(x_shape[2:], 1)[1:])
@@ -166,14 +168,15 @@ class DirectConv:
         out = np.empty(self.out_shape, np.float32)
         target = out if self.target == self.out_shape else out.reshape(self.target)
         args = (planes, self.w, target, self.groups, *self.geometry)
-        c_out, rows, narrow = self.out_shape[1], self.rows, self.narrow
+        c_out, rows, narrow, rounded = self.out_shape[1], self.rows, self.narrow, self.rounded
         if self.work < SPLIT_MIN:
-            _native.conv_rows(*args, 0, rows, 0, c_out, narrow)
+            _native.conv_rows(*args, 0, rows, 0, c_out, narrow, rounded)
         elif rows >= PIECES:
-            _run(lambda lo, hi: _native.conv_rows(*args, lo, hi, 0, c_out, narrow), rows, self.work)
+            _run(lambda lo, hi: _native.conv_rows(*args, lo, hi, 0, c_out, narrow, rounded),
+                 rows, self.work)  # fmt: skip
         else:  # few output rows (a 1-D conv over one sequence): pieces of output channels
             _run(lambda lo, hi: _native.conv_rows(*args, 0, rows, lo * CHANNELS,
-                                                  min(hi * CHANNELS, c_out), narrow),
+                                                  min(hi * CHANNELS, c_out), narrow, rounded),
                  -(-c_out // CHANNELS), self.work)  # fmt: skip
         return out
 

@@ -165,10 +165,14 @@ def conv(
     return _biased(out, bias, n)
 
 
-def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Any:
+def prepare_conv(
+    known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]], rounded: bool = False
+) -> Any:
     """:func:`conv` for inputs of one shape with known weights (see prepared.py): a 1x1
     stride-1 product or the direct kernel, with the geometry worked out once; None (the
-    general kernel) for picking weights, other paths and arguments it would refuse."""
+    general kernel) for picking weights, other paths and arguments it would refuse. With
+    ``rounded`` the kernel's result is rounded to fp16 values (an fp16 output: the C
+    kernels round each tile while it is in cache, saving the run loop's pass over it)."""
     weight, x_shape = known.get("weight"), shapes.get("x")
     if set(shapes) != {"x"} or not isinstance(weight, np.ndarray):
         return None
@@ -207,14 +211,15 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
         if math.prod((batch, c_out, *out_sizes)) > MAX_ELEMENTS:
             return None
         direct = window_kernels.DirectConv(w.reshape(c_out, -1), g, kernel, st, dl,
-                                           [a for a, _ in padding], x_shape, out_sizes)  # fmt: skip
+                                           [a for a, _ in padding], x_shape, out_sizes,
+                                           rounded and bias is None)  # fmt: skip
         if bias is None:
             return direct
 
         def run(x: np.ndarray) -> np.ndarray:
             out = direct(x)
             out += bias
-            return out
+            return gemm.rounded_in_place(out) if rounded else out
 
         return run
     if any(p != (0, 0) for p in padding):
@@ -226,9 +231,12 @@ def prepare_conv(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
 
     def run_1x1(x: np.ndarray) -> np.ndarray:
         # [C_out, C_in] @ [N, C_in, S], on views, as conv does
-        out = product(matrix, x.reshape(batch, c_in, -1)).reshape(out_shape)
+        out = product(matrix, x.reshape(batch, c_in, -1), rounded=rounded and bias is None)
+        out = out.reshape(out_shape)
         if bias is not None:
             out += bias
+            if rounded:
+                gemm.rounded_in_place(out)
         return out
 
     return run_1x1
@@ -589,6 +597,7 @@ _CONV_TRANSPOSE = (
 )
 
 conv.prepare = prepare_conv  # type: ignore[attr-defined]  # see prepared.py
+prepare_conv.rounds = True  # type: ignore[attr-defined]  # takes rounded= (prepared.py)
 
 OPS: tuple[SimOp, ...] = (
     op("conv", _CONV, "T", conv, check=_check_conv, T=FLOAT, U=FLOAT),
