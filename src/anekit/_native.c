@@ -2932,10 +2932,12 @@ __attribute__((target("avx512f"))) static void block8_narrowp(const float *A, lo
  * row are the same memory shifted by one), a row above or below x points at ``zeros``, and
  * the rest (padding at the row's ends, other strides) is gathered into ``panel`` (zeros
  * outside x). Only where a row is read from changes, so the sums are the same. */
-static void conv_rows_panel(const conv_job *j, const float *xg, Py_ssize_t cg, Py_ssize_t oy,
-                            Py_ssize_t ox0, Py_ssize_t cols, float *panel, const float **bp,
-                            const float *zeros)
+__attribute__((target("avx512f"))) static void conv_rows_panel(const conv_job *j,
+    const float *xg, Py_ssize_t cg, Py_ssize_t oy, Py_ssize_t ox0, Py_ssize_t cols, float *panel,
+    const float **bp, const float *zeros)
 {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
     /* the inside range of each tap column, the same for every channel and row */
     Py_ssize_t lo[CONV_KW_MAX], hi[CONV_KW_MAX];
     for (Py_ssize_t kx = 0; kx < j->kw && kx < CONV_KW_MAX; kx++)
@@ -2968,6 +2970,17 @@ static void conv_rows_panel(const conv_job *j, const float *xg, Py_ssize_t cg, P
                     const float *in = src + base;
                     for (Py_ssize_t t = a; t < b; t++)
                         row[t] = in[t];
+                } else if (j->sx == 2) {
+                    /* 16 outputs from the even values of 31 inputs (a stem conv's windows:
+                     * PicoDet's 3x3 stride-2 first layer was bound by this copy) */
+                    Py_ssize_t t = a;
+                    for (; t + 16 <= b; t += 16) {
+                        const float *in = src + base + 2 * t;
+                        _mm512_storeu_ps(row + t, _mm512_permutex2var_ps(
+                            _mm512_loadu_ps(in), even, _mm512_maskz_loadu_ps(0x7FFF, in + 16)));
+                    }
+                    for (; t < b; t++)
+                        row[t] = src[base + 2 * t];
                 } else {
                     for (Py_ssize_t t = a; t < b; t++)
                         row[t] = src[base + t * j->sx];

@@ -451,6 +451,24 @@ def test_dense_conv_reading_its_input_rows_in_place_sums_as_the_gemm(dilation: i
     assert _same_sums(got, want)
 
 
+@pytest.mark.parametrize("width,pads", [(203, (1, 1, 1, 1)), (608, (0, 1, 0, 1)), (35, (1, 0, 2, 0))])
+def test_a_stride_two_stem_conv_sums_as_the_gemm(width: int, pads: tuple[int, ...]) -> None:
+    """A dense conv of column stride 2 (a CNN's stem: 3 channels, 3x3) gathers its panel
+    rows from the even inputs 16 at a time: full vectors, a partial tail, padding at either
+    end, the last row of x read to its end, signed zeros, infinities and NaNs, to the C
+    GEMM's bits on the im2col matrix."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(width)
+    x = _values((2, 3, 7, width), width, special=True)
+    weight = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    bias = np.zeros(16, np.float32)
+    got = conv.conv(x, weight, bias, np.array([2, 2], np.int32), "custom",
+                    np.array(pads, np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (2, 2), (1, 1), pads)
+    assert _same_sums(got, want)
+
+
 def test_a_conv_of_one_output_row_splits_its_output_channels() -> None:
     """A 1-D convolution over one sequence has one output row: in pieces it is split by
     output channel (50 of them: a last piece of two), each piece the same sums."""
