@@ -3044,46 +3044,118 @@ static void conv_rows_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, P
 /* conv_rows with ``transposed``: one group, the weights as wt [K, C_out], for output rows a few
  * values wide (a streaming model's convolutions over 1 to 8 positions), where the usual
  * vectors run along the row and use a quarter of their lanes: here they run along the output
- * channels, four positions at a time. The panel is conv_rows_panel's and each output the same
- * FMA chain over k in order from +0, so the bits are the same. */
+ * channels, up to four positions at a time. The panel is conv_rows_panel's and each output the
+ * same FMA chain over k in order from +0, so the bits are the same.
+ * ``P`` positions by ``V`` vectors of channels, constants where it is inlined: only the FMAs
+ * whose sums are stored run (a full 4 x 4 block spent up to 15 of every 16 on the discarded
+ * lanes of one position or of a 129th channel); one or two positions take up to 8 vectors,
+ * so that at least 8 independent FMA chains hide the FMA's latency; the weights load
+ * unmasked except a last partial vector (``TAIL``: a masked load costs more here). */
+#define NARROW_WIDE 8 /* channel vectors of a block of one or two positions */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+conv_narrow_block(const float **bp, Py_ssize_t t0, const float *wt, Py_ssize_t K, Py_ssize_t co,
+                  Py_ssize_t o0, Py_ssize_t o1, float *out, Py_ssize_t plane, const int P,
+                  const int V, const int TAIL)
+{
+    const __mmask16 last = conv_lanes(0, o1 - o0 - 16 * (V - 1));
+    __m512 acc[4][NARROW_WIDE];
+    for (int t = 0; t < P; t++)
+        for (int v = 0; v < V; v++)
+            acc[t][v] = _mm512_setzero_ps();
+    for (Py_ssize_t k = 0; k < K; k++) {
+        const float *w = wt + k * co + o0, *p = bp[k] + t0;
+        __m512 wv[NARROW_WIDE];
+        for (int v = 0; v < V; v++)
+            wv[v] = TAIL && v == V - 1 ? _mm512_maskz_loadu_ps(last, w + 16 * v)
+                                       : _mm512_loadu_ps(w + 16 * v);
+        for (int t = 0; t < P; t++) {
+            const __m512 x = _mm512_set1_ps(p[t]);
+            for (int v = 0; v < V; v++)
+                acc[t][v] = _mm512_fmadd_ps(x, wv[v], acc[t][v]);
+        }
+    }
+    /* lanes are output channels: each position's values go down a column of out */
+    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)plane));
+    for (int t = 0; t < P; t++)
+        for (int v = 0; v < V; v++)
+            _mm512_mask_i32scatter_ps(out + (o0 + 16 * v) * plane + t0 + t,
+                                      v == V - 1 ? last : (__mmask16)0xFFFF, down, acc[t][v], 4);
+}
+
+#define NARROW_CALL(P, V)                                                                       \
+    (tail ? conv_narrow_block(bp, t0, wt, K, co, o0, o1, out, plane, P, V, 1)                   \
+          : conv_narrow_block(bp, t0, wt, K, co, o0, o1, out, plane, P, V, 0))
+#define NARROW_CASE(P, V) case V: NARROW_CALL(P, V); break;
+
+/* One block of ``ncols`` (1 to 4) positions by channels [o0, o1) (at most 16 * NARROW_WIDE
+ * for one or two positions, 64 for more). */
 __attribute__((target("avx512f"))) static void conv_narrow_tile(const float **bp,
     Py_ssize_t t0, const float *wt, Py_ssize_t K, Py_ssize_t co, Py_ssize_t o0, Py_ssize_t o1,
     float *out, Py_ssize_t plane, Py_ssize_t ncols)
 {
-    __mmask16 m[4];
-    for (int v = 0; v < 4; v++)
-        m[v] = conv_lanes(0, o1 - o0 - 16 * v);
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
-           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00,
-           a31 = a00, a32 = a00, a33 = a00;
-    for (Py_ssize_t k = 0; k < K; k++) {
-        const float *w = wt + k * co + o0, *p = bp[k] + t0;
-        const __m512 w0 = _mm512_maskz_loadu_ps(m[0], w), w1 = _mm512_maskz_loadu_ps(m[1], w + 16),
-                     w2 = _mm512_maskz_loadu_ps(m[2], w + 32), w3 = _mm512_maskz_loadu_ps(m[3], w + 48);
-        /* positions past ncols are not read (their sums are not stored) */
-        __m512 x = _mm512_set1_ps(p[0]);
-        a00 = _mm512_fmadd_ps(x, w0, a00); a01 = _mm512_fmadd_ps(x, w1, a01);
-        a02 = _mm512_fmadd_ps(x, w2, a02); a03 = _mm512_fmadd_ps(x, w3, a03);
-        x = _mm512_set1_ps(ncols > 1 ? p[1] : 0.0f);
-        a10 = _mm512_fmadd_ps(x, w0, a10); a11 = _mm512_fmadd_ps(x, w1, a11);
-        a12 = _mm512_fmadd_ps(x, w2, a12); a13 = _mm512_fmadd_ps(x, w3, a13);
-        x = _mm512_set1_ps(ncols > 2 ? p[2] : 0.0f);
-        a20 = _mm512_fmadd_ps(x, w0, a20); a21 = _mm512_fmadd_ps(x, w1, a21);
-        a22 = _mm512_fmadd_ps(x, w2, a22); a23 = _mm512_fmadd_ps(x, w3, a23);
-        x = _mm512_set1_ps(ncols > 3 ? p[3] : 0.0f);
-        a30 = _mm512_fmadd_ps(x, w0, a30); a31 = _mm512_fmadd_ps(x, w1, a31);
-        a32 = _mm512_fmadd_ps(x, w2, a32); a33 = _mm512_fmadd_ps(x, w3, a33);
+    const Py_ssize_t V = (o1 - o0 + 15) / 16;
+    const int tail = (o1 - o0) % 16 != 0;
+    if (ncols == 1) {
+        switch (V) {
+            NARROW_CASE(1, 1) NARROW_CASE(1, 2) NARROW_CASE(1, 3) NARROW_CASE(1, 4)
+            NARROW_CASE(1, 5) NARROW_CASE(1, 6) NARROW_CASE(1, 7) default: NARROW_CALL(1, 8);
+        }
+    } else if (ncols == 2) {
+        switch (V) {
+            NARROW_CASE(2, 1) NARROW_CASE(2, 2) NARROW_CASE(2, 3) NARROW_CASE(2, 4)
+            NARROW_CASE(2, 5) NARROW_CASE(2, 6) NARROW_CASE(2, 7) default: NARROW_CALL(2, 8);
+        }
+    } else if (ncols == 3) {
+        switch (V) {
+            NARROW_CASE(3, 1) NARROW_CASE(3, 2) NARROW_CASE(3, 3) default: NARROW_CALL(3, 4);
+        }
+    } else {
+        switch (V) {
+            NARROW_CASE(4, 1) NARROW_CASE(4, 2) NARROW_CASE(4, 3) default: NARROW_CALL(4, 4);
+        }
     }
-    /* lanes are output channels: each position's values go down a column of out */
-    __m512 acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
-                        {a30, a31, a32, a33}};
-    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                             5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)plane));
-    for (Py_ssize_t t = 0; t < ncols; t++)
-        for (int v = 0; v < 4; v++)
-            _mm512_mask_i32scatter_ps(out + (o0 + 16 * v) * plane + t0 + t, m[v], down,
-                                      acc[t][v], 4);
+}
+#undef NARROW_CASE
+#undef NARROW_CALL
+
+/* conv_rows_panel's panel (the same rows: x's values inside it, zeros outside) for a narrow
+ * tile, worked out per tap (ky, kx) and then walked over the channels: where a tap reads from
+ * and which of its columns are padding are the same for every channel, and the per-row
+ * work of conv_rows_panel (ranges, branches, a memset call per padded row) cost more than
+ * the FMAs of a few positions. Gathered rows are ``cols`` floats apart. */
+static void conv_narrow_panel(const conv_job *j, const float *xg, Py_ssize_t oy, Py_ssize_t ox0,
+                              Py_ssize_t cols, float *panel, const float **bp, const float *zeros)
+{
+    const Py_ssize_t taps = j->kh * j->kw, plane = j->h * j->wd;
+    for (Py_ssize_t ky = 0; ky < j->kh; ky++) {
+        const Py_ssize_t iy = oy * j->sy - j->py + ky * j->dy;
+        for (Py_ssize_t kx = 0; kx < j->kw; kx++) {
+            const Py_ssize_t tap = ky * j->kw + kx;
+            if (iy < 0 || iy >= j->h) {
+                for (Py_ssize_t ci = 0; ci < j->c; ci++)
+                    bp[ci * taps + tap] = zeros;
+                continue;
+            }
+            Py_ssize_t a, b;
+            conv_range(j->wd, ox0, j->sx, kx * j->dx - j->px, cols, &a, &b);
+            const Py_ssize_t base = ox0 * j->sx + kx * j->dx - j->px;
+            const float *src = xg + iy * j->wd;
+            if (j->sx == 1 && a == 0 && b == cols) {
+                for (Py_ssize_t ci = 0; ci < j->c; ci++)
+                    bp[ci * taps + tap] = src + ci * plane + base;
+                continue;
+            }
+            for (Py_ssize_t ci = 0; ci < j->c; ci++) {
+                float *row = panel + (ci * taps + tap) * cols;
+                const float *in = src + ci * plane;
+                bp[ci * taps + tap] = row;
+                for (Py_ssize_t t = 0; t < cols; t++)
+                    row[t] = t >= a && t < b ? in[base + t * j->sx] : 0.0f;
+            }
+        }
+    }
 }
 
 static void conv_narrow_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1, Py_ssize_t co0,
@@ -3096,14 +3168,18 @@ static void conv_narrow_run(const conv_job *j, Py_ssize_t row0, Py_ssize_t row1,
         float *out = j->out + (n * j->co * j->oh + oy) * j->ow;
         for (Py_ssize_t ox0 = 0; ox0 < j->ow; ox0 += COLS) {
             const Py_ssize_t cols = j->ow - ox0 < COLS ? j->ow - ox0 : COLS;
-            conv_rows_panel(j, xg, j->c, oy, ox0, cols, panel, bp, zeros);
-            for (Py_ssize_t t0 = 0; t0 < cols; t0 += 4)
-                for (Py_ssize_t o0 = co0; o0 < co1; o0 += 64)
-                    conv_narrow_tile(bp, t0, j->w, K, j->co, o0, o0 + 64 < co1 ? o0 + 64 : co1,
-                                     out + ox0, plane, cols - t0 < 4 ? cols - t0 : 4);
+            conv_narrow_panel(j, xg, oy, ox0, cols, panel, bp, zeros);
+            for (Py_ssize_t t0 = 0; t0 < cols; t0 += 4) {
+                const Py_ssize_t ncols = cols - t0 < 4 ? cols - t0 : 4;
+                const Py_ssize_t width = ncols <= 2 ? 16 * NARROW_WIDE : 64;
+                for (Py_ssize_t o0 = co0; o0 < co1; o0 += width)
+                    conv_narrow_tile(bp, t0, j->w, K, j->co, o0,
+                                     o0 + width < co1 ? o0 + width : co1, out + ox0, plane, ncols);
+            }
         }
     }
 }
+#undef NARROW_WIDE
 #endif
 
 /* A C-contiguous float32 buffer of ``ndim`` dimensions (writable if asked). */

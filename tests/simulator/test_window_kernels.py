@@ -405,6 +405,34 @@ def test_narrow_rows_sum_as_the_gemm_of_the_im2col_matrix(width: int, c_out: int
     assert _same_sums(got, want)
 
 
+@pytest.mark.parametrize("out_width", [1, 2, 3])
+@pytest.mark.parametrize("c_out", [16, 100, 128, 129, 300])
+def test_narrow_blocks_of_few_positions_sum_as_the_gemm_of_the_im2col_matrix(
+    out_width: int, c_out: int
+) -> None:
+    """The transposed kernel's blocks of one to three positions (stride 2, padding at both
+    ends of a row and above it: taps read in place, gathered and zero), up to eight
+    channel vectors with a partial last one: the C GEMM's bits on the im2col matrix, signed
+    zeros and infinities among the inputs and weights."""
+    if not window_kernels.direct_available():
+        pytest.skip("no direct convolution kernel here")
+    rng = np.random.default_rng(out_width * 1000 + c_out)
+    x = rng.standard_normal((2, 40, 2, 2 * out_width)).astype(np.float32)
+    x.reshape(-1)[::23], x.reshape(-1)[5::97] = -0.0, np.inf
+    weight = rng.standard_normal((c_out, 40, 2, 3)).astype(np.float32)
+    weight.reshape(-1)[::31] = -0.0
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    pads = (1, 0, 1, 1)
+    direct = window_kernels.DirectConv(weight.reshape(c_out, -1), 1, (2, 3), (1, 2), (1, 1),
+                                       (1, 1), x.shape, (2, out_width))  # fmt: skip
+    assert direct.narrow
+    got = conv.conv(x, weight, bias, np.array([1, 2], np.int32), "custom",
+                    np.array(pads, np.int32))  # fmt: skip
+    want = _im2col_product(x, weight, 1, bias, (1, 2), (1, 1), pads)
+    assert got.shape == (2, c_out, 2, out_width)
+    assert _same_sums(got, want)
+
+
 @pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_depthwise_conv_of_many_rows_sums_as_the_gemm_of_the_im2col_matrix(
     stride: int, dilation: int
