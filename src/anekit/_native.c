@@ -122,6 +122,23 @@ __attribute__((target("avx2,f16c"))) static Py_ssize_t round_f16c(uint32_t *bits
 }
 #endif
 
+/* n float32 values (as bits) rounded to fp16 values in place; how many were left alone. Called
+ * without the GIL. */
+static Py_ssize_t round_values(uint32_t *bits, Py_ssize_t n, int fast)
+{
+    Py_ssize_t special = 0;
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (fast)
+        return round_f16c(bits, n);
+#endif
+    for (Py_ssize_t start = 0; start < n; start += BLOCK) {
+        Py_ssize_t left = n - start;
+        special += round_block(bits + start, (uint32_t)(left < BLOCK ? left : BLOCK));
+    }
+    (void)fast;
+    return special;
+}
+
 static PyObject *round_in_place(PyObject *self, PyObject *arg)
 {
     Py_buffer view;
@@ -131,17 +148,8 @@ static PyObject *round_in_place(PyObject *self, PyObject *arg)
     uint32_t *bits = (uint32_t *)view.buf;
     int fast = f16c_supported() && avx2_supported();
     Py_BEGIN_ALLOW_THREADS
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (fast)
-        special = round_f16c(bits, n);
-    else
-#endif
-    for (Py_ssize_t start = 0; start < n; start += BLOCK) {
-        Py_ssize_t left = n - start;
-        special += round_block(bits + start, (uint32_t)(left < BLOCK ? left : BLOCK));
-    }
+    special = round_values(bits, n, fast);
     Py_END_ALLOW_THREADS
-    (void)fast;
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(special);
 }
@@ -3303,6 +3311,205 @@ static PyObject *conv_rows(PyObject *self, PyObject *args)
 }
 /* ---- end of direct convolution ----------------------------------------------------------- */
 
+/* ---- run_steps: the simulator's run loop over its common steps -------------------------------
+ * SimProgram._execute (simulator/program.py) spends about a microsecond of Python on each step
+ * besides the kernel: a streaming model of 44 small steps (silero-vad, ~90 us in onnxruntime)
+ * spent 50 us of its 200 there. Here the common step is run as that loop runs it: its kernel
+ * called on the values of the run's slots (or constants), the result checked (an ndarray of the
+ * declared dtype object and static shape), rounded to fp16 in place where the kernel made it
+ * (writable and C-contiguous: the same rounding as round_in_place), marked read-only, stored
+ * in its slot, and the values no later step reads dropped. Everything else returns to the
+ * Python loop at that step: a step without a spec (None), a result that needs the Python
+ * checks or the exact conversion of |x| >= 65520, infinities and NaNs (handed back; rounding
+ * it again there changes no bit), and a kernel's exception (handed back, for the message that
+ * names the op). */
+PyDoc_STRVAR(run_steps_doc,
+"run_steps(specs, env, start, ndarray) -> (index, result, exception)\n\n"
+"Run specs[start:] in order on the list env until a spec is None or a step needs the\n"
+"Python loop; returns that step's index (len(specs) when all ran) with its kernel's result\n"
+"or exception when it got that far (else None). A spec is (kernel, slots, values, slot,\n"
+"dtype, shape, round, frees, gather): argument i is env[slots[i]], or values[i] where\n"
+"slots[i] is -1; the result, checked, rounded to fp16 if round, and made read-only, goes to\n"
+"env[slot]; env[s] = None for each s in frees. A step whose gather is above 0 and one of\n"
+"whose arguments is an ndarray of at least that many values, not C-contiguous, is left to\n"
+"the Python loop (which gathers it first).");
+
+#define RUN_ARGS 8 /* positional arguments of a step run here */
+
+static PyObject *str_dtype, *str_flags, *str_writeable;
+
+/* 1: ``out`` checked, rounded and made read-only; 0: the Python loop takes it; -1: error. */
+static int run_finish(PyObject *out, PyObject *spec, PyObject *ndarray, int fast)
+{
+    PyObject *dtype = PyTuple_GET_ITEM(spec, 4), *shape = PyTuple_GET_ITEM(spec, 5);
+    const int rounds = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 6));
+    if ((PyObject *)Py_TYPE(out) != ndarray || rounds < 0)
+        return rounds < 0 ? -1 : 0;
+    PyObject *got = PyObject_GetAttr(out, str_dtype);
+    if (got == NULL)
+        return -1;
+    Py_DECREF(got); /* compared by identity only: the array holds its own reference */
+    if (got != dtype)
+        return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_STRIDES) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = view.ndim == PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t d = 0; ok && d < view.ndim; d++)
+        ok = view.shape[d] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+    if (ok && rounds) {
+        ok = !view.readonly && view.itemsize == 4 && PyBuffer_IsContiguous(&view, 'C');
+        if (ok) {
+            Py_ssize_t special;
+            Py_BEGIN_ALLOW_THREADS
+            special = round_values((uint32_t *)view.buf, view.len / 4, fast);
+            Py_END_ALLOW_THREADS
+            ok = special == 0;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred())
+        return -1;
+    if (!ok)
+        return 0;
+    PyObject *flags = PyObject_GetAttr(out, str_flags);
+    if (flags == NULL)
+        return -1;
+    const int set = PyObject_SetAttr(flags, str_writeable, Py_False);
+    Py_DECREF(flags);
+    return set < 0 ? -1 : 1;
+}
+
+/* Whether an ndarray among ``args`` holds at least ``least`` values and is not C-contiguous
+ * (program.py's gathered() would copy it). */
+static int run_strided(PyObject *const *args, Py_ssize_t nargs, PyObject *ndarray,
+                       Py_ssize_t least)
+{
+    for (Py_ssize_t a = 0; a < nargs; a++) {
+        Py_buffer view;
+        if ((PyObject *)Py_TYPE(args[a]) != ndarray)
+            continue;
+        if (PyObject_GetBuffer(args[a], &view, PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            return 1; /* the Python loop finds out */
+        }
+        const int strided = view.itemsize > 0 && view.len / view.itemsize >= least &&
+                            !PyBuffer_IsContiguous(&view, 'C');
+        PyBuffer_Release(&view);
+        if (strided)
+            return 1;
+    }
+    return 0;
+}
+
+/* env[slot], checked: the specs come from program.py, but a wrong slot must not crash. */
+static int run_slot(PyObject *env, PyObject *item, Py_ssize_t *slot)
+{
+    *slot = PyLong_AsSsize_t(item);
+    if (*slot == -1 && PyErr_Occurred())
+        return -1;
+    if (*slot < -1 || *slot >= PyList_GET_SIZE(env)) {
+        PyErr_SetString(PyExc_IndexError, "run_steps: a slot outside env");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *run_steps(PyObject *self, PyObject *args)
+{
+    PyObject *specs, *env, *ndarray;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!O!nO:run_steps", &PyTuple_Type, &specs, &PyList_Type, &env,
+                          &i, &ndarray))
+        return NULL;
+    if (str_dtype == NULL) {
+        str_dtype = PyUnicode_InternFromString("dtype");
+        str_flags = PyUnicode_InternFromString("flags");
+        str_writeable = PyUnicode_InternFromString("writeable");
+        if (str_dtype == NULL || str_flags == NULL || str_writeable == NULL)
+            return NULL;
+    }
+    const int fast = f16c_supported() && avx2_supported();
+    const Py_ssize_t n = PyTuple_GET_SIZE(specs);
+    if (i < 0)
+        i = 0;
+    for (; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(specs, i);
+        if (spec == Py_None)
+            break;
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 9) {
+            PyErr_SetString(PyExc_TypeError, "run_steps: a spec is a 9-tuple");
+            return NULL;
+        }
+        PyObject *slots = PyTuple_GET_ITEM(spec, 1), *values = PyTuple_GET_ITEM(spec, 2);
+        PyObject *frees = PyTuple_GET_ITEM(spec, 7);
+        if (!PyTuple_Check(slots) || !PyTuple_Check(values) || !PyTuple_Check(frees) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(spec, 5)) ||
+            PyTuple_GET_SIZE(slots) != PyTuple_GET_SIZE(values) ||
+            PyTuple_GET_SIZE(slots) > RUN_ARGS) {
+            PyErr_SetString(PyExc_TypeError, "run_steps: a malformed spec");
+            return NULL;
+        }
+        PyObject *stack[RUN_ARGS];
+        const Py_ssize_t nargs = PyTuple_GET_SIZE(slots);
+        for (Py_ssize_t a = 0; a < nargs; a++) {
+            Py_ssize_t s;
+            if (run_slot(env, PyTuple_GET_ITEM(slots, a), &s) < 0)
+                return NULL;
+            /* borrowed: env holds them, and nothing changes env during the call */
+            stack[a] = s >= 0 ? PyList_GET_ITEM(env, s) : PyTuple_GET_ITEM(values, a);
+        }
+        const Py_ssize_t gather = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 8));
+        if (gather == -1 && PyErr_Occurred())
+            return NULL;
+        if (gather > 0 && run_strided(stack, nargs, ndarray, gather))
+            break;
+        PyObject *out = PyObject_Vectorcall(PyTuple_GET_ITEM(spec, 0), stack, nargs, NULL);
+        if (out == NULL) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (value == NULL) /* pragma: no cover - an exception always has a value */
+                return NULL;
+            if (tb != NULL)
+                PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            return Py_BuildValue("(nON)", i, Py_None, value);
+        }
+        const int done = run_finish(out, spec, ndarray, fast);
+        if (done <= 0) {
+            if (done < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            return Py_BuildValue("(nNO)", i, out, Py_None);
+        }
+        Py_ssize_t slot;
+        if (run_slot(env, PyTuple_GET_ITEM(spec, 3), &slot) < 0 || slot < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "run_steps: a result needs a slot");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SetItem(env, slot, out); /* steals out, drops what the slot held */
+        for (Py_ssize_t f = 0; f < PyTuple_GET_SIZE(frees); f++) {
+            Py_ssize_t s;
+            if (run_slot(env, PyTuple_GET_ITEM(frees, f), &s) < 0)
+                return NULL;
+            if (s >= 0) {
+                Py_INCREF(Py_None);
+                PyList_SetItem(env, s, Py_None);
+            }
+        }
+    }
+    return Py_BuildValue("(nOO)", i, Py_None, Py_None);
+}
+#undef RUN_ARGS
+/* ---- end of run_steps ----------------------------------------------------------------------- */
+
 static PyMethodDef methods[] = {
     {"round_in_place", round_in_place, METH_O, round_doc},
     {"gemm_f16w_cols", gemm_f16w_cols, METH_VARARGS, gemm_f16w_cols_doc},
@@ -3325,6 +3532,7 @@ static PyMethodDef methods[] = {
     /* direct convolution */
     {"conv_rows", conv_rows, METH_VARARGS, conv_rows_doc},
     /* end of direct convolution */
+    {"run_steps", run_steps, METH_VARARGS, run_steps_doc},
     {NULL, NULL, 0, NULL},
 };
 

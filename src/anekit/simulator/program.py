@@ -35,7 +35,7 @@ from .execute import (
     shape_matches,
     storage_shape,
 )
-from .fp16 import binary_rounded, gathered, narrow_to_float16, round_to_fp16, widen_fp16
+from .fp16 import GATHER_MIN, binary_rounded, gathered, narrow_to_float16, round_to_fp16, widen_fp16
 from .fusion import FusedKernel
 from .plan import Plan, load_plan
 from .values import STORAGE, BlobFiles, frozen
@@ -107,6 +107,7 @@ class SimProgram:
         # are its leading parameters is called positionally, the others with keywords (the
         # known ones copied per call, never modified)
         self._loop = _loop(self._plan)
+        self._specs = tuple(_spec(entry) for entry in self._loop)
         self._heap = heap.reuse(self._plan.peak_bytes)  # large results: freed memory reused
         # constants a kernel could hand back unchanged: outputs that are one of them are copied
         self._constants = frozenset(
@@ -239,12 +240,28 @@ class SimProgram:
             env[slot] = array
         source = self._source
         native = fp16._native  # read per run: tests switch it off
+        # the common steps run in C (run_steps), the others here, in order
+        specs = self._specs if native is not None and hasattr(native, "run_steps") else None
+        loop, i, count = self._loop, 0, len(self._loop)
         with np.errstate(all="ignore"), gemm.blas_on_one_thread(), self._heap or nullcontext():
-            for (
-                step, positional, known, dynamic, gathers, fused, variadic, single, frees, reads,
-                kernel,
-            ) in self._loop:  # fmt: skip
-                if reads is not None:  # runtime values only, one or two: no list to build
+            while i < count:
+                made = None  # a result run_steps handed back: its kernel ran already
+                if specs is not None:
+                    i, made, exc = native.run_steps(specs, env, i, np.ndarray)
+                    if i == count:
+                        break
+                    if exc is not None:
+                        if isinstance(exc, KERNEL_ERRORS):
+                            raise kernel_error(loop[i][0], exc, source) from None
+                        raise exc
+                (
+                    step, positional, known, dynamic, gathers, fused, variadic, single, frees,
+                    reads, kernel,
+                ) = loop[i]  # fmt: skip
+                i += 1
+                if made is not None:
+                    kwargs = None
+                elif reads is not None:  # runtime values only, one or two: no list to build
                     kwargs = None
                     args = (env[reads[0]],) if len(reads) == 1 else (env[reads[0]], env[reads[1]])
                 elif positional is not None:
@@ -260,7 +277,7 @@ class SimProgram:
                         kwargs[key] = tuple(env[s] if s != NO_SLOT else v for s, v in items)
                 if single is not None:
                     e = single
-                    if fused is not None and kwargs is None:
+                    if made is None and fused is not None and kwargs is None:
                         out = binary_rounded(fused, args[0], args[1], e.shape)
                         if out is not None:  # computed and rounded in one pass
                             out.flags.writeable = False
@@ -268,10 +285,13 @@ class SimProgram:
                             for slot in frees:
                                 env[slot] = None
                             continue
-                    try:
-                        out = kernel(*args) if kwargs is None else kernel(**kwargs)
-                    except KERNEL_ERRORS as exc:
-                        raise kernel_error(step, exc, source) from None
+                    if made is not None:
+                        out = made
+                    else:
+                        try:
+                            out = kernel(*args) if kwargs is None else kernel(**kwargs)
+                        except KERNEL_ERRORS as exc:
+                            raise kernel_error(step, exc, source) from None
                     if (
                         type(out) is not np.ndarray
                         or (out.dtype is not e.storage and out.dtype != e.storage)
@@ -348,6 +368,25 @@ def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
                     step.outputs[0] if len(step.outputs) == 1 else None, step.frees,
                     _reads(positional, gathers), step.kernel))  # fmt: skip
     return tuple(out)
+
+
+RUN_ARGS = 8  # positional arguments of a step _native.run_steps runs
+
+
+def _spec(entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What ``_native.run_steps`` needs to run a step of the loop as the Python loop's common
+    path does (its kernel on positional values, one result of a static shape, checked,
+    rounded, stored), or None for the others (keywords, fused operands, several or symbolic
+    results): the Python loop runs those, and the steps whose operands it would gather."""
+    _, positional, _, _, gathers, fused, _, single, frees, _, kernel = entry
+    if positional is None or fused is not None or single is None:
+        return None
+    if single.shape is None or len(positional) > RUN_ARGS:
+        return None
+    slots = tuple(slot for slot, _ in positional)
+    values = tuple(value for _, value in positional)
+    return (kernel, slots, values, single.slot, single.storage, single.shape, single.round,
+            tuple(frees), GATHER_MIN if gathers else 0)  # fmt: skip
 
 
 def _reads(positional: Any, gathers: bool) -> tuple[int, ...] | None:
