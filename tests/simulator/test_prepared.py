@@ -101,6 +101,18 @@ def test_prepared_pad_gives_the_general_kernels_values(
     assert _same_bits(got, want)
 
 
+@pytest.mark.parametrize("shape,perm", [((1, 1, 5, 128), (0, 1, 3, 2)), ((2, 3, 4), (2, 0, 1))])
+def test_prepared_transpose_gives_the_general_kernels_view(
+    shape, perm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float16)
+    out_shape = tuple(shape[p] for p in perm)
+    consts = {"perm": np.array(perm, np.int32)}
+    got, want, took = _both("transpose", {"x": x}, consts, out_shape, monkeypatch)
+    assert took and _same_bits(got, want)
+    assert _same_bits(got, x.transpose(perm))
+
+
 def test_a_pad_the_op_refuses_is_refused_as_before() -> None:
     """Reflect amounts past the dimension: not prepared, and the general kernel's error."""
     from anekit.errors import FormatError

@@ -130,8 +130,8 @@ def static_views(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step]
     would return the same view after the op's kernel worked it out from the arguments every
     run: half of a training step's steps are such reshapes and slices). Anything else
     still goes through the op's kernel: a value of another shape (which it refuses, naming
-    it), a reshape of a strided value (which it copies), and arguments the kernel would
-    refuse."""
+    it), a reshape of a strided value whose layout allows no view (which it copies), and
+    arguments the kernel would refuse."""
     out = []
     for step in steps:
         single = step.outputs[0] if len(step.outputs) == 1 else None
@@ -176,8 +176,13 @@ def _static_view(step: Step, source: tuple[int, ...], target: tuple[int, ...]) -
 def _reshape_view(general: Any, known: dict[str, Any], source: tuple[int, ...],
                   target: tuple[int, ...]) -> Any:  # fmt: skip
     def reshape(x: np.ndarray) -> np.ndarray:
-        if x.shape == source and x.flags.c_contiguous:
-            return x.reshape(target)
+        if x.shape == source:
+            if x.flags.c_contiguous:
+                return x.reshape(target)
+            try:  # a strided value: a view where its layout allows one, as the kernel does
+                return x.reshape(target, copy=False)
+            except (ValueError, TypeError):  # a copy (or numpy before 2.1): the kernel's
+                pass
         return general(x, **known)
 
     return reshape

@@ -73,6 +73,28 @@ def transpose(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
     return np.transpose(x, axes_of(order, x.ndim, "perm"))
 
 
+def prepare_transpose(known: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """transpose with its perm worked out once (prepared.py), for an x of the rank it fits."""
+    if set(shapes) != {"x"} or "perm" not in known:
+        return None
+    rank = len(shapes["x"])
+    try:
+        order = as_ints(known["perm"])
+        axes = axes_of(order, rank, "perm") if len(order) == rank else None
+    except ValueError:
+        return None  # the general kernel raises it, naming the op
+    if axes is None:
+        return None
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return np.transpose(x, axes) if x.ndim == rank else transpose(x, known["perm"])
+
+    return run
+
+
+transpose.prepare = prepare_transpose  # type: ignore[attr-defined]  # see prepared.py
+
+
 def squeeze(x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
     if axes is None:
         return x.reshape(tuple(d for d in x.shape if d != 1))
