@@ -143,6 +143,7 @@ REDUCTIONS = ["reduce_mean", "reduce_sum", "reduce_max", "reduce_min", "reduce_l
               "reduce_log_sum_exp", "reduce_prod"]  # fmt: skip
 REDUCED = [  # x shape, axes (None: all), keep_dims
     ((1, 1, 1, 1), (1,), True),  # silero-vad's mean of one value
+    ((3, 1, 4, 1), (1, 3), False),  # axes of one value each: the mean is 0 + x
     ((2, 5, 3, 7), (1, 3), False),
     ((2, 5, 3, 7), (-1,), True),
     ((4, 33), None, False),  # every axis: a numpy scalar before the cast

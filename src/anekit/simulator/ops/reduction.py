@@ -33,6 +33,8 @@ def _reduction(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
             keep = as_bool(known.get("keep_dims", False))
         except ValueError:
             return None  # the general kernel raises it, naming the op
+        if fn is _mean and chosen and all(shapes["x"][a] == 1 for a in chosen):
+            return _mean_of_one(shapes["x"], chosen, keep)
         return lambda x: np.asarray(fn(x, axis=chosen, keepdims=keep)).astype(x.dtype, copy=False)
 
     kernel.prepare = prepare  # type: ignore[attr-defined]  # see prepared.py
@@ -71,6 +73,21 @@ def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     if isinstance(total, np.ndarray):
         return np.true_divide(total, np.intp(count), out=total, casting="unsafe", subok=False)
     return total.dtype.type(total / np.intp(count))
+
+
+def _mean_of_one(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) -> Any:
+    """reduce_mean over axes of size 1 (a streaming model's mean over its one position): numpy's
+    sum of one value is ``0 + x`` (a -0 becomes +0, a signalling NaN quiet), and dividing that
+    by the count 1 changes no bit, so the mean is ``x + 0`` reshaped, without the reduction."""
+    target = tuple(d for i, d in enumerate(shape) if i not in axes or keep)
+    general = _reduction(_mean)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if x.dtype.kind != "f" or x.shape != shape:
+            return general(x, axes, keep)
+        return np.asarray(np.add(x.reshape(target), x.dtype.type(0)))  # 0-d: an array too
+
+    return run
 
 
 def _sum_square(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
