@@ -257,3 +257,21 @@ def test_few_positions_of_several_samples_are_one_product_with_the_same_bits() -
             want = np.empty((22, n), np.float32)
             native.gemm_f16w(w, np.ascontiguousarray(x[b].T), want, 22, 88, n, 1)
             assert np.array_equal(got[b].view(np.uint32), want.view(np.uint32))
+
+
+def test_one_sample_of_few_positions_is_one_gemm_f16w_call() -> None:
+    """A recurrent step's gates ([1, K, 1] and other single samples of fewer than COLUMNS_MIN
+    positions, contiguous or strided): gemm_f16w's bits, in the product's shape."""
+    rng = np.random.default_rng(13)
+    for batch, n in [((1,), 1), ((), 3), ((1, 1), 15)]:
+        w = rng.standard_normal((40, 24)).astype(np.float16)
+        x = rng.standard_normal((*batch, 24, 2 * n)).astype(np.float32)[..., ::2]
+        x[(0,) * len(batch) + (0, 0)] = np.nan if n == 3 else -0.0
+        got = gemm.matmul_half(w, x)
+        want = np.empty((40, n), np.float32)
+        native.gemm_f16w(w, np.ascontiguousarray(x.reshape(24, n).T), want, 40, 24, n, 1)
+        assert got.shape == (*batch, 40, n)
+        assert np.array_equal(got.reshape(40, n).view(np.uint32), want.view(np.uint32))
+        rounded = gemm.matmul_half(w, x, rounded=True)  # and rounded to fp16 where it is
+        want16 = want.astype(np.float16).astype(np.float32)
+        assert np.array_equal(rounded.reshape(40, n).view(np.uint32), want16.view(np.uint32))

@@ -174,6 +174,14 @@ def matmul_half(weight: np.ndarray, x: np.ndarray, *, rounded: bool = False) -> 
     m, k = weight.shape
     n = x.shape[-1]
     batch = x.shape[:-2]
+    if HALF_WEIGHTS and n < COLUMNS_MIN and 0 < x.size == k * n:
+        # one sample of a few positions (a recurrent step's gates): the per-sample loop's
+        # gemm_f16w call below, without its bookkeeping
+        out = np.empty((m, n), np.float32)
+        xt = np.ascontiguousarray(x.reshape(k, n).T, dtype=np.float32)
+        threads = THREADS if m * k * n >= F16W_THREADED else 1
+        _native.gemm_f16w(np.ascontiguousarray(weight), xt, out, m, k, n, threads)
+        return (rounded_in_place(out) if rounded else out).reshape((*batch, m, n))
     rows = x.reshape(-1, k, n)
     out = np.empty((rows.shape[0], m, n), np.float32)
     if HALF_COLUMNS and COLUMNS_MIN <= n < WIDE_COLUMNS and k <= COLUMNS_MAX_K:

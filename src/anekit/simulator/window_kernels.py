@@ -220,6 +220,9 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
         return None
     out = np.empty_like(x)
     source, target = x.reshape(-1), out.reshape(-1)
+    if x.size < SPLIT_MIN:  # one piece (what _run does), without its closure
+        _native.clamp(source, target, lo, hi)
+        return out
     _run(lambda a, b: _native.clamp(source[a:b], target[a:b], lo, hi), x.size, x.size)
     return out
 
