@@ -299,6 +299,25 @@ def test_feeds_are_rounded_to_fp16_and_outputs_are_fresh_arrays() -> None:
     np.testing.assert_array_equal(x, [[0.1, -1, 70000, 1 / 3]])  # feeds are not modified
 
 
+def test_float32_feeds_of_the_declared_shape_are_stored_as_any_feed_is() -> None:
+    """The feeds' short path (float32 arrays of a static shape): a copy rounded to fp16,
+    with the general path's bits (overflow to infinity, NaN, subnormals, -0); the caller's
+    array is left as it was."""
+    prog = relu_program()
+    x = np.array([[0.1, -1e-7, 70000, np.nan]], np.float32)
+    assert prog._plain == (("x", (1, 4), True),)
+    stored = prog._feeds({"x": x}, {})
+    general = prog._feeds({"x": x.astype(np.float64)}, {})  # another dtype: the general path
+    assert not stored[0].flags.writeable and not np.shares_memory(stored[0], x)
+    np.testing.assert_array_equal(stored[0].view(np.uint32), general[0].view(np.uint32))
+    np.testing.assert_array_equal(
+        prog.run({"x": x})["y"], prog.run({"x": x.astype(np.float64)})["y"]
+    )
+    np.testing.assert_array_equal(
+        x.view(np.uint32), np.array([[0.1, -1e-7, 70000, np.nan]], np.float32).view(np.uint32)
+    )
+
+
 def test_constant_ops_are_evaluated_once_at_load() -> None:
     ops = (
         mil.const("a", np.ones((1, 4), np.float16)),

@@ -108,6 +108,7 @@ class SimProgram:
         # known ones copied per call, never modified)
         self._loop = _loop(self._plan)
         self._specs = tuple(_spec(entry) for entry in self._loop)
+        self._plain = _plain_inputs(self._plan)
         self._heap = heap.reuse(self._plan.peak_bytes)  # large results: freed memory reused
         # constants a kernel could hand back unchanged: outputs that are one of them are copied
         self._constants = frozenset(
@@ -155,6 +156,18 @@ class SimProgram:
     # --- running ----------------------------------------------------------------------------
 
     def _feeds(self, feeds: Mapping[str, Any], symbols: dict) -> list[Any]:
+        if self._plain is not None and type(feeds) is dict and len(feeds) == len(self._plain):
+            # every input a float tensor of a static shape, fed float32 arrays of that shape:
+            # what _feed does for them (a copy, rounded to fp16 where the type is fp16)
+            stored = []
+            for name, shape, half in self._plain:
+                value = feeds.get(name)
+                if type(value) is not np.ndarray or value.dtype != np.float32 or value.shape != shape:
+                    break
+                array = value.copy()
+                stored.append(frozen(round_to_fp16(array, in_place=True) if half else array))
+            else:
+                return stored
         names = [b.name for b in self._plan.inputs]
         if not isinstance(feeds, Mapping) or feeds.keys() != set(names):
             # the message (every input's type as text) only when it is needed
@@ -368,6 +381,18 @@ def _loop(plan: Plan) -> tuple[tuple[Any, ...], ...]:
                     step.outputs[0] if len(step.outputs) == 1 else None, step.frees,
                     _reads(positional, gathers), step.kernel))  # fmt: skip
     return tuple(out)
+
+
+def _plain_inputs(plan: Plan) -> tuple[tuple[str, tuple[int, ...], bool], ...] | None:
+    """(name, shape, fp16) of each input when all are fp16 or fp32 tensors of static shapes
+    (the feeds' short path), else None."""
+    plain = []
+    for b in plan.inputs:
+        pattern, dtype = storage_shape(b.type)
+        if dtype not in ("fp16", "fp32") or not all(type(d) is int for d in pattern):
+            return None
+        plain.append((b.name, tuple(pattern), dtype == "fp16"))
+    return tuple(plain)
 
 
 RUN_ARGS = 8  # positional arguments of a step _native.run_steps runs
