@@ -113,6 +113,28 @@ def test_prepared_transpose_gives_the_general_kernels_view(
     assert _same_bits(got, x.transpose(perm))
 
 
+@pytest.mark.parametrize("axis,count", [(0, 2), (-1, 3), (1, 8)])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_prepared_concat_takes_its_values_one_by_one_with_the_general_kernels_bits(
+    axis: int, count: int, interleave: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concat's values spread out as positional arguments (run in C by the run loop), a
+    constant among them; interleaving keeps the general kernel."""
+    rng = np.random.default_rng(count)
+    inputs = {f"v{i}": rng.standard_normal((2, 3, 4)).astype(np.float16) for i in range(count - 1)}
+    constant = np.linspace(-1, 1, 24, dtype=np.float16).reshape(2, 3, 4)
+    values = [*inputs.values(), constant]
+    out_shape = list(constant.shape)
+    out_shape[axis] *= count
+    consts = {"values": (*inputs, constant), "axis": np.int32(axis), "interleave": interleave}
+    got, want, took = _both("concat", inputs, consts, tuple(out_shape), monkeypatch)
+    assert took != interleave and _same_bits(got, want)
+    if not interleave:
+        assert _same_bits(got, np.concatenate(values, axis=axis))
+        program = build("concat", inputs, consts, [np.zeros(out_shape, np.float32)], dtype="fp16")
+        assert SimProgram(program)._specs[0] is not None  # positional: the run loop's C path
+
+
 def test_a_pad_the_op_refuses_is_refused_as_before() -> None:
     """Reflect amounts past the dimension: not prepared, and the general kernel's error."""
     from anekit.errors import FormatError

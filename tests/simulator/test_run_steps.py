@@ -35,7 +35,7 @@ class _WithoutRunSteps:
 def _program() -> SimProgram:
     """Steps of each kind the loop meets: views needing rounding (a reshape of a product),
     results past fp16's range (exp), an elementwise step given a large transposed operand
-    (gathered by the Python loop), a multi-input op (concat, keywords), values freed."""
+    (gathered by the Python loop), a multi-input op (concat, its values spread out), values freed."""
     t = mil.MilTensorType
     x, big = t("fp16", (64, 128)), t("fp16", (128, 64))
     ops = (
@@ -64,7 +64,14 @@ def test_a_run_in_c_gives_the_python_loops_bits(monkeypatch: pytest.MonkeyPatch)
     rng = np.random.default_rng(5)
     prog = _program()
     in_c_steps = [s.op for s, spec in zip(prog._plan.steps, prog._specs, strict=True) if spec]
-    assert in_c_steps == ["exp", "transpose", "matmul", "reshape", "sigmoid"]  # fused: Python's
+    assert in_c_steps == [
+        "exp",
+        "transpose",
+        "matmul",
+        "reshape",
+        "sigmoid",
+        "concat",
+    ]  # fused: Python's
     feeds = [
         {"x": rng.standard_normal((64, 128)) * scale, "b": rng.standard_normal((128, 64))}
         for scale in (0.1, 3.0, 12.0)  # exp of 12: past 65504, infinities

@@ -8,6 +8,11 @@ names (positionally, in any order the run loop finds from its signature), or Non
 the general kernel. A prepared kernel computes exactly what the general one computes for
 those shapes: the same operations in the same order, so the bits are the same.
 
+An op with one variadic argument (concat) has ``kernel.prepare_spread(known, shapes)``
+instead (the static shapes of the argument's values, in order): it returns a kernel of the
+tuple of values, and the step then takes them one by one (:class:`Spread`), so that the run
+loop calls it positionally (in C, ``_native.run_steps``).
+
 A ``prepare`` marked ``rounds`` also takes ``rounded=True`` for a step whose one result is
 rounded to fp16: its kernel then returns the rounded values (rounding each tile of a
 convolution while it is in cache), and the step's output is marked as not to be rounded
@@ -16,11 +21,16 @@ again by the run loop (a pass over a large result: 7 ms of PicoDet's run).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .execute import Step
+import numpy as np
+
+from .execute import NO_SLOT, Step
+
+SPREAD_MAX = 8  # values of a variadic argument spread out (the run loop's C path takes 8)
 
 
 def prepare_steps(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step]:
@@ -42,5 +52,45 @@ def prepare_steps(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step
                     kernel = prepare(known, static)
                     if kernel is not None:
                         step = replace(step, kernel=kernel, known={})
+        elif step.variadic:
+            step = _spread(step, shapes)
         out.append(step)
     return out
+
+
+class Spread:
+    """A prepared kernel of an op with one variadic argument (concat's ``values``), taking
+    its values one by one as parameters ``values0``, ``values1``, ...: the run loop then
+    calls it positionally, as it calls other kernels, without a tuple of values built for
+    each call."""
+
+    def __init__(self, run: Callable[[tuple[Any, ...]], Any], names: tuple[str, ...]):
+        self.run = run
+        self.names = names
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        self.__signature__ = inspect.Signature([inspect.Parameter(n, kind) for n in names])
+
+    def __call__(self, *values: Any, **named: Any) -> Any:
+        return self.run((*values, *(named[n] for n in self.names[len(values) :])))
+
+
+def _spread(step: Step, shapes: Mapping[int, Any]) -> Step:
+    """``step`` with its variadic argument spread out, where its kernel's
+    ``prepare_spread(known, shapes)`` (the known arguments, each value's static shape)
+    returns a kernel of the tuple of values; else ``step`` as it is."""
+    prepare = getattr(step.kernel, "prepare_spread", None)
+    if prepare is None or len(step.variadic) != 1 or step.dynamic:
+        return step
+    key, items = step.variadic[0]
+    if not 1 <= len(items) <= SPREAD_MAX:
+        return step
+    each = [np.shape(value) if slot == NO_SLOT else shapes.get(slot) for slot, value in items]
+    if any(shape is None for shape in each):
+        return step
+    run = prepare(dict(step.known), tuple(tuple(shape) for shape in each))
+    if run is None:
+        return step
+    names = tuple(f"{key}{i}" for i in range(len(items)))
+    known = {n: value for n, (slot, value) in zip(names, items, strict=True) if slot == NO_SLOT}
+    dynamic = tuple((n, slot) for n, (slot, _) in zip(names, items, strict=True) if slot != NO_SLOT)
+    return replace(step, kernel=Spread(run, names), known=known, dynamic=dynamic, variadic=())

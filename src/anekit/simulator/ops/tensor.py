@@ -39,6 +39,24 @@ def concat(values: tuple[np.ndarray, ...], axis: Any, interleave: Any = False) -
     return stacked.reshape(shape)
 
 
+def prepare_concat(known: Mapping[str, Any], shapes: tuple[tuple[int, ...], ...]) -> Any:
+    """concat of values of static shapes (prepared.py's spread) without interleaving: the axis
+    worked out once, then numpy's concatenation, as the general kernel runs it."""
+    rank = len(shapes[0])
+    if rank == 0 or any(len(s) != rank for s in shapes) or "axis" not in known:
+        return None  # scalars stacked, or ranks the general kernel refuses
+    try:
+        ax = axis_of(as_int(known["axis"]), rank)
+        if as_bool(known.get("interleave", False)):
+            return None
+    except ValueError:
+        return None  # the general kernel raises it, naming the op
+    return lambda values: np.concatenate(values, axis=ax)
+
+
+concat.prepare_spread = prepare_concat  # type: ignore[attr-defined]  # see prepared.py
+
+
 def split(
     x: np.ndarray, axis: Any, num_splits: Any = None, split_sizes: Any = None
 ) -> tuple[np.ndarray, ...]:
