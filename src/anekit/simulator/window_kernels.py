@@ -160,6 +160,9 @@ class DirectConv:
         self.narrow = groups == 1 and self.target[3] <= NARROW
         if self.narrow:
             self.w = np.ascontiguousarray(self.w.T)
+        # conv_rows' arguments after x, w and out for one call over every row and channel
+        self.whole = (self.groups, *self.geometry, 0, self.rows, 0, self.out_shape[1],
+                      self.narrow, self.rounded)  # fmt: skip
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         planes = x if x.flags.c_contiguous else np.ascontiguousarray(x)
@@ -167,11 +170,12 @@ class DirectConv:
             planes = planes.reshape(self.planes)
         out = np.empty(self.out_shape, np.float32)
         target = out if self.target == self.out_shape else out.reshape(self.target)
+        if self.work < SPLIT_MIN:  # one call (a streaming model's small convolutions)
+            _native.conv_rows(planes, self.w, target, *self.whole)
+            return out
         args = (planes, self.w, target, self.groups, *self.geometry)
         c_out, rows, narrow, rounded = self.out_shape[1], self.rows, self.narrow, self.rounded
-        if self.work < SPLIT_MIN:
-            _native.conv_rows(*args, 0, rows, 0, c_out, narrow, rounded)
-        elif rows >= PIECES:
+        if rows >= PIECES:
             _run(lambda lo, hi: _native.conv_rows(*args, lo, hi, 0, c_out, narrow, rounded),
                  rows, self.work)  # fmt: skip
         else:  # few output rows (a 1-D conv over one sequence): pieces of output channels
