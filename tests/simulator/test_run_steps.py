@@ -15,6 +15,7 @@ import pytest
 
 from anekit.formats import mil
 from anekit.simulator import SimProgram, fp16
+from anekit.simulator.execute import RUN_ARGS
 
 native = fp16._native
 pytestmark = pytest.mark.skipif(
@@ -161,6 +162,22 @@ def test_run_steps_hands_back_a_kernels_exception() -> None:
     assert index == 0 and result is None
     assert isinstance(exc, ValueError) and str(exc) == "indices out of range"
     assert exc.__traceback__ is not None
+
+
+def test_run_steps_takes_as_many_arguments_as_the_specs_give_it() -> None:
+    """RUN_ARGS (execute.py) is the C loop's limit: a spec with that many runs, one more is
+    refused (program.py never builds one)."""
+    env: list[Any] = [np.ones(4, np.float32), None]
+
+    def total(*values: np.ndarray) -> np.ndarray:
+        return np.sum(values, axis=0, dtype=np.float32)
+
+    most = _spec(total, (0,) * RUN_ARGS, (None,) * RUN_ARGS, 1, (4,))
+    assert native.run_steps((most,), env, 0, np.ndarray) == (1, None, None)
+    np.testing.assert_array_equal(env[1], np.full(4, RUN_ARGS, np.float32))
+    over = _spec(total, (0,) * (RUN_ARGS + 1), (None,) * (RUN_ARGS + 1), 1, (4,))
+    with pytest.raises(TypeError, match="malformed"):
+        native.run_steps((over,), env, 0, np.ndarray)
 
 
 def test_run_steps_refuses_malformed_specs() -> None:

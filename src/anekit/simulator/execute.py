@@ -19,6 +19,7 @@ from .fp16 import round_to_fp16
 from .values import frozen
 
 NO_SLOT = -1
+RUN_ARGS = 8  # positional arguments of a step _native.run_steps runs (RUN_ARGS in _native.c)
 
 
 class Source(Protocol):

@@ -28,9 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .execute import NO_SLOT, Step
-
-SPREAD_MAX = 8  # values of a variadic argument spread out (the run loop's C path takes 8)
+from .execute import NO_SLOT, RUN_ARGS, Step
 
 
 def prepare_steps(steps: Sequence[Step], shapes: Mapping[int, Any]) -> list[Step]:
@@ -82,7 +80,7 @@ def _spread(step: Step, shapes: Mapping[int, Any]) -> Step:
     if prepare is None or len(step.variadic) != 1 or step.dynamic:
         return step
     key, items = step.variadic[0]
-    if not 1 <= len(items) <= SPREAD_MAX:
+    if not 1 <= len(items) <= RUN_ARGS:  # more: the C loop would not take them
         return step
     each = [np.shape(value) if slot == NO_SLOT else shapes.get(slot) for slot, value in items]
     if any(shape is None for shape in each):

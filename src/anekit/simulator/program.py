@@ -28,6 +28,7 @@ from . import fp16, gemm, heap
 from .execute import (
     KERNEL_ERRORS,
     NO_SLOT,
+    RUN_ARGS,
     Step,
     apply,
     check_output,
@@ -393,9 +394,6 @@ def _plain_inputs(plan: Plan) -> tuple[tuple[str, tuple[int, ...], bool], ...] |
             return None
         plain.append((b.name, tuple(pattern), dtype == "fp16"))
     return tuple(plain)
-
-
-RUN_ARGS = 8  # positional arguments of a step _native.run_steps runs
 
 
 def _spec(entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
