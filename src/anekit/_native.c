@@ -1349,7 +1349,8 @@ static PyObject *gemm_f16w(PyObject *self, PyObject *args)
  * filled once when of one value, else gathered per block. A bool is 1.0f or 0.0f in a
  * register (comparisons, logical ops, select's condition); bool inputs are converted as they
  * are gathered, bool outputs as they are stored. Built with -ffp-contract=off (setup.py): no
- * a * b + c may become an FMA, which would round once instead of twice. */
+ * a * b + c may become an FMA, which would round once instead of twice. Where the CPU has
+ * AVX512-FP16 a block may run in fp16 lanes instead, with the same bits (half_block). */
 #define FUSED_BLOCK 1024
 #define FUSED_DIMS 32
 enum { FUSED_ADD, FUSED_SUB, FUSED_MUL, FUSED_DIV, FUSED_MAX, FUSED_MIN, FUSED_SQRT, FUSED_ABS,
@@ -1364,6 +1365,13 @@ typedef struct {
     Py_ssize_t shape[FUSED_DIMS], stride[FUSED_DIMS]; /* broadcast over the output, in bytes */
     float *buf;
 } fused_input;
+
+/* A gathered float32 input whose last axis repeats one value: runs of one value (a
+ * per-channel bias or scale over [N, C, H, W]). */
+static int fused_runs(const fused_input *in)
+{
+    return in->kind == 2 && !in->is_bool && in->stride[in->nd - 1] == 0;
+}
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <math.h>
@@ -1571,6 +1579,135 @@ __attribute__((target("avx512f,avx2,f16c"))) static void fused_op512(int op, int
 }
 #endif
 
+/* ---- the chain in fp16 lanes, where the CPU has AVX512-FP16 ----------------------------------
+ * When every op of the chain rounds its result to fp16 (or returns one of its operands, or a
+ * truth value) and the inputs hold fp16 values, the chain can run on fp16 values with the
+ * same bits: float32 carries 24 bits, at least 2 * 11 + 2, so rounding the float32 result of
+ * +, -, *, / or sqrt of two fp16 values to fp16 gives the exact result rounded once, which is
+ * what the fp16 instruction computes (overflow to infinity and fp16 subnormals included).
+ * NaNs: an arithmetic op returns its first NaN operand quieted or the default NaN in both
+ * widths, and the F16C conversions keep a quiet NaN's payload (the top 10 bits) both ways; a
+ * block whose inputs are not all fp16 values converted and back bit for bit (a signalling NaN,
+ * which F16C would quiet, or an unrounded value) runs in float32 as above. 32 lanes per
+ * instruction and no conversion between ops: about 4x fewer instructions per op. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+#define HAVE_HALF_FUSED 1
+#define HALF_TARGET __attribute__((target("avx512fp16,avx512bw,avx512vl,avx512f,avx2,f16c")))
+
+static int half_fused_on = 1; /* fused_half(False) turns the fp16 lanes off (tests compare) */
+
+static int half_supported(void)
+{
+    __builtin_cpu_init();
+    return half_fused_on && __builtin_cpu_supports("avx512fp16");
+}
+
+/* True when a chain's rows run in fp16 lanes: every +, -, *, / and sqrt is rounded (the
+ * other ops return an operand, its magnitude or a truth value, exact in fp16). */
+static int half_code(const int32_t *rows, Py_ssize_t nrows)
+{
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        int op = rows[6 * r];
+        if (op <= FUSED_SQRT && op != FUSED_MAX && op != FUSED_MIN && !rows[6 * r + 1])
+            return 0;
+    }
+    return 1;
+}
+
+static __mmask16 half_tail16(Py_ssize_t left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* n float32 values as fp16 into dst (whole vectors of 16 written); 0 when one of them is not
+ * an fp16 value (its conversion and back differs in a bit), dst then partly written. */
+HALF_TARGET static int half_narrow(const float *src, uint16_t *dst, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __mmask16 m = half_tail16(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+        __m256i h = _mm512_cvtps_ph(x, ROUNDING);
+        __m512i back = _mm512_castps_si512(_mm512_cvtph_ps(h));
+        if (_mm512_mask_cmpneq_epi32_mask(m, back, _mm512_castps_si512(x)))
+            return 0;
+        _mm256_storeu_si256((__m256i *)(dst + i), h);
+    }
+    return 1;
+}
+
+/* n fp16 values as float32 (exact) into dst. */
+HALF_TARGET static void half_widen(const uint16_t *src, float *dst, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_mask_storeu_ps(dst + i, half_tail16(n - i), x);
+    }
+}
+
+/* A bool output from fp16 lanes: nonzero (NaN included, as fused_store_bools) as 1. */
+HALF_TARGET static void half_store_bools(const uint16_t *src, unsigned char *dst, Py_ssize_t n)
+{
+    const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (Py_ssize_t i = 0; i < n; i += 32) {
+        __mmask32 m = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
+        __mmask32 t = _mm512_test_epi16_mask(_mm512_loadu_si512(src + i), magnitude);
+        _mm256_mask_storeu_epi8(dst + i, m, _mm256_maskz_mov_epi8(t, ones));
+    }
+}
+
+#define HALF_LOOP(EXPR)                                                                         \
+    for (Py_ssize_t i = 0; i < n; i += 32) {                                                    \
+        __m512h x = _mm512_loadu_ph(a + i);                                                     \
+        __m512h y = _mm512_loadu_ph(b + i);                                                     \
+        (void)y;                                                                                \
+        _mm512_storeu_ph(d + i, EXPR);                                                          \
+    }
+#define HALF_TRUTH(MASK) _mm512_castsi512_ph(_mm512_maskz_mov_epi16(MASK, one))
+#define HALF_NONZERO(V) _mm512_cmp_ph_mask(V, zero, _CMP_NEQ_OQ)
+
+/* fused_op512 on fp16 lanes, n a multiple of 32 (the same comparisons, NaN and zero rules). */
+HALF_TARGET static void half_op(int op, const uint16_t *a, const uint16_t *b, const uint16_t *c,
+                                uint16_t *d, Py_ssize_t n)
+{
+    const __m512i one = _mm512_set1_epi16(0x3C00), magnitude = _mm512_set1_epi16(0x7FFF);
+    const __m512h zero = _mm512_setzero_ph();
+    switch (op) {
+    case FUSED_SELECT:
+        for (Py_ssize_t i = 0; i < n; i += 32) {
+            __mmask32 pick = HALF_NONZERO(_mm512_loadu_ph(c + i));
+            _mm512_storeu_ph(d + i, _mm512_mask_blend_ph(pick, _mm512_loadu_ph(b + i),
+                                                         _mm512_loadu_ph(a + i)));
+        }
+        break;
+    case FUSED_ADD: HALF_LOOP(_mm512_add_ph(x, y)) break;
+    case FUSED_SUB: HALF_LOOP(_mm512_sub_ph(x, y)) break;
+    case FUSED_MUL: HALF_LOOP(_mm512_mul_ph(x, y)) break;
+    case FUSED_DIV: HALF_LOOP(_mm512_div_ph(x, y)) break;
+    case FUSED_MAX:
+        HALF_LOOP(_mm512_mask_blend_ph(_mm512_cmp_ph_mask(x, x, _CMP_UNORD_Q), _mm512_max_ph(x, y), x))
+        break;
+    case FUSED_MIN:
+        HALF_LOOP(_mm512_mask_blend_ph(_mm512_cmp_ph_mask(x, x, _CMP_UNORD_Q), _mm512_min_ph(x, y), x))
+        break;
+    case FUSED_SQRT: HALF_LOOP(_mm512_sqrt_ph(x)) break;
+    case FUSED_ABS:
+        HALF_LOOP(_mm512_castsi512_ph(_mm512_and_si512(_mm512_castph_si512(x), magnitude)))
+        break;
+    case FUSED_EQ: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_EQ_OQ))) break;
+    case FUSED_NE: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_NEQ_UQ))) break;
+    case FUSED_LT: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_LT_OQ))) break;
+    case FUSED_LE: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_LE_OQ))) break;
+    case FUSED_GT: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_GT_OQ))) break;
+    case FUSED_GE: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, y, _CMP_GE_OQ))) break;
+    case FUSED_AND: HALF_LOOP(HALF_TRUTH(HALF_NONZERO(x) & HALF_NONZERO(y))) break;
+    case FUSED_OR: HALF_LOOP(HALF_TRUTH(HALF_NONZERO(x) | HALF_NONZERO(y))) break;
+    case FUSED_XOR: HALF_LOOP(HALF_TRUTH(HALF_NONZERO(x) ^ HALF_NONZERO(y))) break;
+    default: HALF_LOOP(HALF_TRUTH(_mm512_cmp_ph_mask(x, zero, _CMP_EQ_OQ))) break; /* not */
+    }
+}
+#endif
+
 #if defined(__GNUC__) && defined(__x86_64__)
 /* A bool output's block: nonzero values as 1, zeros as 0, one byte each. */
 __attribute__((target("avx2,f16c"))) static void fused_store_bools(const float *src,
@@ -1681,6 +1818,86 @@ static int fused_input_open(PyObject *obj, fused_input *in, int nd, const Py_ssi
     return 0;
 }
 
+#ifdef HAVE_HALF_FUSED
+/* Values [start, start + n) of an input whose last axis repeats one value (a per-channel bias
+ * or scale seen over [N, C, H, W]) as fp16 straight into dst, a run of one value at a time;
+ * 0 when one of them is not an fp16 value. */
+HALF_TARGET static int half_gather_runs(const fused_input *in, Py_ssize_t start, Py_ssize_t n,
+                                        uint16_t *dst)
+{
+    Py_ssize_t idx[FUSED_DIMS], rest = start;
+    int last = in->nd - 1;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rest % in->shape[d];
+        rest /= in->shape[d];
+    }
+    while (n > 0) {
+        const char *p = in->view.buf;
+        for (int d = 0; d < last; d++)
+            p += idx[d] * in->stride[d];
+        Py_ssize_t run = in->shape[last] - idx[last];
+        if (run > n)
+            run = n;
+        float v;
+        memcpy(&v, p, sizeof v);
+        __m128i h = _mm_cvtps_ph(_mm_set_ss(v), ROUNDING);
+        __m128i back = _mm_castps_si128(_mm_cvtph_ps(h)), bits = _mm_castps_si128(_mm_set_ss(v));
+        if (_mm_cvtsi128_si32(back) != _mm_cvtsi128_si32(bits))
+            return 0;
+        const __m512i fill = _mm512_set1_epi16((short)_mm_extract_epi16(h, 0));
+        Py_ssize_t i = 0;
+        for (; i + 32 <= run; i += 32)
+            _mm512_storeu_si512(dst + i, fill);
+        if (i < run)
+            _mm512_mask_storeu_epi16(dst + i, (__mmask32)((1u << (run - i)) - 1u), fill);
+        dst += run;
+        n -= run;
+        idx[last] = 0;
+        for (int d = last - 1; d >= 0; d--) {
+            if (++idx[d] < in->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return 1;
+}
+
+/* One block of the pass in fp16 lanes (half_code's chains): 0, with nothing written, when an
+ * input value of the block is not an fp16 value (the caller then runs the block in float32).
+ * Inputs of one value were converted before the first block. */
+HALF_TARGET static int half_block(fused_input *iv, Py_ssize_t ni, Py_buffer *ov, Py_ssize_t no,
+                                  const int32_t *rows, Py_ssize_t nrows, uint16_t **hreg,
+                                  Py_ssize_t start, Py_ssize_t len)
+{
+    for (Py_ssize_t k = 0; k < ni; k++) {
+        const fused_input *in = &iv[k];
+        int exact = 1;
+        if (in->kind == 0) {
+            exact = half_narrow((const float *)in->view.buf + start, hreg[k], len);
+        } else if (fused_runs(in)) {
+            exact = half_gather_runs(in, start, len, hreg[k]);
+        } else if (in->kind == 2) {
+            fused_gather(in, start, len, in->buf);
+            exact = half_narrow(in->buf, hreg[k], len);
+        }
+        if (!exact)
+            return 0;
+    }
+    Py_ssize_t lanes = (len + 31) & ~(Py_ssize_t)31;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        const int32_t *c = rows + 6 * r;
+        half_op(c[0], hreg[c[3]], hreg[c[4]], hreg[c[5]], hreg[c[2]], lanes);
+    }
+    for (Py_ssize_t k = 0; k < no; k++) {
+        if (ov[k].itemsize == 4)
+            half_widen(hreg[ni + k], (float *)ov[k].buf + start, len);
+        else
+            half_store_bools(hreg[ni + k], (unsigned char *)ov[k].buf + start, len);
+    }
+    return 1;
+}
+#endif
+
 PyDoc_STRVAR(fused_run_doc,
 "fused_run(code, inputs, outputs, temps, start=0, stop=-1) -> int or None\n\n"
 "Run a chain of elementwise ops (code: int32 rows op, round, dst, a, b, c over the registers\n"
@@ -1688,8 +1905,8 @@ PyDoc_STRVAR(fused_run_doc,
 "float32 or bool arrays of one shape that every input (float32 or bool) broadcasts to.\n"
 "Only the values [start, stop) in C order are computed (stop -1: to the end); a range that\n"
 "starts on a multiple of 1024 walks the same blocks as the whole pass, so callers may run\n"
-"ranges on several threads. Returns 0, or None where the CPU lacks AVX2 and F16C (nothing\n"
-"was computed).");
+"ranges on several threads. Returns how many blocks ran in fp16 lanes (AVX512-FP16; 0 where\n"
+"none did), or None where the CPU lacks AVX2 and F16C (nothing was computed).");
 
 static PyObject *fused_run(PyObject *self, PyObject *args)
 {
@@ -1726,7 +1943,7 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     fused_input *iv = PyMem_Calloc((size_t)(ni ? ni : 1), sizeof *iv);
     float **reg = PyMem_Calloc((size_t)nregs, sizeof *reg);
     float *scratch = NULL;
-    Py_ssize_t opened_o = 0, opened_i = 0, n = 0;
+    Py_ssize_t opened_o = 0, opened_i = 0, n = 0, halved = 0; /* blocks in fp16 lanes */
     int failed = ov == NULL || iv == NULL || reg == NULL;
     if (failed)
         PyErr_NoMemory();
@@ -1769,6 +1986,28 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     }
     /* values per block: FUSED_BLOCK, or all of a small output (rounded up to whole vectors) */
     Py_ssize_t block = n < FUSED_BLOCK ? ((n + 7) & ~(Py_ssize_t)7) + 8 : FUSED_BLOCK;
+#ifdef HAVE_HALF_FUSED
+    /* one op over plain inputs is quicker in float32: the conversions in and out cost more
+     * than the op; a broadcast input filled in fp16 runs (half_gather_runs) is quicker still */
+    int half = !failed && half_supported() && half_code(rows, nrows);
+    if (half && nrows < 2) {
+        half = 0;
+        for (Py_ssize_t k = 0; k < ni; k++)
+            half |= fused_runs(&iv[k]);
+    }
+    Py_ssize_t hblock = (block + 31) & ~(Py_ssize_t)31; /* fp16 lanes: whole vectors of 32 */
+    uint16_t *hscratch = NULL, **hreg = NULL;
+    if (half) {
+        hscratch = PyMem_Calloc((size_t)nregs * (size_t)hblock, sizeof *hscratch);
+        hreg = PyMem_Calloc((size_t)nregs, sizeof *hreg);
+        if (hscratch == NULL || hreg == NULL) {
+            PyErr_NoMemory();
+            failed = 1;
+        }
+        for (Py_ssize_t r = 0; !failed && r < nregs; r++)
+            hreg[r] = hscratch + r * hblock;
+    }
+#endif
     if (!failed) {
         Py_ssize_t blocks = temps + bools;
         for (Py_ssize_t k = 0; k < ni; k++)
@@ -1794,6 +2033,10 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
                 memcpy(&v, iv[k].view.buf, sizeof v);
                 for (Py_ssize_t i = 0; i < block; i++)
                     iv[k].buf[i] = v;
+#ifdef HAVE_HALF_FUSED
+                if (half) /* one value, not an fp16 one: every block runs in float32 */
+                    half = half_narrow(iv[k].buf, hreg[k], block);
+#endif
             }
         }
         for (Py_ssize_t t = 0; t < temps; t++)
@@ -1807,6 +2050,12 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
         }
         for (Py_ssize_t start = first; start < last; start += block) {
             Py_ssize_t len = last - start < block ? last - start : block;
+#ifdef HAVE_HALF_FUSED
+            if (half && half_block(iv, ni, ov, no, rows, nrows, hreg, start, len)) {
+                halved++;
+                continue;
+            }
+#endif
             for (Py_ssize_t k = 0; k < ni; k++) {
                 if (iv[k].kind == 0)
                     reg[k] = (float *)iv[k].view.buf + start;
@@ -1840,13 +2089,34 @@ static PyObject *fused_run(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < opened_o; k++)
         PyBuffer_Release(&ov[k]);
     PyMem_Free(scratch);
+#ifdef HAVE_HALF_FUSED
+    PyMem_Free(hscratch);
+    PyMem_Free(hreg);
+#endif
     PyMem_Free(reg);
     PyMem_Free(iv);
     PyMem_Free(ov);
     PyBuffer_Release(&code);
     if (failed)
         return NULL;
-    return PyLong_FromLong(0);
+    return PyLong_FromSsize_t(halved);
+}
+PyDoc_STRVAR(fused_half_doc,
+"fused_half(on) -> bool\n\n"
+"Let fused_run compute in fp16 lanes where it may (on True, the default) or never (tests run\n"
+"both paths); returns whether it now may: False where the CPU lacks AVX512-FP16.");
+
+static PyObject *fused_half(PyObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+#ifdef HAVE_HALF_FUSED
+    half_fused_on = on;
+    return PyBool_FromLong(half_supported());
+#else
+    return PyBool_FromLong(0);
+#endif
 }
 /* ---- end of fused_run ------------------------------------------------------------------- */
 
@@ -3521,6 +3791,7 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, gather_doc},
     {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
     {"fused_run", fused_run, METH_VARARGS, fused_run_doc},
+    {"fused_half", fused_half, METH_O, fused_half_doc},
 
     /* window kernels */
     {"window_gather", window_gather, METH_VARARGS, window_gather_doc},

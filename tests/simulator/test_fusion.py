@@ -20,6 +20,18 @@ BUILT = fusion.available()
 needs_c = pytest.mark.skipif(
     not BUILT, reason="no C pass here (extension not built, or no AVX2/F16C)"
 )
+# the C pass computes eligible chains in fp16 lanes here (AVX512-FP16)
+HALF = BUILT and fp16._native.fused_half(True)
+needs_half = pytest.mark.skipif(not HALF, reason="no fp16 lanes here (no AVX512-FP16)")
+
+
+@pytest.fixture
+def float32_lanes():
+    """The C pass in float32 lanes only (where the CPU would take fp16 lanes)."""
+    fp16._native.fused_half(False)
+    yield
+    fp16._native.fused_half(True)
+
 
 # fp16 values that stress the rounding: NaN, infinities, signed zeros, subnormals, the
 # largest finite values (65504 + 16 = 65520 rounds to infinity), ties, ordinary numbers
@@ -198,6 +210,26 @@ def test_fused_groups_give_the_unfused_bits(case, monkeypatch) -> None:
         assert_same_bits(stored[name], wide)
 
 
+@needs_half
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=programs())
+def test_fused_groups_in_float32_lanes_give_the_unfused_bits(
+    case, monkeypatch, float32_lanes
+) -> None:
+    """The float32 lanes, which the property above mostly leaves to fp16 lanes here, on
+    their own (other CPUs take them, and blocks whose inputs are not fp16 values)."""
+    program, feeds = case
+    with np.errstate(all="ignore"), monkeypatch.context() as patch:
+        want = _load(program, False, patch).run(feeds)
+        got = _load(program, True, patch).run(feeds)
+    for name in want:
+        assert_same_bits(got[name], want[name])
+
+
 @needs_c
 @settings(
     max_examples=40,
@@ -230,7 +262,7 @@ def test_a_range_of_blocks_computes_those_values_only() -> None:
     whole = np.empty(x.shape, np.float32)
     fp16._native.fused_run(code, (x, b), (whole,), 1)
     parts = np.full(x.shape, 7.0, np.float32)
-    assert fp16._native.fused_run(code, (x, b), (parts,), 1, 1024, 2048) == 0
+    assert fp16._native.fused_run(code, (x, b), (parts,), 1, 1024, 2048) == int(HALF)  # 1 block
     flat = parts.reshape(-1)
     assert np.all(flat[:1024] == 7) and np.all(flat[2048:] == 7)
     fp16._native.fused_run(code, (x, b), (parts,), 1, 0, 1024)
@@ -255,7 +287,8 @@ def test_strided_and_broadcast_inputs_are_read_in_place() -> None:
     want = np.maximum(fp16.round_to_fp16(fp16.round_to_fp16(x * b) + x), b)
     for operand in (x, xt):
         out = np.empty(x.shape, np.float32)
-        assert fp16._native.fused_run(code, (operand, b), (out,), 1) == 0
+        blocks = -(-x.size // fusion.FUSED_BLOCK)
+        assert fp16._native.fused_run(code, (operand, b), (out,), 1) == blocks * HALF
         assert_same_bits(out, want)
     with pytest.raises(ValueError, match="does not broadcast"):
         fp16._native.fused_run(code, (x, np.zeros((2, 1, 1, 1), np.float32)), (out,), 1)
@@ -319,3 +352,169 @@ def test_fusion_off_leaves_the_steps_as_they_are(monkeypatch) -> None:
     assert [s.op for s in off._plan.steps] == ["mul", "add"]
     on = _load(program, True, monkeypatch)
     assert [s.op for s in on._plan.steps] == (["fused"] if BUILT else ["mul", "add"])
+
+
+def test_a_lone_step_with_a_per_channel_operand_runs_as_a_fused_pass(monkeypatch) -> None:
+    """A squeeze-excitation scale, x [N, C, H, W] * s [N, C, 1, 1], is a group of one step
+    run by the C pass (numpy's broadcast loop and rounding pass cost twice as much); a lone
+    step over operands of its own shape stays as it was; the bits are the unfused ones."""
+    x = mil.MilTensorType("fp16", (2, 8, 16, 40))
+    s = mil.MilTensorType("fp16", (2, 8, 1, 1))
+    ops = (mil.operation("mul", ("y", x), {"x": "x", "y": "s"}),
+           mil.operation("exp", ("e", x), {"x": "y"}),
+           mil.operation("sub", ("z", x), {"x": "e", "y": "x"}))  # fmt: skip
+    binds = (mil.Binding("x", x), mil.Binding("s", s))
+    program = mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, ops, ("z",)),))
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((2, 8, 16, 40)).astype(np.float16),
+             "s": rng.standard_normal((2, 8, 1, 1)).astype(np.float16)}  # fmt: skip
+    feeds["x"].reshape(-1)[:4] = [np.nan, np.inf, -0.0, 65504]
+    on = _load(program, True, monkeypatch)
+    assert [st.op for st in on._plan.steps] == (["fused", "exp", "sub"] if BUILT else
+                                                 ["mul", "exp", "sub"])  # fmt: skip
+    with np.errstate(all="ignore"):
+        got = on.run(feeds)["z"]
+        want = _load(program, False, monkeypatch).run(feeds)["z"]
+    assert_same_bits(got, want)
+
+
+def _run_both(code: np.ndarray, inputs: tuple, outputs: int, temps: int, shape) -> tuple:
+    """fused_run's outputs in fp16 lanes where it takes them and in float32 lanes, and how
+    many blocks took fp16 lanes."""
+    results = []
+    for half in (True, False):
+        fp16._native.fused_half(half)
+        try:
+            out = tuple(np.empty(shape, np.float32) for _ in range(outputs))
+            count = fp16._native.fused_run(code, inputs, out, temps)
+        finally:
+            fp16._native.fused_half(True)
+        results.append((out, count))
+    (lanes16, count), (lanes32, none) = results
+    assert none == 0
+    return lanes16, lanes32, count
+
+
+def _all_fp16_values(quiet: bool = False) -> np.ndarray:
+    """Every fp16 bit pattern as float32 (NaN payloads kept; the signalling NaNs, which F16C
+    would quiet, sit in blocks 31 and 63 of 1024 values), or with them quieted."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    if quiet:
+        bits[(bits & 0x7E00) == 0x7C00] |= 0x0200  # quiet bit on (infinities become NaNs)
+    return bits.view(np.float16).astype(np.float32)
+
+
+_ARITHMETIC = {fusion.ADD: np.add, fusion.SUB: np.subtract, fusion.MUL: np.multiply,
+               fusion.DIV: np.true_divide, fusion.MAX: np.maximum, fusion.MIN: np.minimum,
+               fusion.EQ: np.equal, fusion.NE: np.not_equal, fusion.LT: np.less,
+               fusion.LE: np.less_equal, fusion.GT: np.greater, fusion.GE: np.greater_equal}  # fmt: skip
+
+
+@needs_half
+def test_fp16_lanes_give_the_float32_bits_on_every_fp16_value() -> None:
+    """Each op over every fp16 value against one value (NaN, infinities, zeros, subnormals,
+    overflow to infinity, ties) and against every fp16 value shuffled: the fp16 lanes give
+    the float32 lanes' bits, NaN payloads included, and numpy's rounded results."""
+    x = _all_fp16_values()
+    others = [np.float32(v) for v in NASTY.astype(np.float32)]
+    others.append(_all_fp16_values(quiet=True)[np.random.default_rng(4).permutation(x.size)])
+    for op, ufunc in _ARITHMETIC.items():
+        for y in others:
+            y = np.asarray(y, np.float32)
+            # out0 = x (op) y, rounded; out1 = |x| (a second row: one op alone stays float32)
+            code = np.array([[op, 1, 2, 0, 1, 0], [fusion.ABS, 0, 3, 0, 0, 0]], np.int32)
+            lanes16, lanes32, count = _run_both(code, (x, y), 2, 0, x.shape)
+            assert count == 62, (op, y)  # the signalling NaNs' blocks in float32 lanes
+            for a, b in zip(lanes16, lanes32, strict=True):
+                np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+            with np.errstate(all="ignore"):
+                want = fp16.round_to_fp16(ufunc(x, y).astype(np.float32))
+            assert_same_bits(lanes16[0], want)
+    code = np.array([[fusion.SQRT, 1, 1, 0, 0, 0], [fusion.ABS, 0, 2, 0, 0, 0]], np.int32)
+    lanes16, lanes32, count = _run_both(code, (x,), 2, 0, x.shape)
+    assert count == 62
+    np.testing.assert_array_equal(lanes16[0].view(np.uint32), lanes32[0].view(np.uint32))
+    with np.errstate(all="ignore"):
+        assert_same_bits(lanes16[0], fp16.round_to_fp16(np.sqrt(x)))
+
+
+@needs_half
+def test_select_and_logical_ops_in_fp16_lanes_with_bool_inputs_and_outputs() -> None:
+    """A bool input (converted to 0 or 1) selects between fp16 values; a comparison and a
+    logical op make a bool output: the same as the float32 lanes and numpy."""
+    rng = np.random.default_rng(6)
+    x = _all_fp16_values(quiet=True)
+    y = x[rng.permutation(x.size)]
+    m = rng.random(x.size) < 0.5
+    # registers: x 0, y 1, m 2; outputs: sel 3 (float), both 4 (bool); temporary 5
+    code = np.array([[fusion.SELECT, 0, 3, 0, 1, 2], [fusion.LT, 0, 5, 0, 1, 0],
+                     [fusion.AND, 0, 4, 5, 2, 5]], np.int32)  # fmt: skip
+    results = []
+    for half in (True, False):
+        fp16._native.fused_half(half)
+        try:
+            sel, both = np.empty(x.shape, np.float32), np.empty(x.shape, np.bool_)
+            count = fp16._native.fused_run(code, (x, y, m), (sel, both), 1)
+        finally:
+            fp16._native.fused_half(True)
+        results.append((sel, both, count))
+    assert results[0][2] == 64 and results[1][2] == 0
+    np.testing.assert_array_equal(results[0][0].view(np.uint32), results[1][0].view(np.uint32))
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert_same_bits(results[0][0], np.where(m, x, y))
+    np.testing.assert_array_equal(results[0][1], (x < y) & m)
+
+
+@needs_half
+def test_a_block_with_a_value_off_the_fp16_grid_runs_in_float32_lanes() -> None:
+    """Blocks whose inputs hold a value that is no fp16 value (an unrounded float32, a
+    signalling NaN) run in float32 lanes, the other blocks in fp16 lanes; a per-channel
+    operand off the grid sends its blocks there too; one value off the grid, all blocks."""
+    rng = np.random.default_rng(7)
+    x = fp16.round_to_fp16(rng.standard_normal((3, 3000)).astype(np.float32) * 30)
+    x[0, 5] = 0.1  # block 0
+    x.reshape(-1)[4100] = np.uint32(0x7FA00000).view(np.float32)  # a signalling NaN, block 4
+    b = fp16.round_to_fp16(rng.standard_normal((3, 1)).astype(np.float32))
+    # registers: x 0, b 1, out 2, temporary 3: t = x * b; out = t + x (both rounded)
+    code = np.array([[fusion.MUL, 1, 3, 0, 1, 0], [fusion.ADD, 1, 2, 3, 0, 3]], np.int32)
+    with np.errstate(all="ignore"):
+        want = fp16.round_to_fp16(fp16.round_to_fp16(x * b) + x)
+    lanes16, lanes32, count = _run_both(code, (x, b), 1, 1, x.shape)
+    assert count == 9 - 2  # 9000 values: 9 blocks
+    np.testing.assert_array_equal(lanes16[0].view(np.uint32), lanes32[0].view(np.uint32))
+    assert_same_bits(lanes16[0], want)
+    b[2, 0] = 0.1  # the third row's values: blocks 5 to 8
+    with np.errstate(all="ignore"):
+        want = fp16.round_to_fp16(fp16.round_to_fp16(x * b) + x)
+    lanes16, lanes32, count = _run_both(code, (x, b), 1, 1, x.shape)
+    assert count == 9 - 2 - 4
+    np.testing.assert_array_equal(lanes16[0].view(np.uint32), lanes32[0].view(np.uint32))
+    assert_same_bits(lanes16[0], want)
+    one = np.full((1, 1), 0.1, np.float32)
+    assert _run_both(code, (x, one), 1, 1, x.shape)[2] == 0
+
+
+@needs_half
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (2, 5, 7, 5), (1, 3, 31, 33), (2, 3, 1041, 1),
+                                   (3, 4, 1, 300), (5, 600)])  # fmt: skip
+def test_per_channel_operands_are_filled_in_fp16_runs(shape) -> None:
+    """[1, C, 1, 1] and [N, C, 1, 1] operands over [N, C, H, W] (runs of one value, shorter
+    than a vector, crossing blocks, of one value each) in fp16 lanes: numpy's bits."""
+    rng = np.random.default_rng(sum(shape))
+    x = fp16.round_to_fp16(rng.standard_normal(shape).astype(np.float32) * 10)
+    x.reshape(-1)[:5] = [np.nan, -np.inf, -0.0, 2.0**-24, 65504.0]
+    channel = tuple(d if k < 2 else 1 for k, d in enumerate(shape))
+    for b_shape in ((1, *channel[1:]), channel):
+        b = fp16.round_to_fp16(rng.standard_normal(b_shape).astype(np.float32))
+        s = fp16.round_to_fp16(rng.standard_normal(channel).astype(np.float32))
+        zero = np.zeros((), np.float32)
+        inputs = (x, b, s, zero)
+        # registers: x 0, b 1, s 2, zero 3, out 4, temporary 5: max(x + b, 0) * s (rounded)
+        code = np.array([[fusion.ADD, 1, 5, 0, 1, 0], [fusion.MAX, 0, 5, 5, 3, 5],
+                         [fusion.MUL, 1, 4, 5, 2, 5]], np.int32)  # fmt: skip
+        with np.errstate(all="ignore"):
+            want = fp16.round_to_fp16(np.maximum(fp16.round_to_fp16(x + b), zero) * s)
+        lanes16, lanes32, count = _run_both(code, inputs, 1, 1, shape)
+        assert count == -(-x.size // 1024)
+        np.testing.assert_array_equal(lanes16[0].view(np.uint32), lanes32[0].view(np.uint32))
+        assert_same_bits(lanes16[0], want)

@@ -13,6 +13,11 @@ sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; ab
 comparisons, logical ops and select, with bools as 0/1 in the pass). Other ops
 (transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
 
+Where the CPU has AVX512-FP16 the pass may compute in fp16 lanes with the same bits
+(_native.c says when). A group of one step stays that step, unless an operand broadcasts
+along some axes (x [N, C, H, W] times a per-channel scale): numpy's broadcast loop and
+rounding pass cost twice the C pass.
+
 Groups: a fusable step joins the open group of its shape. Another step that reads values of
 one open group waits to run right after it (a reshape of an updated weight does not end
 the optimizer's chain); one that reads values of several is run after closing them; one
@@ -174,6 +179,7 @@ FUSED_BLOCK = 1024  # values per block of the C pass (_native.c): pieces start o
 # costs ~70 us (a 2-op pass over 131k values took 32 us alone, 74 in pieces; 7 ops over 1M
 # values 1060 -> 644 us)
 SPLIT_WORK = 1 << 21
+BROADCAST_MIN = 4096  # values of a one-step group with a broadcast operand run as a fused pass
 RUN_MIN = 64  # contiguous values per run below which a strided input is gathered first
 
 
@@ -263,11 +269,31 @@ def fuse_elementwise(
     return out
 
 
+def _broadcasts(group: _Group, shapes: Mapping[int, Any]) -> bool:
+    """True when an operand of the group is neither one value nor of the group's shape (a
+    per-channel scale of [N, C, H, W]) and the group has BROADCAST_MIN values or more."""
+    size = math.prod(group.shape)
+    if size < BROADCAST_MIN:
+        return False
+    for _, _, _, *operands in group.instructions:
+        for kind, value in operands:
+            if kind == "known":
+                n = value.size
+            elif kind == "slot" and value in shapes:
+                n = math.prod(shapes[value])
+            else:
+                continue
+            if 1 < n < size:
+                return True
+    return False
+
+
 def _group_steps(
     group: _Group, kept: set[int], readers: Mapping[int, set[int]], shapes: Mapping[int, Any]
 ) -> list[Step]:
-    """The fused step of a group (its one step as it was when it has one)."""
-    if len(group.members) == 1:
+    """The fused step of a group (its one step as it was when it has one, unless an operand
+    broadcasts along some axes: numpy's broadcast loop and rounding pass take 2x the C pass)."""
+    if len(group.members) == 1 and not _broadcasts(group, shapes):
         return list(group.members)
     inside = {id(m) for m in group.members}
     outputs = [
