@@ -2120,6 +2120,76 @@ static PyObject *fused_half(PyObject *self, PyObject *arg)
 }
 /* ---- end of fused_run ------------------------------------------------------------------- */
 
+/* ---- mean_rows: float32 means of contiguous rows, numpy's summation order -----------------
+ * A global average pool (reduce_mean over H and W of [N, C, H, W]) hands numpy rows of a
+ * few hundred values; its pairwise sum runs 8 scalar accumulators at ~0.25 ns per value.
+ * These are the same additions in the same order (numpy's FLOAT_pairwise_sum: fewer than 8
+ * values summed from -0 one by one; up to 128 in 8 accumulators, combined as
+ * ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest one by one; more split in
+ * two halves of a multiple of 8), added to the reduction's 0, then divided as np.mean's
+ * division by an intp count does it: in float64, cast back to float32. The 8 accumulators
+ * are 8 lanes of one vector. */
+static float pairwise_sum(const float *a, Py_ssize_t n)
+{
+    if (n < 8) {
+        float res = -0.0f;
+        for (Py_ssize_t i = 0; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        float r[8];
+        memcpy(r, a, sizeof r);
+        Py_ssize_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++)
+                r[j] += a[i + j];
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+PyDoc_STRVAR(mean_rows_doc,
+"mean_rows(x, out) -> None\n\n"
+"out[r] = the mean of row r of x (C-contiguous float32, out.size rows of x.size / out.size\n"
+"values) with numpy's float32 pairwise sum and np.mean's float64 division.");
+
+static PyObject *mean_rows(PyObject *self, PyObject *args)
+{
+    PyObject *x_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OO:mean_rows", &x_obj, &out_obj))
+        return NULL;
+    Py_buffer x, out;
+    if (items_buffer(x_obj, &x, 4, 0, "x") < 0)
+        return NULL;
+    if (items_buffer(out_obj, &out, 4, 1, "out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t rows = out.len / 4, n = rows ? x.len / 4 / rows : 0;
+    if (rows == 0 || n == 0 || n * rows * 4 != x.len) {
+        PyErr_SetString(PyExc_ValueError, "mean_rows: x must hold out.size nonempty rows");
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    const float *src = x.buf;
+    float *dst = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        dst[r] = (float)((double)(0.0f + pairwise_sum(src + r * n, n)) / (double)n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+/* ---- end of mean_rows ------------------------------------------------------------------- */
+
 /* ---- window kernels: picking convolutions, their scatter, window maxima, clamps ----------
  *
  * A compiled training step gathers windows with convolutions whose weights only pick inputs
@@ -3792,6 +3862,7 @@ static PyMethodDef methods[] = {
     {"binary_round", binary_round, METH_VARARGS, binary_round_doc},
     {"fused_run", fused_run, METH_VARARGS, fused_run_doc},
     {"fused_half", fused_half, METH_O, fused_half_doc},
+    {"mean_rows", mean_rows, METH_VARARGS, mean_rows_doc},
 
     /* window kernels */
     {"window_gather", window_gather, METH_VARARGS, window_gather_doc},

@@ -48,6 +48,57 @@ def test_reductions_against_onnxruntime(op: str, axes, keep: bool) -> None:
     check(op, {"x": x}, consts, ref)
 
 
+def _numpy_mean(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    """np.mean's float32 mean: the pairwise sum, divided by an intp count (in float64)."""
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = np.add.reduce(x, axis=axes, dtype=np.float32, keepdims=keep)
+    return np.asarray(np.true_divide(total, np.intp(count), casting="unsafe", dtype=np.float64)
+                      .astype(np.float32))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape, axes",
+    [((3, 200, 2, 96), (2, 3)), ((600, 5), (1,)), ((7, 1), (1,)), ((2, 5, 1, 1), (2, 3)),
+     ((4, 8), (1,)), ((3, 128), (1,)), ((3, 129), (1,)), ((2, 3, 4, 5), (1, 2, 3)),
+     ((1, 3, 160, 121), (3, 2)), ((5000,), (0,)), ((2, 3), (0, 1))],
+)  # fmt: skip
+def test_a_mean_over_trailing_axes_in_c_gives_numpys_bits(shape, axes, monkeypatch) -> None:
+    """reduce_mean over the last axes of a C-contiguous float32 value (a global average
+    pool) is summed in C (_native.mean_rows) in numpy's pairwise order: numpy's bits, with
+    signed zeros, NaN, infinities and values that cancel; and the same without the C."""
+    from anekit.simulator import fp16
+    from anekit.simulator.ops import reduction
+
+    if fp16._converter("mean_rows") is None:
+        pytest.skip("the C extension is not built")
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 3e4], shape)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = -0.0
+    if flat.size > 40:
+        flat[[3, 11, 19]] = [np.nan, np.inf, -np.inf]
+    for keep in (True, False):
+        want = _numpy_mean(x, axes, keep)
+        nan = np.isnan(want)
+        direct = np.empty(want.shape, np.float32)
+        fp16._native.mean_rows(x, direct)  # the C sums on their own
+        got = reduction._mean(x, axes, keep)
+        assert got.shape == want.shape and got.dtype == np.float32
+        for value in (direct, got):
+            np.testing.assert_array_equal(np.isnan(value), nan)
+            np.testing.assert_array_equal(value.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+        monkeypatch.setattr(fp16, "_native", None)
+        unbuilt = reduction._mean(x, axes, keep)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(unbuilt.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+    x = np.full((4, 8), -0.0, np.float32)  # all -0: numpy's reduction starts from +0
+    out = np.empty((4, 1), np.float32)
+    fp16._native.mean_rows(x, out)
+    assert not np.signbit(out).any()
+    with pytest.raises(ValueError, match="nonempty rows"):
+        fp16._native.mean_rows(np.zeros((4, 3), np.float32), np.empty(5, np.float32))
+
+
 @pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_l2_norm"])
 def test_int32_reductions_against_coremltools(op: str) -> None:
     x = RNG.integers(-9, 10, (3, 4)).astype(np.int32)

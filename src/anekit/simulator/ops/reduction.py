@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import fp16
 from ..registry import NUMERIC, Signature, SimOp, op
 from ..values import STORAGE
 from ._util import as_bool, as_int, as_ints, as_str, axes_of, axis_of
@@ -67,6 +68,21 @@ def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     count = math.prod(x.shape[a] for a in axis)
     if x.dtype.kind != "f" or count == 0:  # and numpy's warning about an empty mean
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype.kind == "f" else None)
+    rank, mean_rows = x.ndim, fp16._converter("mean_rows")  # read per call: tests unset it
+    if (
+        mean_rows is not None
+        and x.size
+        and axis  # no axes: numpy adds nothing (a -0 stays -0)
+        and x.dtype == np.float32
+        and x.flags.c_contiguous
+        and sorted(axis) == list(range(rank - len(axis), rank))
+    ):
+        # the trailing axes (a global average pool): the same sums and division in C, 4x
+        # faster than numpy's scalar pairwise loop (_native.mean_rows)
+        kept = x.shape[: rank - len(axis)]
+        out = np.empty(kept + (1,) * len(axis) if keepdims else kept, np.float32)
+        mean_rows(x, out)
+        return out
     # what np.mean computes, without its Python wrapper (a 1-value mean cost a streaming
     # model 16 us a run): the sum in x's dtype, divided by the count as an intp
     total = np.add.reduce(x, axis=axis, dtype=x.dtype, keepdims=keepdims)
