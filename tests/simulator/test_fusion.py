@@ -43,7 +43,7 @@ NASTY = np.array(
 )  # fmt: skip
 
 BINARY = ("add", "sub", "mul", "real_div", "maximum", "minimum")
-UNARY = ("sqrt", "abs", "relu", "square", "clip")
+UNARY = ("sqrt", "abs", "relu", "square", "clip", "sigmoid_hard")
 COMPARE = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
 LOGICAL = ("logical_and", "logical_or", "logical_xor")
 OTHER = ("exp", "tanh")  # elementwise but never fused: they split groups
@@ -153,6 +153,10 @@ def programs(draw):
                         beta=np.float16(high) if dtype == "fp16" else np.float32(high))  # fmt: skip
             if not low < high:
                 continue
+        if kind == "sigmoid_hard":  # alpha * x + beta in float32, one rounding at the end
+            alpha, beta = (draw(st.sampled_from([0.2, -1.5, 0.0, 1e-4, 300.0])) for _ in "ab")
+            kind_type = np.float16 if dtype == "fp16" else np.float32
+            args.update(alpha=kind_type(alpha), beta=kind_type(beta))
         read = ("x", "y", "cond", "a", "b")
         out = np.broadcast_shapes(*(shapes[a] for k, a in args.items() if k in read))
         ops.append(mil.operation(kind, (name, mil_type(out, is_bool)), args))
@@ -518,3 +522,25 @@ def test_per_channel_operands_are_filled_in_fp16_runs(shape) -> None:
         assert count == -(-x.size // 1024)
         np.testing.assert_array_equal(lanes16[0].view(np.uint32), lanes32[0].view(np.uint32))
         assert_same_bits(lanes16[0], want)
+
+
+def test_a_hard_sigmoid_joins_the_group_of_its_input(monkeypatch) -> None:
+    """A squeeze-excitation gate, conv bias add then sigmoid_hard, is one fused step with
+    the unfused bits (alpha * x + beta in float32, rounded once after the clamp)."""
+    x = mil.MilTensorType("fp16", (3, 200, 1, 1))
+    b = mil.MilTensorType("fp16", (1, 200, 1, 1))
+    ops = (mil.operation("add", ("a", x), {"x": "x", "y": "b"}),
+           mil.operation("sigmoid_hard", ("g", x), {"x": "a", "alpha": np.float16(0.2),
+                                                    "beta": np.float16(0.5)}))  # fmt: skip
+    binds = (mil.Binding("x", x), mil.Binding("b", b))
+    program = mil.MilProgram("1.3", (), (mil.Function("main", "ios18", binds, ops, ("g",)),))
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.choice(NASTY, (3, 200, 1, 1)), "b": (rng.standard_normal((1, 200, 1, 1))
+                                                             * 3).astype(np.float16)}  # fmt: skip
+    on = _load(program, True, monkeypatch)
+    assert [st.op for st in on._plan.steps] == (["fused"] if BUILT else ["add", "sigmoid_hard"])
+    with np.errstate(all="ignore"):
+        got = on.run(feeds)["g"]
+        want = _load(program, False, monkeypatch).run(feeds)["g"]
+    assert_same_bits(got, want)
+    assert np.isnan(got).any() and (got == 0).any() and (got == 1).any()

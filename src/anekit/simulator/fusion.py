@@ -9,7 +9,7 @@ the bits the separate steps give. Values read only inside the group never reach 
 values read by other steps or returned by the program are written out.
 
 Only ops whose results C reproduces bit for bit are fused (IEEE add, sub, mul, div and
-sqrt; maximum, minimum, clip and relu with numpy's NaN and signed-zero rules; abs;
+sqrt; maximum, minimum, clip, relu and sigmoid_hard with numpy's NaN and signed-zero rules; abs;
 comparisons, logical ops and select, with bools as 0/1 in the pass). Other ops
 (transcendentals, whose numpy SIMD results differ from libm's) stay separate steps.
 
@@ -53,6 +53,8 @@ ENABLED = True  # read when a program loads; tests switch it off to compare with
 _F32, _BOOL = np.dtype(np.float32), np.dtype(np.bool_)
 _ZERO = np.zeros((), np.float32)
 _ZERO.flags.writeable = False
+_ONE = np.ones((), np.float32)
+_ONE.flags.writeable = False
 _TEMPORARIES = itertools.count()  # names of values computed inside one op
 
 # An operand of an instruction: ("slot", n) a runtime value, ("known", array) a constant,
@@ -76,6 +78,17 @@ def _clip(a: dict[str, Operand], out: Operand, r: bool) -> list[Instruction]:
             (MIN, r, out, inner, a["beta"], inner)]  # fmt: skip
 
 
+def _sigmoid_hard(a: dict[str, Operand], out: Operand, r: bool) -> list[Instruction]:
+    """min(max(alpha * x + beta, 0), 1), rounded once at the end (activation.py)."""
+    product: Operand = ("tmp", next(_TEMPORARIES))
+    shifted: Operand = ("tmp", next(_TEMPORARIES))
+    low: Operand = ("tmp", next(_TEMPORARIES))
+    return [(MUL, False, product, a["alpha"], a["x"], a["alpha"]),
+            (ADD, False, shifted, product, a["beta"], product),
+            (MAX, False, low, shifted, ("known", _ZERO), shifted),
+            (MIN, r, out, low, ("known", _ONE), low)]  # fmt: skip
+
+
 # op -> its instructions, given its operands by parameter name, its result and whether the
 # result is rounded; each mirrors the op's numpy kernel (ops/elementwise.py, activation.py)
 _LOWER: dict[str, Callable[[dict[str, Operand], Operand, bool], list[Instruction]]] = {
@@ -90,6 +103,7 @@ _LOWER: dict[str, Callable[[dict[str, Operand], Operand, bool], list[Instruction
     "square": _unary(MUL),  # x * x
     "relu": lambda a, out, r: [(MAX, r, out, a["x"], ("known", _ZERO), a["x"])],
     "clip": _clip,
+    "sigmoid_hard": _sigmoid_hard,
     "equal": _binary(EQ),
     "not_equal": _binary(NE),
     "less": _binary(LT),
