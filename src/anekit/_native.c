@@ -1366,13 +1366,6 @@ typedef struct {
     float *buf;
 } fused_input;
 
-/* A gathered float32 input whose last axis repeats one value: runs of one value (a
- * per-channel bias or scale over [N, C, H, W]). */
-static int fused_runs(const fused_input *in)
-{
-    return in->kind == 2 && !in->is_bool && in->stride[in->nd - 1] == 0;
-}
-
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <math.h>
 
@@ -1819,6 +1812,13 @@ static int fused_input_open(PyObject *obj, fused_input *in, int nd, const Py_ssi
 }
 
 #ifdef HAVE_HALF_FUSED
+/* A gathered float32 input whose last axis repeats one value: runs of one value (a
+ * per-channel bias or scale over [N, C, H, W]). */
+static int fused_runs(const fused_input *in)
+{
+    return in->kind == 2 && !in->is_bool && in->stride[in->nd - 1] == 0;
+}
+
 /* Values [start, start + n) of an input whose last axis repeats one value (a per-channel bias
  * or scale seen over [N, C, H, W]) as fp16 straight into dst, a run of one value at a time;
  * 0 when one of them is not an fp16 value. */
