@@ -40,6 +40,7 @@ from _common import add_smoke, machine, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.simulator import fp16  # noqa: E402
+from anekit.simulator import program as sim_program  # noqa: E402
 from anekit.simulator.fusion import ADD, MAX, MIN, MUL  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "sim_fused.json"
@@ -139,6 +140,8 @@ def _timed_fused(program: Any) -> list[float]:
                 entry[-1] = timed
             loop.append(tuple(entry))
         runner.program._loop = tuple(loop)
+        if hasattr(runner.program, "_specs"):  # the C run loop's copy of the steps
+            runner.program._specs = tuple(sim_program._spec(e) for e in loop)
     return spent
 
 
