@@ -448,7 +448,13 @@ def from_program(array: np.ndarray, io: SegmentIO) -> np.ndarray:
     if io.padded:
         array = array[tuple(slice(0, s) for s in io.shape)]
     # np.asarray keeps a scalar's rank 0 (np.ascontiguousarray makes it shape [1])
-    return np.asarray(array, dtype=to_dtype(io.dtype).numpy, order="C")
+    return np.asarray(array, dtype=_numpy_dtype(io.dtype), order="C")
+
+
+@functools.lru_cache(maxsize=64)
+def _numpy_dtype(name: str) -> np.dtype:
+    """A value dtype's numpy dtype, looked up once (1.5 us a call: two per streaming step)."""
+    return to_dtype(name).numpy
 
 
 def _reader(weights: Path | bytes | ChunkedBytes | None) -> BlobReader | None:
