@@ -1,11 +1,15 @@
-"""What the benchmark scripts share: writing their results JSON atomically (temp file, rename)."""
+"""What the benchmark scripts share: writing their results JSON atomically (temp file, rename),
+the machine they ran on, the --smoke flag and a median timer."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import statistics
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +57,14 @@ def results_path(path: Path, smoke: bool) -> Path:
         return path
     folder = os.environ.get("ANEKIT_SMOKE_DIR")
     return (Path(folder) if folder else path.parent) / f"{path.stem}.smoke{path.suffix}"
+
+
+def median_us(fn: Callable[[], Any], repeat: int) -> float:
+    """The median of ``repeat`` calls of ``fn`` in microseconds, after one call not timed."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import add_smoke, machine, results_path, write_json
+from _common import add_smoke, machine, median_us, results_path, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -42,16 +42,6 @@ from anekit import ops  # noqa: E402
 from anekit.runtime.cache import ProgramCache  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "runtime_session.json"
-
-
-def median_us(fn, repeat: int) -> float:  # noqa: ANN001
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
 
 
 def step_overhead(repeat: int) -> dict:

@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _common import add_smoke, machine, results_path, write_json  # noqa: E402
+from _common import add_smoke, machine, median_us, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.simulator import fp16  # noqa: E402
@@ -77,15 +76,6 @@ def _bias_relu(shape: tuple[int, ...], rng: np.random.Generator) -> tuple[Any, .
     return np.array(code, np.int32), (x, bias, zero), 1
 
 
-def _median_us(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
 def chains(smoke: bool, repeat: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     cases = [("hardswish", _hardswish, (3, 200, 2, 96)),
@@ -98,7 +88,7 @@ def chains(smoke: bool, repeat: int) -> list[dict[str, Any]]:
             shape = (*shape[:-1], 8)
         code, inputs, temps = make(shape, rng)
         out = np.empty(shape, np.float32)
-        copy = _median_us(lambda: np.copyto(out, inputs[0]), repeat)  # noqa: B023
+        copy = median_us(lambda: np.copyto(out, inputs[0]), repeat)  # noqa: B023
         lanes: dict[str, list[float]] = {"fp16": [], "float32": []}
         blocks = 0
         for k in range(repeat):

@@ -216,7 +216,7 @@ def test_fused_groups_give_the_unfused_bits(case, monkeypatch) -> None:
 
 @needs_half
 @settings(
-    max_examples=60,
+    max_examples=25,  # 0.2 s each: the suite's budget (the property above runs 100)
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -37,7 +37,8 @@ def op_error(source: Source, index: int, message: str, hint: str | None = None) 
 
 @dataclass(frozen=True)
 class Expect:
-    """What one output of a step must look like, and whether it is rounded to fp16."""
+    """What one output of a step must look like, and whether the run loop rounds it to fp16
+    (False also where the step's prepared kernel rounds it, see prepared.py)."""
 
     slot: int
     name: str
