@@ -1128,6 +1128,38 @@ static PyObject *gemm_available(PyObject *self, PyObject *unused)
     return PyBool_FromLong(gemm_supported());
 }
 
+/* 1 when m, k, n and threads are sizes a product of float32 buffers can have (each of m * k,
+ * k * n and m * n bytes fits a Py_ssize_t, 1 to 64 threads), else 0 with a ValueError
+ * naming ``name``. */
+static int product_args_ok(Py_ssize_t m, Py_ssize_t k, Py_ssize_t n, int threads,
+                           const char *name)
+{
+    if (m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
+        (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n)) {
+        PyErr_Format(PyExc_ValueError, "%s: bad sizes", name);
+        return 0;
+    }
+    if (threads < 1 || threads > 64) {
+        PyErr_Format(PyExc_ValueError, "%s: threads must be 1 to 64", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* ``w`` as a C-contiguous buffer of exactly ``count`` fp16 values (2 bytes each), or -1 with
+ * a ValueError naming ``name``. */
+static int half_weights(PyObject *w, Py_buffer *view, Py_ssize_t count, const char *name)
+{
+    if (PyObject_GetBuffer(w, view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len != count * 2) {
+        PyErr_Format(PyExc_ValueError, "%s: w must hold %zd fp16 values", name, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(gemm_doc,
 "gemm(a, b, out, m, k, n, threads, round=False) -> None\n\n"
 "out[m, n] = a[m, k] @ b[k, n]: C-contiguous float32 buffers of exactly those sizes.\n"
@@ -1146,15 +1178,8 @@ static PyObject *gemm(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "gemm needs x86-64 with AVX-512F");
         return NULL;
     }
-    if (m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
-        (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n)) {
-        PyErr_SetString(PyExc_ValueError, "gemm: bad sizes");
+    if (!product_args_ok(m, k, n, threads, "gemm"))
         return NULL;
-    }
-    if (threads < 1 || threads > 64) {
-        PyErr_SetString(PyExc_ValueError, "gemm: threads must be 1 to 64");
-        return NULL;
-    }
     Py_buffer va, vb, vc;
     if (float_buffer(a, &va, m * k, 0, "gemm: a") < 0)
         return NULL;
@@ -1204,24 +1229,20 @@ static PyObject *gemm_f16w_cols(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "gemm_f16w_cols needs x86-64 with AVX-512F and F16C");
         return NULL;
     }
-    if (batch < 0 || m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
-        (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n) ||
-        (batch && (k * n > PY_SSIZE_T_MAX / 4 / batch || m * n > PY_SSIZE_T_MAX / 4 / batch))) {
+    if (batch < 0) {
         PyErr_SetString(PyExc_ValueError, "gemm_f16w_cols: bad sizes");
         return NULL;
     }
-    if (threads < 1 || threads > 64) {
-        PyErr_SetString(PyExc_ValueError, "gemm_f16w_cols: threads must be 1 to 64");
+    if (!product_args_ok(m, k, n, threads, "gemm_f16w_cols"))
+        return NULL;
+    /* k * n and m * n fit (checked above); times the batch too */
+    if (batch && (k * n > PY_SSIZE_T_MAX / 4 / batch || m * n > PY_SSIZE_T_MAX / 4 / batch)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_f16w_cols: bad sizes");
         return NULL;
     }
     Py_buffer vw, vx, vc;
-    if (PyObject_GetBuffer(w, &vw, PyBUF_C_CONTIGUOUS) < 0)
+    if (half_weights(w, &vw, m * k, "gemm_f16w_cols") < 0)
         return NULL;
-    if (vw.len != m * k * 2) {
-        PyErr_Format(PyExc_ValueError, "gemm_f16w_cols: w must hold %zd fp16 values", m * k);
-        PyBuffer_Release(&vw);
-        return NULL;
-    }
     if (float_buffer(x, &vx, batch * k * n, 0, "gemm_f16w_cols: x") < 0) {
         PyBuffer_Release(&vw);
         return NULL;
@@ -1291,23 +1312,11 @@ static PyObject *gemm_f16w(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOnnni|p:gemm_f16w", &w, &x, &out, &m, &k, &n, &threads,
                           &portable))
         return NULL;
-    if (m < 0 || k < 0 || n < 0 || (k && m > PY_SSIZE_T_MAX / 4 / k) ||
-        (n && k > PY_SSIZE_T_MAX / 4 / n) || (n && m > PY_SSIZE_T_MAX / 4 / n)) {
-        PyErr_SetString(PyExc_ValueError, "gemm_f16w: bad sizes");
+    if (!product_args_ok(m, k, n, threads, "gemm_f16w"))
         return NULL;
-    }
-    if (threads < 1 || threads > 64) {
-        PyErr_SetString(PyExc_ValueError, "gemm_f16w: threads must be 1 to 64");
-        return NULL;
-    }
     Py_buffer vw, vx, vc;
-    if (PyObject_GetBuffer(w, &vw, PyBUF_C_CONTIGUOUS) < 0)
+    if (half_weights(w, &vw, m * k, "gemm_f16w") < 0)
         return NULL;
-    if (vw.len != m * k * 2) {
-        PyErr_Format(PyExc_ValueError, "gemm_f16w: w must hold %zd fp16 values", m * k);
-        PyBuffer_Release(&vw);
-        return NULL;
-    }
     if (float_buffer(x, &vx, k * n, 0, "gemm_f16w: xt") < 0) {
         PyBuffer_Release(&vw);
         return NULL;
