@@ -176,11 +176,8 @@ def matmul_half(weight: np.ndarray, x: np.ndarray, *, rounded: bool = False) -> 
     batch = x.shape[:-2]
     if HALF_WEIGHTS and n < COLUMNS_MIN and 0 < x.size == k * n:
         # one sample of a few positions (a recurrent step's gates): the per-sample loop's
-        # gemm_f16w call below, without its bookkeeping
-        out = np.empty((m, n), np.float32)
-        xt = np.ascontiguousarray(x.reshape(k, n).T, dtype=np.float32)
-        threads = THREADS if m * k * n >= F16W_THREADED else 1
-        _native.gemm_f16w(np.ascontiguousarray(weight), xt, out, m, k, n, threads)
+        # call below, without its bookkeeping
+        out = _f16w_sample(weight, x.reshape(k, n), np.empty((m, n), np.float32))
         return (rounded_in_place(out) if rounded else out).reshape((*batch, m, n))
     rows = x.reshape(-1, k, n)
     out = np.empty((rows.shape[0], m, n), np.float32)
@@ -204,9 +201,7 @@ def matmul_half(weight: np.ndarray, x: np.ndarray, *, rounded: bool = False) -> 
     whole = None  # the weights widened once for every sample, when they fit in one block
     for b in range(rows.shape[0]):
         if HALF_WEIGHTS and n < WIDE_COLUMNS:
-            xt = np.ascontiguousarray(rows[b].T, dtype=np.float32)
-            threads = THREADS if m * k * n >= F16W_THREADED else 1
-            _native.gemm_f16w(np.ascontiguousarray(weight), xt, out[b], m, k, n, threads)
+            _f16w_sample(weight, rows[b], out[b])
         elif step >= m:  # one block: the product written straight into out
             if whole is None:
                 whole = weight.astype(np.float32)
@@ -218,6 +213,17 @@ def matmul_half(weight: np.ndarray, x: np.ndarray, *, rounded: bool = False) -> 
         if rounded:
             rounded_in_place(out[b])
     return out.reshape((*batch, m, n))
+
+
+def _f16w_sample(weight: np.ndarray, sample: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` [M, N] = fp16 ``weight`` [M, K] @ one sample [K, N] by ``_native.gemm_f16w``
+    (which reads the sample transposed), on its threads when the product is large."""
+    m, k = weight.shape
+    n = sample.shape[-1]
+    xt = np.ascontiguousarray(sample.T, dtype=np.float32)
+    threads = THREADS if m * k * n >= F16W_THREADED else 1
+    _native.gemm_f16w(np.ascontiguousarray(weight), xt, out, m, k, n, threads)
+    return out
 
 
 SPLIT_WORK = 1 << 22  # multiply-adds from which numpy's product runs as two halves at once
