@@ -59,9 +59,11 @@ def results_path(path: Path, smoke: bool) -> Path:
     return (Path(folder) if folder else path.parent) / f"{path.stem}.smoke{path.suffix}"
 
 
-def median_us(fn: Callable[[], Any], repeat: int) -> float:
-    """The median of ``repeat`` calls of ``fn`` in microseconds, after one call not timed."""
-    fn()
+def median_us(fn: Callable[[], Any], repeat: int, warm_up: int = 1) -> float:
+    """The median of ``repeat`` calls of ``fn`` in microseconds, after ``warm_up`` calls not
+    timed."""
+    for _ in range(warm_up):
+        fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -88,7 +88,7 @@ def chains(smoke: bool, repeat: int) -> list[dict[str, Any]]:
             shape = (*shape[:-1], 8)
         code, inputs, temps = make(shape, rng)
         out = np.empty(shape, np.float32)
-        copy = median_us(lambda: np.copyto(out, inputs[0]), repeat)  # noqa: B023
+        copy = median_us(lambda: np.copyto(out, inputs[0]), repeat, warm_up=0)  # noqa: B023
         lanes: dict[str, list[float]] = {"fp16": [], "float32": []}
         blocks = 0
         for k in range(repeat):

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_smoke, results_path, write_json  # noqa: E402
+from _common import add_smoke, median_us, results_path, write_json  # noqa: E402
 
 import anekit  # noqa: E402
 from anekit.frontend.builder import ops  # noqa: E402
@@ -51,14 +51,7 @@ WARM_UP = 5  # steps before timing: compile, caches, the heap's first growth, th
 
 
 def median_ms(fn, repeats: int) -> float:
-    for _ in range(WARM_UP):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * float(np.median(times))
+    return median_us(fn, repeats, warm_up=WARM_UP) / 1000
 
 
 def split_ms(trainer, batch, repeats: int) -> dict:
