@@ -356,12 +356,11 @@ class FusedKernel:
         self.outputs = outputs
         self.members = members
         self.gather = gather
-        # one output, one pass on this thread: the call's shortest path (silero-vad's groups,
-        # where building the results tuple and choosing the pieces cost ~1 us a call)
-        self.alone = (
-            outputs[0].storage if len(outputs) == 1 and math.prod(shape) * len(code) < SPLIT_WORK
-            else None
-        )  # fmt: skip
+        # too little work for pieces on two threads: one pass on this thread
+        self.small = math.prod(shape) * len(code) < SPLIT_WORK
+        # and with one output, the call's shortest path (silero-vad's groups, where building
+        # the results tuple and choosing the pieces cost ~1 us a call)
+        self.alone = outputs[0].storage if len(outputs) == 1 and self.small else None
         # called with its runtime inputs positionally (the run loop reads this signature)
         self.__signature__ = inspect.Signature(
             [
@@ -442,9 +441,9 @@ class FusedKernel:
     def _run(self, fused_run: Any, inputs: tuple[Any, ...], results: tuple[np.ndarray, ...]) -> Any:
         """The C pass over all values: in pieces of whole blocks on two threads when large
         and a CPU is idle (each block is computed alike whichever thread takes it)."""
-        size = results[0].size
-        if size * len(self.code) < SPLIT_WORK or not pieces.spare_cpu(gemm.THREADS):
+        if self.small or not pieces.spare_cpu(gemm.THREADS):
             return fused_run(self.code, inputs, results, self.temps)
+        size = results[0].size
         blocks = -(-size // FUSED_BLOCK)
 
         def run(lo: int, hi: int) -> Any:
